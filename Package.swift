@@ -1,0 +1,32 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "SessionEngine",
+    platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
+    products: [
+        .library(name: "SessionEngine", targets: ["SessionEngine"]),
+        .executable(name: "SessionEngineDemo", targets: ["SessionEngineDemo"]),
+    ],
+    targets: [
+        .target(name: "SessionEngine", swiftSettings: strictSettings),
+        .executableTarget(
+            name: "SessionEngineDemo",
+            dependencies: ["SessionEngine"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(
+            name: "SessionEngineTests",
+            dependencies: ["SessionEngine"],
+            exclude: ["Fixtures"],
+            swiftSettings: strictSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)
