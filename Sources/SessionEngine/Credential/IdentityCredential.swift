@@ -1,0 +1,182 @@
+public import Foundation
+
+/// A short-lived identity credential signed by the host's backend.
+///
+/// A credential is validated when it is created or decoded: the email is non-empty, already normalized and free of
+/// control characters, the signature is 64 lowercase hexadecimal characters, `expiresAt` is positive and the
+/// properties obey every rule of ``IdentityProperties``. The signature itself is not checked here: only the service
+/// (or ``IdentityVerifier``) holds the secret.
+///
+/// A credential acts as a bearer credential until it expires, so its ``description``, ``debugDescription`` and
+/// mirror show the signature as `<redacted>`. Keep it in memory only.
+public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConvertible,
+    CustomDebugStringConvertible, CustomReflectable
+{
+    /// The normalized email the credential identifies.
+    public let email: String
+    /// The expiry, in integer Unix seconds.
+    public let expiresAt: Int64
+    /// The HMAC-SHA256 signature as 64 lowercase hexadecimal characters.
+    public let signature: String
+    /// The signed properties, or `nil` for a `v1` credential.
+    public let properties: IdentityProperties?
+
+    /// Creates a credential from its fields, validating them.
+    ///
+    /// - Parameters:
+    ///   - email: The normalized email the backend signed.
+    ///   - expiresAt: The expiry, in integer Unix seconds.
+    ///   - signature: The HMAC-SHA256 signature as 64 lowercase hexadecimal characters.
+    ///   - properties: The signed properties; `nil` for a `v1` credential, a set (even empty) for `v2`.
+    /// - Throws: ``CredentialError`` naming the broken rule.
+    public init(
+        email: String,
+        expiresAt: Int64,
+        signature: String,
+        properties: IdentityProperties? = nil
+    ) throws(CredentialError) {
+        try IdentityEmail.validateReceived(email)
+        guard expiresAt > 0 else {
+            throw CredentialError(.invalidExpiresAt, reason: "expiresAt must be a positive number of Unix seconds")
+        }
+        guard Hex.isLowercaseHex(signature, length: 64) else {
+            throw CredentialError(.invalidSignature, reason: "the signature must be 64 lowercase hexadecimal characters")
+        }
+        self.init(validatedEmail: email, expiresAt: expiresAt, signature: signature, properties: properties)
+    }
+
+    /// Creates a credential from its fields and a dictionary of properties, validating them.
+    ///
+    /// - Parameters:
+    ///   - email: The normalized email the backend signed.
+    ///   - expiresAt: The expiry, in integer Unix seconds.
+    ///   - signature: The HMAC-SHA256 signature as 64 lowercase hexadecimal characters.
+    ///   - properties: The signed properties; an empty dictionary still selects `v2`.
+    /// - Throws: ``CredentialError`` naming the broken rule.
+    public init(
+        email: String,
+        expiresAt: Int64,
+        signature: String,
+        properties: [String: IdentityProperty]
+    ) throws(CredentialError) {
+        try self.init(
+            email: email,
+            expiresAt: expiresAt,
+            signature: signature,
+            properties: IdentityProperties(properties)
+        )
+    }
+
+    init(validatedEmail email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
+        self.email = email
+        self.expiresAt = expiresAt
+        self.signature = signature
+        self.properties = properties
+    }
+
+    /// `v1` without properties, `v2` with properties (an empty set included).
+    public var version: IdentityVersion { properties == nil ? .v1 : .v2 }
+
+    /// The expiry as a date.
+    public var expirationDate: Date { Date(timeIntervalSince1970: TimeInterval(expiresAt)) }
+
+    /// Whether the credential has not yet expired at `date`.
+    ///
+    /// This checks local expiry only; it never checks the signature. A credential is valid strictly before
+    /// `expiresAt` and expired from that second on.
+    ///
+    /// - Parameter date: The moment to check.
+    /// - Returns: `true` when `date` is before ``expiresAt``.
+    public func isValid(at date: Date) -> Bool {
+        date.timeIntervalSince1970 < TimeInterval(expiresAt)
+    }
+
+    /// The exact text the backend signed for this credential.
+    ///
+    /// - Parameter projectID: The internal project ID the backend signs with.
+    /// - Returns: The `v1` or `v2` payload; it holds no secret.
+    public func signingPayload(projectID: String) -> String {
+        IdentityPayload.make(projectID: projectID, expiresAt: expiresAt, email: email, properties: properties)
+    }
+
+    /// Decodes and validates the backend's JSON response `{"email","expiresAt","signature","properties"?}`.
+    ///
+    /// - Parameter json: The UTF-8 JSON bytes.
+    /// - Throws: ``CredentialError``: ``CredentialError/Code/malformedJSON`` for input that is not that object, or
+    ///   the broken rule.
+    public init(json: Data) throws(CredentialError) {
+        do {
+            self = try JSONDecoder().decode(IdentityCredential.self, from: json)
+        } catch let error as CredentialError {
+            throw error
+        } catch {
+            throw CredentialError(.malformedJSON, reason: Self.describe(error))
+        }
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case email, expiresAt, signature, properties
+    }
+
+    /// Decodes and validates a credential.
+    ///
+    /// - Throws: ``CredentialError`` for a broken rule, or a `DecodingError` for JSON of the wrong shape.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let email = try container.decode(String.self, forKey: .email)
+        let expiresAt = try container.decode(Int64.self, forKey: .expiresAt)
+        let signature = try container.decode(String.self, forKey: .signature)
+        let properties = try container.decodeIfPresent(IdentityProperties.self, forKey: .properties)
+        try self.init(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+    }
+
+    /// Encodes the credential as the backend's JSON response.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(email, forKey: .email)
+        try container.encode(expiresAt, forKey: .expiresAt)
+        try container.encode(signature, forKey: .signature)
+        try container.encodeIfPresent(properties, forKey: .properties)
+    }
+
+    /// The credential with its signature redacted.
+    public var description: String {
+        var text = "IdentityCredential(\(version), email: \(email), expiresAt: \(expiresAt), signature: <redacted>"
+        if let properties { text += ", properties: \(properties.values.keys.sorted(by: IdentityProperties.canonicalOrder))" }
+        return text + ")"
+    }
+
+    /// The same as ``description``: the signature is redacted.
+    public var debugDescription: String { description }
+
+    /// A mirror that redacts the signature, so `dump(_:)` does not reveal it.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "email": email, "expiresAt": expiresAt, "signature": "<redacted>",
+                "properties": properties?.description as Any,
+            ],
+            displayStyle: .struct
+        )
+    }
+
+    /// Describes a decoding failure by its path and kind, never by the offending value.
+    static func describe(_ error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "the input is not valid JSON" }
+        func path(_ context: DecodingError.Context) -> String {
+            let path = context.codingPath.map(\.stringValue).joined(separator: ".")
+            return path.isEmpty ? "the top level" : "'\(path)'"
+        }
+        switch error {
+        case .keyNotFound(let key, _):
+            return "the required field '\(key.stringValue)' is missing"
+        case .typeMismatch(_, let context), .valueNotFound(_, let context):
+            return "\(path(context)) has the wrong type"
+        case .dataCorrupted(let context):
+            return context.codingPath.isEmpty ? "the input is not valid JSON" : "\(path(context)) is not valid"
+        @unknown default:
+            return "the input is not valid JSON"
+        }
+    }
+}

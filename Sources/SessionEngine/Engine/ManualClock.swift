@@ -1,0 +1,136 @@
+public import Foundation
+import Synchronization
+
+/// A clock that moves only when told to, for deterministic tests of the engine and of hosts.
+///
+/// ``advance(by:)`` moves both the monotonic and the wall clock and resumes every sleeper whose deadline has come.
+/// ``jumpWallClock(by:)`` moves only the wall clock, as an NTP correction or a suspended machine does; sleepers
+/// are not woken by it, just as a monotonic sleep is not.
+///
+/// Tests that need to know the engine has gone back to sleep use ``waitForSleepers(count:)``, which suspends
+/// until enough sleepers are registered; it never waits on real time.
+public final class ManualClock: SessionClock {
+    private struct Sleeper {
+        var deadline: Duration
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct SleeperWaiter {
+        var count: Int
+        var continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var elapsed: Duration = .zero
+        var wall: Date
+        var nextID: UInt64 = 0
+        var sleepers: [UInt64: Sleeper] = [:]
+        var waiters: [SleeperWaiter] = []
+
+        mutating func readyWaiters() -> [CheckedContinuation<Void, Never>] {
+            var ready: [CheckedContinuation<Void, Never>] = []
+            waiters.removeAll { waiter in
+                guard sleepers.count >= waiter.count else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
+    }
+
+    private let state: Mutex<State>
+
+    /// Creates a manual clock.
+    ///
+    /// - Parameter now: The initial wall-clock time; by default 2027-01-15T08:00:00Z.
+    public init(now: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
+        state = Mutex(State(wall: now))
+    }
+
+    /// The current wall-clock time.
+    public var now: Date { state.withLock { $0.wall } }
+
+    /// The monotonic time elapsed since the clock was created.
+    public var elapsed: Duration { state.withLock { $0.elapsed } }
+
+    /// The number of tasks currently sleeping on this clock.
+    public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+
+    /// The earliest deadline among the sleepers, as monotonic time since creation, or `nil` when none sleeps.
+    public var nextDeadline: Duration? { state.withLock { $0.sleepers.values.map(\.deadline).min() } }
+
+    /// Suspends until the clock has been advanced by `duration`.
+    ///
+    /// - Parameter duration: How long to sleep in the clock's monotonic time.
+    /// - Throws: `CancellationError` when the calling task is cancelled.
+    public func sleep(for duration: Duration) async throws {
+        try Task.checkCancellation()
+        guard duration > .zero else { return }
+        let id = state.withLock { state in
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let (cancelled, ready) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
+                    if Task.isCancelled { return (true, []) }
+                    state.sleepers[id] = Sleeper(deadline: state.elapsed + duration, continuation: continuation)
+                    return (false, state.readyWaiters())
+                }
+                if cancelled { continuation.resume(throwing: CancellationError()) }
+                for waiter in ready { waiter.resume() }
+            }
+        } onCancel: {
+            let sleeper = state.withLock { $0.sleepers.removeValue(forKey: id) }
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Moves the monotonic and the wall clock forward and wakes every sleeper whose deadline has come.
+    ///
+    /// - Parameter duration: How far to move; must not be negative.
+    public func advance(by duration: Duration) {
+        precondition(duration >= .zero, "a monotonic clock cannot go backwards")
+        let due = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+            state.elapsed += duration
+            state.wall += duration.timeInterval
+            let now = state.elapsed
+            let dueIDs = state.sleepers.filter { $0.value.deadline <= now }
+                .sorted { $0.value.deadline < $1.value.deadline }
+                .map(\.key)
+            return dueIDs.compactMap { state.sleepers.removeValue(forKey: $0)?.continuation }
+        }
+        for continuation in due { continuation.resume() }
+    }
+
+    /// Moves only the wall clock, forwards or backwards, as a clock correction or a suspended machine does.
+    ///
+    /// No sleeper is woken; the engine notices the jump when its current sleep slice (at most 30 seconds) ends.
+    ///
+    /// - Parameter offset: How far to move the wall clock; negative moves it back.
+    public func jumpWallClock(by offset: Duration) {
+        state.withLock { $0.wall += offset.timeInterval }
+    }
+
+    /// Suspends until at least `count` tasks are sleeping on this clock.
+    ///
+    /// - Parameter count: The number of sleepers to wait for.
+    public func waitForSleepers(count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state -> Bool in
+                if state.sleepers.count >= count { return true }
+                state.waiters.append(SleeperWaiter(count: count, continuation: continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+}
+
+extension Duration {
+    /// The duration in seconds as a `TimeInterval`.
+    var timeInterval: TimeInterval {
+        let (seconds, attoseconds) = components
+        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,40 @@
+public import Foundation
+
+/// The engine's source of time: wall time for credential expiry and a monotonic sleep for timers.
+///
+/// Credentials expire by wall time (`expiresAt` is Unix seconds), but timers must not be fooled by wall-clock
+/// jumps. The engine therefore sleeps on the monotonic clock in slices of at most 30 seconds and re-reads ``now``
+/// after each slice, so a wall-clock jump or a suspended machine is noticed within one slice.
+///
+/// ``SystemClock`` is the default; ``ManualClock`` drives the engine in tests.
+public protocol SessionClock: Sendable {
+    /// The current wall-clock time.
+    var now: Date { get }
+
+    /// Suspends the calling task for `duration` on a monotonic clock.
+    ///
+    /// - Parameter duration: How long to sleep; zero or negative returns at once.
+    /// - Throws: `CancellationError` when the calling task is cancelled while sleeping.
+    func sleep(for duration: Duration) async throws
+}
+
+/// The system's clocks: `Date()` for wall time and `ContinuousClock` for sleeping.
+public struct SystemClock: SessionClock {
+    /// Creates the system clock.
+    public init() {}
+
+    /// The current wall-clock time.
+    public var now: Date { Date() }
+
+    /// Sleeps on `ContinuousClock`.
+    ///
+    /// - Parameter duration: How long to sleep.
+    /// - Throws: `CancellationError` when the calling task is cancelled.
+    public func sleep(for duration: Duration) async throws {
+        guard duration > .zero else {
+            try Task.checkCancellation()
+            return
+        }
+        try await ContinuousClock().sleep(for: duration)
+    }
+}

@@ -1,0 +1,174 @@
+import Foundation
+
+/// How the engine renews, retries and buffers.
+///
+/// The defaults suit a long-running daemon with 15-minute credentials: renew at about two thirds of the lifetime
+/// with ±10 % jitter, retry transient failures from 1 s doubling up to 5 min with full jitter, and never start two
+/// fetches for an account within 5 s of each other.
+public struct SessionConfiguration: Sendable {
+    /// When a credential is renewed.
+    public var renewal: RenewalPolicy
+    /// How transient failures are retried.
+    public var retry: RetryPolicy
+    /// The least time between the starts of two fetches in one account session, whatever the fetcher does.
+    ///
+    /// This makes refresh storms impossible: not even a fetcher that returns already-expired credentials (clock
+    /// skew) can make the engine fetch more often. The first fetch after an account change is not delayed.
+    public var minimumFetchInterval: Duration
+    /// How far a fetched credential's lifetime may exceed 24 hours before it is refused, to absorb small clock
+    /// differences between the backend and this process.
+    public var clockSkewTolerance: Duration
+    /// How many undelivered events a subscriber may hold before the oldest are dropped (see ``SessionEvents``).
+    public var eventBufferLimit: Int
+    /// The seed of the jitter's random numbers; `nil` seeds from the system's random source.
+    ///
+    /// Tests set it to make renewal times and backoff delays reproducible.
+    public var randomSeed: UInt64?
+    /// Receives the engine's log records; `nil` logs nothing.
+    ///
+    /// Records never hold a secret, a signature or a property value.
+    public var log: (@Sendable (SessionLogRecord) -> Void)?
+
+    /// Creates a configuration.
+    ///
+    /// - Parameters:
+    ///   - renewal: When a credential is renewed.
+    ///   - retry: How transient failures are retried.
+    ///   - minimumFetchInterval: The least time between two fetch starts in one account session.
+    ///   - clockSkewTolerance: How far past 24 hours a lifetime may reach.
+    ///   - eventBufferLimit: How many undelivered events a subscriber may hold; at least 1.
+    ///   - randomSeed: The jitter's seed; `nil` for a random one.
+    ///   - log: Receives log records.
+    public init(
+        renewal: RenewalPolicy = RenewalPolicy(),
+        retry: RetryPolicy = RetryPolicy(),
+        minimumFetchInterval: Duration = .seconds(5),
+        clockSkewTolerance: Duration = .seconds(60),
+        eventBufferLimit: Int = 1024,
+        randomSeed: UInt64? = nil,
+        log: (@Sendable (SessionLogRecord) -> Void)? = nil
+    ) {
+        self.renewal = renewal
+        self.retry = retry
+        self.minimumFetchInterval = minimumFetchInterval
+        self.clockSkewTolerance = clockSkewTolerance
+        self.eventBufferLimit = max(1, eventBufferLimit)
+        self.randomSeed = randomSeed
+        self.log = log
+    }
+}
+
+/// When the engine renews a credential ahead of its expiry.
+///
+/// A credential installed with lifetime `L` (its `expiresAt` minus the local time at install) is renewed after
+/// `L × fraction ± L × jitter`, drawn uniformly, so a fleet of processes that signed in together spreads its renewals
+/// out instead of renewing in lockstep. The time is clamped to leave at least ``minimumLead`` before expiry.
+public struct RenewalPolicy: Sendable, Hashable {
+    /// The share of the lifetime after which renewal starts, in `0...1`.
+    public var fraction: Double
+    /// The half-width of the uniform jitter, as a share of the lifetime, in `0...fraction`.
+    public var jitter: Double
+    /// The least time renewal leaves before expiry, so a slow fetch still lands in time.
+    public var minimumLead: Duration
+
+    /// Creates a renewal policy.
+    ///
+    /// - Parameters:
+    ///   - fraction: The share of the lifetime after which to renew; clamped to `0...1`.
+    ///   - jitter: The jitter's half-width as a share of the lifetime; clamped to `0...fraction`.
+    ///   - minimumLead: The least time to leave before expiry.
+    public init(fraction: Double = 2.0 / 3.0, jitter: Double = 0.1, minimumLead: Duration = .seconds(10)) {
+        let fraction = fraction.isFinite ? min(max(fraction, 0), 1) : 2.0 / 3.0
+        self.fraction = fraction
+        self.jitter = jitter.isFinite ? min(max(jitter, 0), fraction) : 0
+        self.minimumLead = max(.zero, minimumLead)
+    }
+}
+
+/// How the engine retries a transient fetch failure: exponential backoff with full jitter and a cap.
+///
+/// After the `n`th consecutive failure the engine waits a uniformly random time in
+/// `0 ... min(cap, initial × multiplier^(n-1))`, and never less than what ``SessionConfiguration/minimumFetchInterval``
+/// still requires.
+public struct RetryPolicy: Sendable, Hashable {
+    /// The backoff ceiling after the first failure.
+    public var initial: Duration
+    /// The growth factor per consecutive failure; at least 1.
+    public var multiplier: Double
+    /// The largest backoff ceiling.
+    public var cap: Duration
+
+    /// Creates a retry policy.
+    ///
+    /// - Parameters:
+    ///   - initial: The backoff ceiling after the first failure.
+    ///   - multiplier: The growth factor per failure; at least 1.
+    ///   - cap: The largest backoff ceiling.
+    public init(initial: Duration = .seconds(1), multiplier: Double = 2, cap: Duration = .seconds(300)) {
+        self.initial = max(initial, .milliseconds(1))
+        self.multiplier = multiplier.isFinite ? max(multiplier, 1) : 2
+        self.cap = max(cap, self.initial)
+    }
+
+    /// The backoff ceiling after `failures` consecutive failures.
+    ///
+    /// - Parameter failures: The number of consecutive failures, from 1.
+    /// - Returns: `min(cap, initial × multiplier^(failures-1))`.
+    public func ceiling(afterFailures failures: Int) -> Duration {
+        let exponent = Double(max(0, failures - 1))
+        let seconds = initial.timeInterval * Foundation.pow(multiplier, min(exponent, 64))
+        return seconds >= cap.timeInterval ? cap : .seconds(seconds)
+    }
+}
+
+/// One log record of the engine. It never holds a secret, a signature or a property value.
+public struct SessionLogRecord: Sendable, Hashable, CustomStringConvertible {
+    /// How much a record matters.
+    public enum Level: String, Sendable, Hashable, Comparable {
+        /// Routine detail.
+        case debug
+        /// A normal event such as a renewal.
+        case info
+        /// Something went wrong and is being retried.
+        case warning
+        /// Something went wrong that the engine cannot fix by itself.
+        case error
+
+        private var rank: Int {
+            switch self {
+            case .debug: 0
+            case .info: 1
+            case .warning: 2
+            case .error: 3
+            }
+        }
+
+        /// Orders levels from ``debug`` to ``error``.
+        public static func < (lhs: Level, rhs: Level) -> Bool { lhs.rank < rhs.rank }
+    }
+
+    /// The record's level.
+    public let level: Level
+    /// What happened.
+    public let message: String
+    /// Structured facts, such as the account and the epoch.
+    public let metadata: [String: String]
+
+    /// Creates a record.
+    ///
+    /// - Parameters:
+    ///   - level: The record's level.
+    ///   - message: What happened, without secrets.
+    ///   - metadata: Structured facts, without secrets.
+    public init(level: Level, message: String, metadata: [String: String] = [:]) {
+        self.level = level
+        self.message = message
+        self.metadata = metadata
+    }
+
+    /// `level: message key=value …`.
+    public var description: String {
+        let facts = metadata.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+        return facts.isEmpty ? "\(level.rawValue): \(message)" : "\(level.rawValue): \(message) \(facts)"
+    }
+}

@@ -1,0 +1,120 @@
+/// The engine's state: one of exactly five.
+///
+/// States never carry a signature. See `Design/state-machine.md` for every transition.
+public enum SessionState: Sendable, Hashable, CustomStringConvertible {
+    /// No account is signed in.
+    case signedOut
+    /// The account holds a valid credential and no renewal is under way.
+    case identified(SessionIdentity)
+    /// The account holds a valid credential and a renewal is under way (fetching, or waiting to retry).
+    case renewing(SessionIdentity)
+    /// The account holds no usable credential: identified work fails with `INVALID_IDENTITY` while renewal keeps
+    /// trying in the background.
+    case expired(ExpiredIdentity)
+    /// An account change is under way: sign-in, switch or sign-out. Work is cancelled and drained, hooks run, and
+    /// the next account's first credential is fetched.
+    case switching(from: AccountID?, to: AccountID?)
+
+    /// The account the state belongs to; for ``switching(from:to:)`` the account being switched to.
+    public var account: AccountID? {
+        switch self {
+        case .signedOut: nil
+        case .identified(let identity), .renewing(let identity): identity.account
+        case .expired(let expired): expired.account
+        case .switching(_, let to): to
+        }
+    }
+
+    /// The state's name: `signedOut`, `identified`, `renewing`, `expired` or `switching`.
+    public var name: String {
+        switch self {
+        case .signedOut: "signedOut"
+        case .identified: "identified"
+        case .renewing: "renewing"
+        case .expired: "expired"
+        case .switching: "switching"
+        }
+    }
+
+    /// A one-line summary without any secret.
+    public var description: String {
+        switch self {
+        case .signedOut: "signedOut"
+        case .identified(let identity): "identified(\(identity))"
+        case .renewing(let identity): "renewing(\(identity))"
+        case .expired(let expired): "expired(\(expired))"
+        case .switching(let from, let to):
+            "switching(from: \(from.map(\.rawValue) ?? "nil"), to: \(to.map(\.rawValue) ?? "nil"))"
+        }
+    }
+}
+
+/// The public facts of an installed credential: who and until when, never the signature.
+public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible {
+    /// The host's account.
+    public let account: AccountID
+    /// The normalized email the credential identifies.
+    public let email: String
+    /// The credential's expiry in Unix seconds.
+    public let expiresAt: Int64
+    /// The credential's payload version.
+    public let version: IdentityVersion
+    /// The account session's epoch: it grows with every account change.
+    public let epoch: UInt64
+
+    /// Creates the public facts of a credential.
+    ///
+    /// - Parameters:
+    ///   - account: The host's account.
+    ///   - credential: The installed credential.
+    ///   - epoch: The account session's epoch.
+    public init(account: AccountID, credential: IdentityCredential, epoch: UInt64) {
+        self.account = account
+        self.email = credential.email
+        self.expiresAt = credential.expiresAt
+        self.version = credential.version
+        self.epoch = epoch
+    }
+
+    /// `account, email, expiresAt`.
+    public var description: String { "\(account), \(email), expiresAt: \(expiresAt)" }
+}
+
+/// An account that holds no usable credential, and why.
+public struct ExpiredIdentity: Sendable, Hashable, CustomStringConvertible {
+    /// Why the account holds no usable credential.
+    public enum Reason: String, Sendable, Hashable {
+        /// The credential passed its `expiresAt` by the local clock before a renewal was installed.
+        case expired
+        /// The service rejected the credential (for example after a secret rotation).
+        case rejected
+        /// No credential has been obtained yet for this account: its first fetch failed.
+        case unavailable
+    }
+
+    /// The host's account.
+    public let account: AccountID
+    /// Why no credential is usable.
+    public let reason: Reason
+    /// The last credential's expiry in Unix seconds, when there was one.
+    public let lastExpiresAt: Int64?
+    /// The account session's epoch.
+    public let epoch: UInt64
+
+    /// Creates the description of an expired identity.
+    ///
+    /// - Parameters:
+    ///   - account: The host's account.
+    ///   - reason: Why no credential is usable.
+    ///   - lastExpiresAt: The last credential's expiry, if any.
+    ///   - epoch: The account session's epoch.
+    public init(account: AccountID, reason: Reason, lastExpiresAt: Int64?, epoch: UInt64) {
+        self.account = account
+        self.reason = reason
+        self.lastExpiresAt = lastExpiresAt
+        self.epoch = epoch
+    }
+
+    /// `account, reason`.
+    public var description: String { "\(account), \(reason.rawValue)" }
+}
