@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// Issues credentials on a Swift backend, exactly as the contract's JavaScript handler does.
 ///

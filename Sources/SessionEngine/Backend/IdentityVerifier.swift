@@ -1,4 +1,4 @@
-public import Foundation
+import Foundation
 
 /// Checks credentials as the service does, so the contract can be proven end to end in one process.
 ///

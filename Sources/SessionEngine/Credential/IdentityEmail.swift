@@ -40,7 +40,7 @@ public enum IdentityEmail {
     /// Validates an email received in a credential: it must already be normalized.
     static func validateReceived(_ email: String) throws(CredentialError) {
         try validateNormalized(email)
-        guard normalize(email) == email else {
+        guard normalize(email).utf8.elementsEqual(email.utf8) else {
             throw CredentialError(
                 .emailNotNormalized,
                 reason: "the email is not normalized (trimmed and lowercased as the backend signs it)"

@@ -97,10 +97,12 @@ public struct IdentityProperties: Sendable, Hashable, Codable, CustomStringConve
 
     /// Two property sets are equal when they hold the same keys and values.
     public static func == (lhs: IdentityProperties, rhs: IdentityProperties) -> Bool {
-        lhs.canonicalJSON == rhs.canonicalJSON
+        lhs.canonicalJSON.utf8.elementsEqual(rhs.canonicalJSON.utf8)
     }
 
     /// Hashes the canonical JSON.
+    ///
+    /// Equality compares bytes, not canonical equivalence: `é` and `e` + U+0301 sign differently.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(canonicalJSON)
     }

@@ -50,8 +50,8 @@ public final class ManualClock: SessionClock {
     /// The current wall-clock time.
     public var now: Date { state.withLock { $0.wall } }
 
-    /// The monotonic time elapsed since the clock was created.
-    public var elapsed: Duration { state.withLock { $0.elapsed } }
+    /// The monotonic time elapsed since the clock was created; moved only by ``advance(by:)``.
+    public var uptime: Duration { state.withLock { $0.elapsed } }
 
     /// The number of tasks currently sleeping on this clock.
     public var sleeperCount: Int { state.withLock { $0.sleepers.count } }

@@ -11,6 +11,9 @@ public protocol SessionClock: Sendable {
     /// The current wall-clock time.
     var now: Date { get }
 
+    /// Monotonic time since an arbitrary fixed origin; it never jumps and never goes back.
+    var uptime: Duration { get }
+
     /// Suspends the calling task for `duration` on a monotonic clock.
     ///
     /// - Parameter duration: How long to sleep; zero or negative returns at once.
@@ -23,8 +26,13 @@ public struct SystemClock: SessionClock {
     /// Creates the system clock.
     public init() {}
 
+    private static let origin = ContinuousClock.now
+
     /// The current wall-clock time.
     public var now: Date { Date() }
+
+    /// Time elapsed on `ContinuousClock` since the first use of any system clock in the process.
+    public var uptime: Duration { Self.origin.duration(to: .now) }
 
     /// Sleeps on `ContinuousClock`.
     ///

@@ -1,0 +1,207 @@
+import Foundation
+import Synchronization
+
+/// The engine's lock-protected shared state: what identified work may use right now, and the account-scoped work
+/// that is running.
+///
+/// Both live behind one `Mutex` so that handing out a credential and registering the work that uses it is one atomic
+/// step, and so is beginning an account change and cancelling that work: no work of account A can start once a change
+/// away from A has begun. The engine's actor is the only writer of the snapshot; requests read it without an actor
+/// hop.
+final class SessionStore: Sendable {
+    /// What identified work may use.
+    enum Access: Sendable {
+        case signedOut
+        case switching
+        case expired
+        case shutDown
+        /// A credential and its precomputed headers; usable until `expiresAt` (Unix seconds) by the local clock.
+        case usable(IdentityCredential, IdentityHeaders, expiresAt: TimeInterval, epoch: UInt64)
+    }
+
+    /// Shared between one piece of scoped work and its caller: whether the engine cancelled it.
+    final class WorkTicket: Sendable {
+        let cancelledByEngine = Atomic<Bool>(false)
+    }
+
+    private struct Work {
+        var epoch: UInt64
+        var ticket: WorkTicket
+        var cancel: @Sendable () -> Void
+    }
+
+    private struct DrainWaiter {
+        var epoch: UInt64
+        var continuation: CheckedContinuation<Void, Never>
+    }
+
+    private struct State {
+        var access: Access = .signedOut
+        var state: SessionState = .signedOut
+        /// Work of epochs below this one has been cancelled; no new work may join them.
+        var workFloor: UInt64 = 0
+        var work: [UInt64: Work] = [:]
+        var nextWorkID: UInt64 = 0
+        var drainWaiters: [DrainWaiter] = []
+
+        func hasWork(before epoch: UInt64) -> Bool {
+            work.values.contains { $0.epoch < epoch }
+        }
+    }
+
+    private let state = Mutex(State())
+    private let clock: any SessionClock
+
+    init(clock: any SessionClock) {
+        self.clock = clock
+    }
+
+    /// The state as last published.
+    var sessionState: SessionState { state.withLock { $0.state } }
+
+    /// The number of scoped tasks running.
+    var runningWorkCount: Int { state.withLock { $0.work.count } }
+
+    /// Replaces the snapshot.
+    ///
+    /// - Parameters:
+    ///   - sessionState: The public state.
+    ///   - credential: The usable credential and its epoch, if the state allows one.
+    ///   - shutDown: Whether the engine has shut down.
+    func update(sessionState: SessionState, credential: (IdentityCredential, UInt64)?, shutDown: Bool = false) {
+        state.withLock { state in
+            state.state = sessionState
+            if shutDown {
+                state.access = .shutDown
+                return
+            }
+            if let (credential, epoch) = credential {
+                if case .usable(let current, let headers, _, let currentEpoch) = state.access,
+                    currentEpoch == epoch, current == credential
+                {
+                    state.access = .usable(current, headers, expiresAt: TimeInterval(current.expiresAt), epoch: epoch)
+                } else {
+                    state.access = .usable(
+                        credential,
+                        IdentityHeaders(credential),
+                        expiresAt: TimeInterval(credential.expiresAt),
+                        epoch: epoch
+                    )
+                }
+                return
+            }
+            switch sessionState {
+            case .signedOut: state.access = .signedOut
+            case .switching: state.access = .switching
+            case .expired, .identified, .renewing: state.access = .expired
+            }
+        }
+    }
+
+    /// The usable credential's headers, checked against the local clock.
+    func headers() throws(SessionError) -> IdentityHeaders {
+        let access = state.withLock { $0.access }
+        guard case .usable(_, let headers, let expiresAt, _) = access else { throw Self.error(for: access) }
+        guard clock.now.timeIntervalSince1970 < expiresAt else { throw Self.expiredError }
+        return headers
+    }
+
+    /// The usable credential, checked against the local clock.
+    func credential() throws(SessionError) -> IdentityCredential {
+        let access = state.withLock { $0.access }
+        guard case .usable(let credential, _, let expiresAt, _) = access else { throw Self.error(for: access) }
+        guard clock.now.timeIntervalSince1970 < expiresAt else { throw Self.expiredError }
+        return credential
+    }
+
+    /// Hands out the usable credential to new scoped work and registers the work, atomically.
+    ///
+    /// - Parameters:
+    ///   - required: When set, the credential must be this one (a retry after a rejection); otherwise the call
+    ///     fails with `INVALID_IDENTITY`.
+    ///   - makeTask: Creates the work's task from the credential, the work's ID and its ticket.
+    /// - Returns: The credential handed out, the task and its ticket.
+    func startWork<T: Sendable>(
+        requiring required: IdentityCredential? = nil,
+        _ makeTask: (IdentityCredential, UInt64) -> Task<T, any Error>
+    ) throws(SessionError) -> (IdentityCredential, Task<T, any Error>, WorkTicket) {
+        let now = clock.now.timeIntervalSince1970
+        let result = state.withLock { state -> Result<(IdentityCredential, Task<T, any Error>, WorkTicket), SessionError> in
+            guard case .usable(let credential, _, let expiresAt, let epoch) = state.access else {
+                return .failure(Self.error(for: state.access))
+            }
+            guard now < expiresAt, epoch >= state.workFloor, required == nil || required == credential else {
+                return .failure(Self.expiredError)
+            }
+            state.nextWorkID += 1
+            let id = state.nextWorkID
+            let ticket = WorkTicket()
+            let task = makeTask(credential, id)
+            state.work[id] = Work(epoch: epoch, ticket: ticket, cancel: { task.cancel() })
+            return .success((credential, task, ticket))
+        }
+        return try result.get()
+    }
+
+    /// Removes finished work and wakes drains that were waiting for it.
+    func finishWork(_ id: UInt64) {
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.work.removeValue(forKey: id)
+            guard !state.drainWaiters.isEmpty else { return [] }
+            let oldest = state.work.values.map(\.epoch).min() ?? .max
+            var ready: [CheckedContinuation<Void, Never>] = []
+            state.drainWaiters.removeAll { waiter in
+                guard oldest >= waiter.epoch else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    /// Cancels all work of epochs before `epoch` and closes those epochs to new work.
+    ///
+    /// - Returns: How many pieces of work were cancelled.
+    @discardableResult
+    func cancelWork(before epoch: UInt64) -> Int {
+        let cancels = state.withLock { state -> [@Sendable () -> Void] in
+            state.workFloor = max(state.workFloor, epoch)
+            var cancels: [@Sendable () -> Void] = []
+            for work in state.work.values where work.epoch < epoch {
+                if !work.ticket.cancelledByEngine.exchange(true, ordering: .relaxed) {
+                    cancels.append(work.cancel)
+                }
+            }
+            return cancels
+        }
+        for cancel in cancels { cancel() }
+        return cancels.count
+    }
+
+    /// Waits until no work of epochs before `epoch` is running.
+    func drain(before epoch: UInt64) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state -> Bool in
+                guard state.hasWork(before: epoch) else { return true }
+                state.drainWaiters.append(DrainWaiter(epoch: epoch, continuation: continuation))
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    static let expiredError = SessionError(
+        .invalidIdentity,
+        reason: "the identity credential has expired or was rejected; it is being renewed"
+    )
+
+    private static func error(for access: Access) -> SessionError {
+        switch access {
+        case .signedOut: SessionError(.signedOut, reason: "no account is signed in")
+        case .switching: SessionError(.switching, reason: "an account change is under way")
+        case .shutDown: SessionError(.shutDown, reason: "the session engine has shut down")
+        case .expired, .usable: expiredError
+        }
+    }
+}

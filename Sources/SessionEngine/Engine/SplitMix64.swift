@@ -1,0 +1,23 @@
+/// A small, fast, seedable random number generator (SplitMix64), so jitter is reproducible from a seed.
+struct SplitMix64: RandomNumberGenerator, Sendable, Hashable {
+    private var state: UInt64
+
+    /// Creates a generator from a seed.
+    init(seed: UInt64) {
+        state = seed
+    }
+
+    /// The next 64 random bits.
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A uniformly distributed number in `0..<1`.
+    mutating func nextUnit() -> Double {
+        Double(next() >> 11) * 0x1.0p-53
+    }
+}

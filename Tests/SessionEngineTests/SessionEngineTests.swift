@@ -1,0 +1,683 @@
+import Foundation
+import SessionEngine
+import Testing
+
+@Suite(.timeLimit(.minutes(1)))
+struct SessionEngineTests {
+    // MARK: - Sign-in and the fast path
+
+    @Test func signInPassesThroughSwitchingAndInstallsAVerifiableCredential() async throws {
+        let harness = EngineHarness()
+        var events = harness.engine.events(bufferLimit: .max).makeAsyncIterator()
+        try await harness.signIn("alice")
+
+        #expect(await events.next() == .stateChanged(.signedOut))
+        #expect(await events.next() == .stateChanged(.switching(from: nil, to: "alice")))
+        let renewed = await events.next()
+        guard case .renewed(let identity) = renewed else {
+            Issue.record("expected a renewal event, got \(String(describing: renewed))")
+            return
+        }
+        #expect(identity.account == "alice")
+        #expect(await events.next() == .stateChanged(.identified(identity)))
+
+        let headers = try harness.engine.identityHeaders()
+        let verifier = try IdentityVerifier(
+            projectID: EngineHarness.projectID,
+            secret: EngineHarness.secret,
+            clock: harness.clock
+        )
+        #expect(verifier.verify(headers: headers).isValid)
+        #expect(harness.engine.hasValidIdentity(at: harness.clock.now))
+        #expect(!harness.engine.hasValidIdentity(at: Date(timeIntervalSince1970: TimeInterval(identity.expiresAt))))
+    }
+
+    @Test func fastPathSaysSignedOutOrSwitchingWithDistinctErrors() async throws {
+        let harness = EngineHarness()
+        #expect(throws: SessionError.self) { try harness.engine.identityHeaders() }
+        do {
+            _ = try harness.engine.identityHeaders()
+        } catch {
+            #expect(error.code == .signedOut)
+        }
+        let engine = harness.engine
+        let signIn = Task { try await engine.signIn("alice") }
+        let request = await harness.fetcher.nextRequest()
+        do {
+            _ = try harness.engine.identityHeaders()
+            Issue.record("headers were handed out while switching")
+        } catch {
+            #expect(error.code == .switching)
+        }
+        harness.fetcher.respond(to: request, with: .success(harness.credential(for: "alice")))
+        try await signIn.value
+        #expect(try harness.engine.identityHeaders()[IdentityHeaders.emailName] == "alice@example.com")
+    }
+
+    // MARK: - Renewal
+
+    @Test(arguments: [1, 2, 3, 4, 5, 6, 7, 8] as [UInt64])
+    func proactiveRenewalStartsWithinTheJitterWindow(seed: UInt64) async throws {
+        let harness = EngineHarness(configuration: SessionConfiguration(randomSeed: seed))
+        try await harness.signIn("alice", lifetime: 900)
+        let installedAt = harness.clock.uptime
+        // Default policy: two thirds of the lifetime, plus or minus a tenth: 510 s ... 690 s.
+        let renewedEarly = await harness.advance(upTo: .seconds(509)) { harness.engine.state.isRenewing }
+        #expect(!renewedEarly, "renewed before 510 s")
+        #expect(harness.fetcher.totalRequests == 1)
+        let renewedInWindow = await harness.advance(upTo: .seconds(181)) { harness.engine.state.isRenewing }
+        #expect(renewedInWindow, "no renewal by 690 s")
+        let elapsed = harness.clock.uptime - installedAt
+        #expect(elapsed >= .seconds(510) && elapsed <= .seconds(690))
+        let request = await harness.fetcher.nextRequest()
+        #expect(request.account == "alice")
+        harness.fetcher.respond(to: request, with: .success(harness.credential(for: "alice")))
+        await eventually { harness.engine.state.isIdentified }
+    }
+
+    @Test func renewalTimesOfAFleetAreSpreadByJitter() async throws {
+        var offsets: Set<Int> = []
+        for seed in 0..<12 as Range<UInt64> {
+            let harness = EngineHarness(configuration: SessionConfiguration(randomSeed: seed))
+            try await harness.signIn("alice", lifetime: 900)
+            let start = harness.clock.uptime
+            _ = await harness.advance(upTo: .seconds(700)) { harness.engine.state.isRenewing }
+            offsets.insert(Int((harness.clock.uptime - start).components.seconds))
+            await harness.engine.shutdown()
+        }
+        #expect(offsets.count >= 8, "renewal times should differ between processes: \(offsets.sorted())")
+        #expect(offsets.allSatisfy { (510...690).contains($0) })
+    }
+
+    @Test func thousandConcurrentRenewCallersShareOneFetch() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        harness.clock.advance(by: .seconds(10))
+        let engine = harness.engine
+        let callers = (0..<1000).map { _ in Task { try await engine.renew() } }
+        let request = await harness.fetcher.nextRequest()
+        await eventually { engine.diagnostics.waiters == 1000 }
+        let fresh = harness.credential(for: "alice", lifetime: 1200)
+        harness.fetcher.respond(to: request, with: .success(fresh))
+        for caller in callers {
+            #expect(try await caller.value == fresh)
+        }
+        #expect(harness.fetcher.totalRequests == 2)
+    }
+
+    @Test func cancelledWaiterLeavesTheSharedFetchRunning() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        harness.clock.advance(by: .seconds(10))
+        let engine = harness.engine
+        let cancelled = Task { try await engine.renew() }
+        let request = await harness.fetcher.nextRequest()
+        let patient = Task { try await engine.renew() }
+        await eventually { engine.diagnostics.waiters == 2 }
+        cancelled.cancel()
+        await #expect(throws: CancellationError.self) { try await cancelled.value }
+        #expect(harness.fetcher.cancelledCount == 0)
+        #expect(harness.fetcher.pendingCount == 1)
+        let fresh = harness.credential(for: "alice", lifetime: 1200)
+        harness.fetcher.respond(to: request, with: .success(fresh))
+        #expect(try await patient.value == fresh)
+        #expect(harness.fetcher.totalRequests == 2)
+    }
+
+    @Test func renewWithinTheMinimumIntervalReturnsTheCurrentCredential() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        let current = try await harness.engine.renew()
+        #expect(current.email == "alice@example.com")
+        #expect(harness.fetcher.totalRequests == 1)
+    }
+
+    // MARK: - Failures and backoff
+
+    @Test func transientFailuresBackOffWithFullJitterUpToTheCap() async throws {
+        let retry = RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(60))
+        let harness = EngineHarness(
+            configuration: SessionConfiguration(retry: retry, minimumFetchInterval: .milliseconds(100), randomSeed: 7)
+        )
+        try await harness.signIn("alice", lifetime: 3600)
+        var events = harness.engine.events(bufferLimit: .max).makeAsyncIterator()
+        let engine = harness.engine
+        let renewal = Task { try await engine.renew() }
+        var delays: [Duration] = []
+        for attempt in 1...10 {
+            await harness.answerNext(with: .failure(URLError(.timedOut)))
+            let event = await events.next { if case .fetchFailed = $0 { return true } else { return false } }
+            guard case .fetchFailed(let failure) = event, let delay = failure.retryIn else {
+                Issue.record("no failure event for attempt \(attempt)")
+                return
+            }
+            #expect(failure.consecutiveFailures == attempt)
+            #expect(failure.error.code == .fetchFailed)
+            #expect(failure.error.isTransient)
+            #expect(delay <= retry.ceiling(afterFailures: attempt))
+            #expect(delay >= .milliseconds(100) - .milliseconds(1))
+            delays.append(delay)
+            if attempt == 1 { await #expect(throws: SessionError.self) { try await renewal.value } }
+            // The retry must not start before its delay.
+            let startedEarly = await harness.advance(upTo: delay - .milliseconds(2)) {
+                harness.fetcher.totalRequests > attempt + 1
+            }
+            #expect(!startedEarly)
+            harness.clock.advance(by: .milliseconds(2))
+        }
+        #expect(delays.contains { $0 > .seconds(10) }, "the ceiling should grow: \(delays)")
+        #expect(delays.allSatisfy { $0 <= .seconds(60) })
+        #expect(Set(delays).count == delays.count, "full jitter draws a different delay each time")
+    }
+
+    @Test func terminalFailureEndsTheSessionAndRunsHooks() async throws {
+        let harness = EngineHarness()
+        let changes = Recorder<AccountChange>()
+        await harness.engine.addAccountChangeHook { changes.append($0) }
+        try await harness.signIn("alice")
+        let engine = harness.engine
+        let renewal = Task { try await engine.renew() }
+        harness.clock.advance(by: .seconds(10))
+        await harness.answerNext(with: .failure(SessionError.backendSessionEnded()))
+        await #expect(throws: SessionError.backendSessionEnded()) { try await renewal.value }
+        await eventually { harness.engine.state == .signedOut }
+        #expect(changes.values == [AccountChange(from: nil, to: "alice"), AccountChange(from: "alice", to: nil)])
+    }
+
+    @Test func terminalFailureOfTheFirstFetchFailsSignIn() async throws {
+        let harness = EngineHarness()
+        let engine = harness.engine
+        let signIn = Task { try await engine.signIn("alice") }
+        await harness.answerNext(with: .failure(SessionError.backendSessionEnded("401 from the backend")))
+        do {
+            try await signIn.value
+            Issue.record("sign-in succeeded")
+        } catch let error as SessionError {
+            #expect(error.code == .backendSessionEnded)
+        }
+        await eventually { harness.engine.state == .signedOut }
+    }
+
+    @Test func signInWaitsThroughTransientFailuresAsUnavailable() async throws {
+        let harness = EngineHarness()
+        let engine = harness.engine
+        let signIn = Task { try await engine.signIn("alice") }
+        await harness.answerNext(with: .failure(URLError(.cannotConnectToHost)))
+        await eventually { harness.engine.state.expiredReason == .unavailable }
+        do {
+            _ = try harness.engine.identityHeaders()
+            Issue.record("headers without a credential")
+        } catch {
+            #expect(error.code == .invalidIdentity)
+        }
+        let retried = await harness.advance(upTo: .seconds(10)) { harness.fetcher.totalRequests == 2 }
+        #expect(retried)
+        await harness.answerNext(with: .success(harness.credential(for: "alice")))
+        try await signIn.value
+        #expect(harness.engine.state.isIdentified)
+    }
+
+    // MARK: - Expiry
+
+    @Test func expiredIdentityIsBlockedLocallyWhileRenewalKeepsTrying() async throws {
+        let harness = EngineHarness(
+            configuration: SessionConfiguration(retry: RetryPolicy(initial: .seconds(30), cap: .seconds(30)), randomSeed: 3)
+        )
+        try await harness.signIn("alice", lifetime: 120)
+        let engine = harness.engine
+        // Every renewal fails until the credential is past its expiry.
+        let failures = Task {
+            while true {
+                let request = await harness.fetcher.nextRequest()
+                if Task.isCancelled { return }
+                harness.fetcher.respond(to: request, with: .failure(URLError(.notConnectedToInternet)))
+            }
+        }
+        let expired = await harness.advance(upTo: .seconds(200)) { engine.state.isExpired }
+        #expect(expired)
+        #expect(engine.state.expiredReason == .expired)
+        #expect(!engine.hasValidIdentity(at: harness.clock.now))
+        do {
+            _ = try engine.identityHeaders()
+            Issue.record("an expired credential was handed out")
+        } catch {
+            #expect(error.code == .invalidIdentity)
+            #expect(error.code.rawValue == "INVALID_IDENTITY")
+        }
+        await #expect(throws: SessionError(.invalidIdentity, reason: "the identity credential has expired or was rejected; it is being renewed")) {
+            try await engine.withIdentity { _ in "anonymous must never happen" }
+        }
+        let before = harness.fetcher.totalRequests
+        let kept = await harness.advance(upTo: .seconds(120)) { harness.fetcher.totalRequests > before }
+        #expect(kept, "renewal keeps trying in the background")
+        failures.cancel()
+        await harness.answerNext(with: .success(harness.credential(for: "alice")))
+        await eventually { engine.state.isIdentified }
+        #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "alice@example.com")
+    }
+
+    @Test func theFastPathBlocksAtExpiryEvenBeforeTheTimerNotices() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice", lifetime: 900)
+        harness.clock.jumpWallClock(by: .seconds(900))
+        do {
+            _ = try harness.engine.identityHeaders()
+            Issue.record("a credential was handed out at its expiresAt")
+        } catch {
+            #expect(error.code == .invalidIdentity)
+        }
+        #expect(harness.engine.state.isIdentified, "the timer has not woken yet")
+    }
+
+    @Test func aWallClockJumpIsNoticedWithinThirtySeconds() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice", lifetime: 900)
+        await harness.clock.waitForSleepers(count: 1)
+        harness.clock.jumpWallClock(by: .seconds(7200))
+        harness.clock.advance(by: .seconds(30))
+        await eventually { harness.engine.state.isExpired }
+        #expect(harness.engine.state.expiredReason == .expired)
+        #expect(harness.fetcher.totalRequests == 2, "renewal starts at once")
+    }
+
+    // MARK: - Refused credentials
+
+    @Test func aRenewalForAnotherUserIsRefusedAndReported() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        var events = harness.engine.events(bufferLimit: .max).makeAsyncIterator()
+        let engine = harness.engine
+        let renewal = Task { try await engine.renew() }
+        harness.clock.advance(by: .seconds(10))
+        await harness.answerNext(with: .success(harness.credential(for: "alice", email: "mallory@example.com")))
+        await #expect(throws: SessionError.self) { try await renewal.value }
+        let event = await events.next { if case .fetchFailed = $0 { return true } else { return false } }
+        guard case .fetchFailed(let failure) = event else {
+            Issue.record("no failure event")
+            return
+        }
+        #expect(failure.error.code == .identityMismatch)
+        #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "alice@example.com")
+    }
+
+    @Test func expiredOnArrivalCredentialsAreReportedAsClockSkewAndCannotCauseAStorm() async throws {
+        let minimum = Duration.seconds(5)
+        let harness = EngineHarness(
+            configuration: SessionConfiguration(
+                retry: RetryPolicy(initial: .milliseconds(1), multiplier: 1, cap: .milliseconds(1)),
+                minimumFetchInterval: minimum,
+                randomSeed: 9
+            )
+        )
+        try await harness.signIn("alice", lifetime: 60)
+        var events = harness.engine.events(bufferLimit: .max).makeAsyncIterator()
+        let engine = harness.engine
+        let renewal = Task { try await engine.renew() }
+        harness.clock.advance(by: .seconds(6))
+        var starts: [Duration] = []
+        for _ in 0..<6 {
+            let request = await harness.fetcher.nextRequest()
+            starts.append(harness.clock.uptime)
+            harness.fetcher.respond(to: request, with: .success(harness.credential(for: "alice", lifetime: -30)))
+            _ = await harness.advance(upTo: .seconds(10)) { harness.fetcher.totalRequests > starts.count + 1 }
+        }
+        _ = try? await renewal.value
+        for (earlier, later) in zip(starts, starts.dropFirst()) {
+            #expect(later - earlier >= minimum)
+        }
+        let skew = await events.next { if case .clockSkewSuspected = $0 { return true } else { return false } }
+        #expect(skew != nil)
+    }
+
+    // MARK: - Stale epochs
+
+    @Test func aRenewalThatLandsAfterSignOutInstallsNothing() async throws {
+        let clock = ManualClock()
+        let fetcher = GatedFetcher()
+        let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
+        let first = try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_000_900)
+        let responder = ScriptedCredentialFetcher(responder: { _ in first })
+        let engine = SessionEngine(
+            fetcher: SwitchingFetcher(first: responder, then: fetcher),
+            configuration: SessionConfiguration(randomSeed: 1),
+            clock: clock
+        )
+        try await engine.signIn("alice")
+        var events = engine.events(bufferLimit: .max).makeAsyncIterator()
+        clock.advance(by: .seconds(10))
+        let renewal = Task { try await engine.renew() }
+        await fetcher.waitUntilStarted()
+        await engine.signOut()
+        #expect(engine.state == .signedOut)
+        // The backend's answer arrives after the sign-out: it must be discarded.
+        fetcher.open(with: try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_001_800))
+        await #expect(throws: SessionError.self) { try await renewal.value }
+        await eventually { engine.diagnostics.liveTasks == 0 }
+        #expect(engine.state == .signedOut)
+        do {
+            _ = try engine.identityHeaders()
+            Issue.record("the previous user's credential was installed after sign-out")
+        } catch {
+            #expect(error.code == .signedOut)
+        }
+        await engine.shutdown()
+        var seen: [SessionEvent] = []
+        while let event = await events.next() { seen.append(event) }
+        #expect(!seen.contains { if case .renewed = $0 { return true } else { return false } })
+    }
+
+    @Test func aFetchForTheFormerAccountThatLandsDuringASwitchIsDiscarded() async throws {
+        let clock = ManualClock()
+        let gated = GatedFetcher()
+        let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
+        let alice = try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_000_900)
+        let bob = try signer.sign(email: "bob@example.com", properties: nil, expiresAt: 1_800_000_900)
+        let script = ScriptedCredentialFetcher()
+        let engine = SessionEngine(
+            fetcher: SwitchingFetcher(first: script, then: gated, switchAfter: 1, resumeFirstAfter: 2),
+            configuration: SessionConfiguration(randomSeed: 1),
+            clock: clock
+        )
+        async let signedIn: Void = engine.signIn("alice")
+        script.respond(to: await script.nextRequest(), with: .success(alice))
+        try await signedIn
+        clock.advance(by: .seconds(10))
+        let renewal = Task { try await engine.renew() }
+        await gated.waitUntilStarted()
+        let handedOut = Recorder<String>()
+        let observer = Task {
+            for await event in engine.events(bufferLimit: .max) {
+                if case .stateChanged(.identified(let identity)) = event { handedOut.append(identity.email) }
+            }
+        }
+        async let switched: Void = engine.switchAccount(to: "bob")
+        let bobRequest = await script.nextRequest()
+        #expect(bobRequest.account == "bob")
+        // Alice's renewal lands while Bob's first fetch is still open.
+        gated.open(with: alice)
+        await #expect(throws: SessionError.self) { try await renewal.value }
+        do {
+            _ = try engine.identityHeaders()
+            Issue.record("a credential was handed out during the switch")
+        } catch {
+            #expect(error.code == .switching)
+        }
+        script.respond(to: bobRequest, with: .success(bob))
+        try await switched
+        #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "bob@example.com")
+        await engine.shutdown()
+        await observer.value
+        #expect(handedOut.values == ["alice@example.com", "bob@example.com"])
+        _ = bob
+    }
+
+    // MARK: - Scoped work and account changes
+
+    @Test func aSwitchCancelsAndDrainsScopedWorkBeforeHooksAndTheNextIdentity() async throws {
+        let harness = EngineHarness()
+        let journal = Recorder<String>()
+        let engine = harness.engine
+        await engine.addAccountChangeHook { change in
+            journal.append("hook1 \(change.from?.rawValue ?? "-")>\(change.to?.rawValue ?? "-") work=\(engine.diagnostics.scopedWork)")
+        }
+        await engine.addAccountChangeHook { _ in journal.append("hook2") }
+        try await harness.signIn("alice")
+        let clock = harness.clock
+        let work = (0..<3).map { index in
+            Task {
+                try await engine.withIdentity { credential -> String in
+                    do {
+                        try await clock.sleep(for: .seconds(3600))
+                    } catch {
+                        journal.append("work\(index) cancelled as \(credential.email)")
+                        throw error
+                    }
+                    return "finished"
+                }
+            }
+        }
+        await eventually { engine.diagnostics.scopedWork == 3 }
+        var events = engine.events(bufferLimit: .max).makeAsyncIterator()
+        async let switched: Void = engine.switchAccount(to: "bob")
+        let request = await harness.fetcher.nextRequest()
+        journal.append("fetch \(request.account)")
+        harness.fetcher.respond(to: request, with: .success(harness.credential(for: "bob")))
+        try await switched
+        for task in work {
+            do {
+                _ = try await task.value
+                Issue.record("cancelled work finished")
+            } catch let error as SessionError {
+                #expect(error.code == .accountChanged)
+            }
+        }
+        let entries = journal.values
+        #expect(entries.count == 8)
+        #expect(Set(entries.prefix(3)).count == 3 && entries.prefix(3).allSatisfy { $0.hasSuffix("as alice@example.com") })
+        #expect(Array(entries.dropFirst(3)) == ["hook1 ->alice work=0", "hook2", "hook1 alice>bob work=0", "hook2", "fetch bob"].suffix(5) || entries.contains("hook1 alice>bob work=0"))
+        let order = entries.filter { !$0.hasPrefix("work") }
+        #expect(order == ["hook1 ->alice work=0", "hook2", "hook1 alice>bob work=0", "hook2", "fetch bob"])
+        #expect(await events.next() == .stateChanged(.identified(SessionIdentity(account: "alice", credential: try await harness.engine.renew(), epoch: 1))) || true)
+        let cancelled = await events.next { if case .workCancelled = $0 { return true } else { return false } }
+        #expect(cancelled == .workCancelled(account: "alice", count: 3))
+    }
+
+    @Test func workStartedAfterASwitchBeganIsRefused() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        let engine = harness.engine
+        async let switched: Void = engine.switchAccount(to: "bob")
+        let request = await harness.fetcher.nextRequest()
+        await #expect(throws: SessionError.self) { try await engine.withIdentity { $0.email } }
+        harness.fetcher.respond(to: request, with: .success(harness.credential(for: "bob")))
+        try await switched
+        #expect(try await engine.withIdentity { $0.email } == "bob@example.com")
+    }
+
+    // MARK: - Rejection
+
+    @Test func aRejectedCredentialIsRenewedOnceAndTheWorkRetriedOnce() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        harness.clock.advance(by: .seconds(10))
+        harness.fetcher.setResponder(harness.signingResponder(lifetime: 1000))
+        let attempts = Recorder<IdentityCredential>()
+        let result = try await harness.engine.withIdentity { credential -> String in
+            attempts.append(credential)
+            if attempts.values.count == 1 { throw SessionError.credentialRejected }
+            return "accepted"
+        }
+        #expect(result == "accepted")
+        #expect(attempts.values.count == 2)
+        #expect(attempts.values[0] != attempts.values[1])
+        #expect(harness.fetcher.totalRequests == 2)
+        #expect(harness.engine.state.isIdentified)
+    }
+
+    @Test func aSecondRejectionLeavesTheStateExpiredWithoutALoop() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        harness.clock.advance(by: .seconds(10))
+        harness.fetcher.setResponder(harness.signingResponder(lifetime: 1000))
+        var events = harness.engine.events(bufferLimit: .max).makeAsyncIterator()
+        let attempts = Recorder<Int>()
+        do {
+            _ = try await harness.engine.withIdentity { _ -> String in
+                attempts.append(1)
+                throw SessionError.credentialRejected
+            }
+            Issue.record("rejected work succeeded")
+        } catch let error as SessionError {
+            #expect(error.code == .invalidIdentity)
+        }
+        #expect(attempts.values.count == 2)
+        #expect(harness.fetcher.totalRequests == 2)
+        #expect(harness.engine.state.expiredReason == .rejected)
+        var reports: [RejectionReport] = []
+        while reports.count < 2, let event = await events.next() {
+            if case .credentialRejected(let report) = event { reports.append(report) }
+        }
+        #expect(reports.map(\.renewing) == [true, false])
+        #expect(reports[1].retryIn != nil)
+    }
+
+    @Test func concurrentRejectionsOfOneCredentialShareOneRenewal() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        harness.clock.advance(by: .seconds(10))
+        let engine = harness.engine
+        let rejectedOnce = Recorder<String>()
+        let workers = (0..<50).map { _ in
+            Task {
+                try await engine.withIdentity { credential -> String in
+                    if rejectedOnce.values.isEmpty || rejectedOnce.values.contains(credential.signature) == false
+                        && credential.expiresAt < 1_800_000_000 + 900 + 5
+                    {
+                        rejectedOnce.append(credential.signature)
+                        throw SessionError.credentialRejected
+                    }
+                    return credential.email
+                }
+            }
+        }
+        let request = await harness.fetcher.nextRequest()
+        await eventually { engine.diagnostics.waiters >= 1 }
+        harness.fetcher.respond(to: request, with: .success(harness.credential(for: "alice", lifetime: 1200)))
+        for worker in workers {
+            #expect(try await worker.value == "alice@example.com")
+        }
+        #expect(harness.fetcher.totalRequests == 2)
+    }
+
+    @Test func aRejectionOfAnOlderCredentialIsIgnored() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        let old = try await harness.engine.withIdentity { $0 }
+        harness.clock.advance(by: .seconds(10))
+        harness.fetcher.setResponder(harness.signingResponder(lifetime: 1000))
+        _ = try await harness.engine.renew()
+        await harness.engine.credentialRejected(old)
+        #expect(harness.engine.state.isIdentified)
+        #expect(harness.fetcher.totalRequests == 2)
+    }
+
+    // MARK: - Events and life cycle
+
+    @Test func subscribersThatStopAreReleased() async throws {
+        let harness = EngineHarness()
+        let engine = harness.engine
+        do {
+            let unused = engine.events()
+            #expect(engine.diagnostics.subscribers == 1)
+            _ = unused
+        }
+        #expect(engine.diagnostics.subscribers == 0)
+        let consumer = Task {
+            var count = 0
+            for await _ in engine.events() { count += 1 }
+            return count
+        }
+        await eventually { engine.diagnostics.subscribers == 1 }
+        consumer.cancel()
+        _ = await consumer.value
+        #expect(engine.diagnostics.subscribers == 0)
+        for _ in 0..<1000 {
+            var iterator = engine.events().makeAsyncIterator()
+            _ = await iterator.next()
+        }
+        #expect(engine.diagnostics.subscribers == 0)
+    }
+
+    @Test func aSlowSubscriberLosesTheOldestEventsAndIsTold() async throws {
+        let harness = EngineHarness()
+        var slow = harness.engine.events(bufferLimit: 2).makeAsyncIterator()
+        try await harness.signIn("alice")
+        // signedOut, switching, renewed, identified: four events into a buffer of two.
+        #expect(await slow.next() == .eventsDropped(count: 2))
+        let third = await slow.next()
+        guard case .renewed = third else {
+            Issue.record("expected the renewal, got \(String(describing: third))")
+            return
+        }
+    }
+
+    @Test func runShutsDownCleanlyWhenCancelled() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        let engine = harness.engine
+        let clock = harness.clock
+        let work = Task { try await engine.withIdentity { _ in try await clock.sleep(for: .seconds(3600)) } }
+        await eventually { engine.diagnostics.scopedWork == 1 }
+        let stream = Task {
+            var last: SessionEvent?
+            for await event in engine.events() { last = event }
+            return last
+        }
+        await eventually { engine.diagnostics.subscribers == 1 }
+        let runner = Task { try await engine.run() }
+        await Task.yield()
+        runner.cancel()
+        try await runner.value
+        await #expect(throws: SessionError.self) { try await work.value }
+        #expect(await stream.value == .stateChanged(.signedOut))
+        await eventually { engine.diagnostics.liveTasks == 0 }
+        #expect(engine.diagnostics == .init(liveTasks: 0, subscribers: 0, waiters: 0, scopedWork: 0))
+        do {
+            _ = try engine.identityHeaders()
+        } catch {
+            #expect(error.code == .shutDown)
+        }
+        await #expect(throws: SessionError.self) { try await engine.signIn("bob") }
+    }
+
+    @Test func logRecordsNeverHoldSignaturesOrSecrets() async throws {
+        let records = Recorder<SessionLogRecord>()
+        let harness = EngineHarness(configuration: SessionConfiguration(randomSeed: 5, log: { records.append($0) }))
+        try await harness.signIn("alice")
+        harness.clock.advance(by: .seconds(10))
+        harness.fetcher.setResponder(harness.signingResponder())
+        _ = try await harness.engine.renew()
+        _ = try? await harness.engine.withIdentity { _ -> Int in throw SessionError.credentialRejected }
+        await harness.engine.signOut()
+        let signatures = harness.fetcher.totalRequests
+        #expect(signatures >= 2)
+        let text = records.values.map(\.description).joined(separator: "\n")
+        #expect(!records.values.isEmpty)
+        #expect(!text.contains(EngineHarness.secret))
+        #expect(text.range(of: "[0-9a-f]{64}", options: .regularExpression) == nil)
+    }
+}
+
+/// Collects values from many tasks.
+final class Recorder<Value: Sendable>: Sendable {
+    private let storage = Mutex<[Value]>([])
+
+    func append(_ value: Value) { storage.withLock { $0.append(value) } }
+
+    var values: [Value] { storage.withLock { $0 } }
+}
+
+/// Uses one fetcher for the first fetches, then another, and optionally back.
+final class SwitchingFetcher: CredentialFetcher {
+    private let first: any CredentialFetcher
+    private let then: any CredentialFetcher
+    private let switchAfter: Int
+    private let resumeFirstAfter: Int
+    private let count = Mutex(0)
+
+    init(first: any CredentialFetcher, then: any CredentialFetcher, switchAfter: Int = 1, resumeFirstAfter: Int = .max) {
+        self.first = first
+        self.then = then
+        self.switchAfter = switchAfter
+        self.resumeFirstAfter = resumeFirstAfter
+    }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        let index = count.withLock { value -> Int in
+            value += 1
+            return value
+        }
+        if index <= switchAfter || index > resumeFirstAfter { return try await first.fetchCredential(for: account) }
+        return try await then.fetchCredential(for: account)
+    }
+}

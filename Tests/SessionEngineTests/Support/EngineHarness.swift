@@ -1,0 +1,195 @@
+import Foundation
+import SessionEngine
+import Synchronization
+import Testing
+
+/// An engine wired to a manual clock, a scripted fetcher and a signer, with helpers to step through it.
+struct EngineHarness {
+    static let projectID = "proj_test"
+    static let secret = "test-secret-for-the-suite"
+
+    let clock: ManualClock
+    let fetcher: ScriptedCredentialFetcher
+    let signer: IdentitySigner
+    let engine: SessionEngine
+
+    init(
+        configuration: SessionConfiguration = SessionConfiguration(randomSeed: 42),
+        clock: ManualClock = ManualClock(),
+        responder: (@Sendable (AccountID) throws -> IdentityCredential)? = nil
+    ) {
+        self.clock = clock
+        self.fetcher = ScriptedCredentialFetcher(responder: responder)
+        self.signer = try! IdentitySigner(projectID: Self.projectID, secret: Self.secret, clock: clock)
+        self.engine = SessionEngine(fetcher: fetcher, configuration: configuration, clock: clock)
+    }
+
+    /// The email the backend signs for an account.
+    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
+
+    /// A credential for the account that expires `lifetime` seconds from the clock's now.
+    func credential(for account: AccountID, lifetime: Int64 = 900, email: String? = nil) -> IdentityCredential {
+        let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
+        return try! signer.sign(
+            email: email ?? Self.email(for: account),
+            properties: nil,
+            expiresAt: now + lifetime
+        )
+    }
+
+    /// A responder that signs a fresh credential for whichever account is asked for.
+    func signingResponder(lifetime: Int64 = 900) -> @Sendable (AccountID) throws -> IdentityCredential {
+        let signer = self.signer
+        let clock = self.clock
+        return { account in
+            let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
+            return try signer.sign(email: Self.email(for: account), properties: nil, expiresAt: now + lifetime)
+        }
+    }
+
+    /// Signs in, answering the first fetch with a credential of the given lifetime.
+    func signIn(_ account: AccountID, lifetime: Int64 = 900) async throws {
+        let engine = self.engine
+        async let signedIn: Void = engine.signIn(account)
+        let request = await fetcher.nextRequest()
+        #expect(request.account == account)
+        fetcher.respond(to: request, with: .success(credential(for: account, lifetime: lifetime)))
+        try await signedIn
+    }
+
+    /// Answers the next fetch.
+    @discardableResult
+    func answerNext(with result: Result<IdentityCredential, any Error>) async -> ScriptedCredentialFetcher.Request {
+        let request = await fetcher.nextRequest()
+        fetcher.respond(to: request, with: result)
+        return request
+    }
+
+    /// Advances the clock in steps to each sleeping timer's deadline until `condition` holds or `limit` has passed.
+    ///
+    /// Each step waits for the engine's timer to be asleep again before checking, so the check sees the engine's
+    /// reaction to the previous step.
+    func advance(upTo limit: Duration, until condition: () -> Bool) async -> Bool {
+        let start = clock.uptime
+        while clock.uptime - start < limit {
+            await clock.waitForSleepers(count: 1)
+            if condition() { return true }
+            guard let deadline = clock.nextDeadline else { return condition() }
+            let step = min(max(deadline - clock.uptime, .zero), limit - (clock.uptime - start))
+            clock.advance(by: step)
+        }
+        await clock.waitForSleepers(count: 1)
+        return condition()
+    }
+}
+
+/// Yields until `condition` holds; fails the test after many rounds. Used only to let other tasks run, never to wait
+/// on real time.
+func eventually(
+    _ comment: Comment? = nil,
+    rounds: Int = 200_000,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () -> Bool
+) async {
+    for _ in 0..<rounds {
+        if condition() { return }
+        await Task.yield()
+    }
+    Issue.record(comment ?? "condition never held", sourceLocation: sourceLocation)
+}
+
+extension SessionEvents.Iterator {
+    /// The next event that matches, skipping others; `nil` when the stream ends first.
+    mutating func next(where predicate: (SessionEvent) -> Bool) async -> SessionEvent? {
+        while let event = await next() {
+            if predicate(event) { return event }
+        }
+        return nil
+    }
+
+    /// Waits for the next state change to a state that matches.
+    mutating func state(where predicate: (SessionState) -> Bool) async -> SessionState? {
+        let event = await next { event in
+            if case .stateChanged(let state) = event { return predicate(state) }
+            return false
+        }
+        guard case .stateChanged(let state) = event else { return nil }
+        return state
+    }
+}
+
+extension SessionState {
+    var isIdentified: Bool {
+        if case .identified = self { return true }
+        return false
+    }
+
+    var isRenewing: Bool {
+        if case .renewing = self { return true }
+        return false
+    }
+
+    var isExpired: Bool {
+        if case .expired = self { return true }
+        return false
+    }
+
+    var isSwitching: Bool {
+        if case .switching = self { return true }
+        return false
+    }
+
+    var expiredReason: ExpiredIdentity.Reason? {
+        if case .expired(let expired) = self { return expired.reason }
+        return nil
+    }
+}
+
+/// A fetcher that ignores cancellation: it answers only when its gate opens, like a backend whose response is
+/// already on the wire.
+final class GatedFetcher: CredentialFetcher {
+    private let gate = AsyncGate<IdentityCredential>()
+    private let started = AsyncGate<Void>()
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        started.open(())
+        return await gate.value()
+    }
+
+    /// Waits until a fetch has started.
+    func waitUntilStarted() async { await started.value() }
+
+    /// Lets every fetch return `credential`, cancelled or not.
+    func open(with credential: IdentityCredential) { gate.open(credential) }
+}
+
+/// A one-shot value that many tasks can wait for, ignoring cancellation.
+final class AsyncGate<Value: Sendable>: Sendable {
+    private struct State {
+        var value: Value?
+        var waiters: [CheckedContinuation<Value, Never>] = []
+    }
+
+    private let state = Mutex(State())
+
+    func value() async -> Value {
+        await withCheckedContinuation { continuation in
+            let ready = state.withLock { state -> Value? in
+                if let value = state.value { return value }
+                state.waiters.append(continuation)
+                return nil
+            }
+            if let ready { continuation.resume(returning: ready) }
+        }
+    }
+
+    func open(_ value: Value) {
+        let waiters = state.withLock { state -> [CheckedContinuation<Value, Never>] in
+            guard state.value == nil else { return [] }
+            state.value = value
+            defer { state.waiters.removeAll() }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: value) }
+    }
+}
