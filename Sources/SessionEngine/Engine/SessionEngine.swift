@@ -588,4 +588,12 @@ package struct SessionDiagnostics: Sendable, Hashable {
     package var waiters: Int
     /// Scoped work registered and not yet finished.
     package var scopedWork: Int
+
+    /// Creates a set of counts.
+    package init(liveTasks: Int, subscribers: Int, waiters: Int, scopedWork: Int) {
+        self.liveTasks = liveTasks
+        self.subscribers = subscribers
+        self.waiters = waiters
+        self.scopedWork = scopedWork
+    }
 }

@@ -9,6 +9,7 @@ import Synchronization
 /// task is cancelled, is removed at once; ``finish()`` ends every subscription.
 final class EventBroadcaster: Sendable {
     private struct Subscriber {
+        let limit: Int
         var buffer: [SessionEvent] = []
         var head = 0
         var dropped = 0
@@ -16,7 +17,7 @@ final class EventBroadcaster: Sendable {
 
         var isEmpty: Bool { head == buffer.count }
 
-        mutating func push(_ event: SessionEvent, limit: Int) {
+        mutating func push(_ event: SessionEvent) {
             buffer.append(event)
             if buffer.count - head > limit {
                 head += 1
@@ -66,8 +67,8 @@ final class EventBroadcaster: Sendable {
         state.withLock { state in
             guard !state.finished else { return (nil, state.current) }
             state.nextID += 1
-            var subscriber = Subscriber()
-            subscriber.push(.stateChanged(state.current), limit: limit ?? bufferLimit)
+            var subscriber = Subscriber(limit: limit ?? bufferLimit)
+            subscriber.push(.stateChanged(state.current))
             state.subscribers[state.nextID] = subscriber
             return (state.nextID, state.current)
         }
@@ -84,7 +85,7 @@ final class EventBroadcaster: Sendable {
                     state.subscribers[id]!.waiter = nil
                     ready.append(waiter)
                 } else {
-                    state.subscribers[id]!.push(event, limit: bufferLimit)
+                    state.subscribers[id]!.push(event)
                 }
             }
             return ready
