@@ -13,11 +13,17 @@ let package = Package(
     products: [
         .library(name: "SessionEngine", targets: ["SessionEngine"]),
         .executable(name: "SessionEngineDemo", targets: ["SessionEngineDemo"]),
+        .executable(name: "SessionEngineBench", targets: ["SessionEngineBench"]),
     ],
     targets: [
         .target(name: "SessionEngine", swiftSettings: strictSettings),
         .executableTarget(
             name: "SessionEngineDemo",
+            dependencies: ["SessionEngine"],
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "SessionEngineBench",
             dependencies: ["SessionEngine"],
             swiftSettings: strictSettings
         ),

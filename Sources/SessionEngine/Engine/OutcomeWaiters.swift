@@ -112,9 +112,16 @@ final class ShutdownSignal: Sendable {
     }
 }
 
-/// Counts the engine's running tasks, so tests can prove that nothing outlives a shutdown.
+/// Counts the engine's running tasks, so tests can prove that nothing outlives a shutdown, and the fetches started.
 final class TaskCounter: Sendable {
     private let value = Atomic<Int>(0)
+    private let fetches = Atomic<Int>(0)
+
+    /// The number of fetches started.
+    var fetchesStarted: Int { fetches.load(ordering: .relaxed) }
+
+    /// A fetch started.
+    func fetchStarted() { fetches.add(1, ordering: .relaxed) }
 
     /// The number of running tasks.
     var count: Int { value.load(ordering: .acquiring) }

@@ -374,7 +374,8 @@ public actor SessionEngine {
             liveTasks: tasks.count,
             subscribers: broadcaster.subscriberCount,
             waiters: waiters.count,
-            scopedWork: store.runningWorkCount
+            scopedWork: store.runningWorkCount,
+            fetchesStarted: tasks.fetchesStarted
         )
     }
 
@@ -384,22 +385,30 @@ public actor SessionEngine {
         SessionInstant(wall: clock.now, uptime: clock.uptime)
     }
 
-    /// Publishes the machine's state, then performs its actions in order.
+    /// Installs the machine's state in the snapshot, performs its actions in order, then publishes the events.
+    ///
+    /// Events go out last, so a subscriber that sees an event knows the engine has already done everything the event
+    /// implies: the credential is installed, waiters are resolved, the next timer and fetch are set.
     private func apply(_ actions: [SessionStateMachine.Action]) {
         let newState = machine.publicState
         store.update(
             sessionState: newState,
             credential: machine.usableCredential.map { ($0, machine.epoch) }
         )
+        var events: [SessionEvent] = []
         if newState != publishedState {
             publishedState = newState
-            broadcaster.publish(.stateChanged(newState))
+            events.append(.stateChanged(newState))
             log(.info, "state changed", ["state": newState.name, "account": newState.account?.rawValue ?? "none"])
         }
-        for action in actions { perform(action) }
+        for action in actions {
+            if let event = perform(action) { events.append(event) }
+        }
+        for event in events { broadcaster.publish(event) }
     }
 
-    private func perform(_ action: SessionStateMachine.Action) {
+    /// Performs one action; returns the event it reports, if any.
+    private func perform(_ action: SessionStateMachine.Action) -> SessionEvent? {
         switch action {
         case .startFetch(let id, let account):
             startFetch(id, account: account)
@@ -414,11 +423,11 @@ public actor SessionEngine {
         case .cancelWork(let epoch, let account):
             let count = store.cancelWork(before: epoch)
             if account != nil || count > 0 {
-                broadcaster.publish(.workCancelled(account: account, count: count))
+                return .workCancelled(account: account, count: count)
             }
         case .emit(let event):
-            broadcaster.publish(event)
             logEvent(event)
+            return event
         case .resolveWaiters(let epoch, let kinds, let outcome):
             waiters.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
         case .endSession(let error):
@@ -430,6 +439,7 @@ public actor SessionEngine {
                 await self.endSession(epoch: epoch)
             }
         }
+        return nil
     }
 
     private func endSession(epoch: UInt64) async {
@@ -442,6 +452,7 @@ public actor SessionEngine {
         let fetcher = self.fetcher
         let tasks = self.tasks
         tasks.started()
+        tasks.fetchStarted()
         let task = Task { [weak self] in
             defer { tasks.finished() }
             let result: Result<IdentityCredential, any Error>
@@ -588,12 +599,15 @@ package struct SessionDiagnostics: Sendable, Hashable {
     package var waiters: Int
     /// Scoped work registered and not yet finished.
     package var scopedWork: Int
+    /// Fetches started over the engine's life, counted when the engine decides to start them.
+    package var fetchesStarted: Int
 
     /// Creates a set of counts.
-    package init(liveTasks: Int, subscribers: Int, waiters: Int, scopedWork: Int) {
+    package init(liveTasks: Int, subscribers: Int, waiters: Int, scopedWork: Int, fetchesStarted: Int = 0) {
         self.liveTasks = liveTasks
         self.subscribers = subscribers
         self.waiters = waiters
         self.scopedWork = scopedWork
+        self.fetchesStarted = fetchesStarted
     }
 }

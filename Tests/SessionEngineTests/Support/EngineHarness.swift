@@ -67,19 +67,26 @@ struct EngineHarness {
 
     /// Advances the clock in steps to each sleeping timer's deadline until `condition` holds or `limit` has passed.
     ///
-    /// Each step waits for the engine's timer to be asleep again before checking, so the check sees the engine's
-    /// reaction to the previous step.
+    /// After each step it lets the engine react until the condition holds or a timer is asleep again, so the check
+    /// sees the engine's reaction to the previous step. Conditions should read state the engine sets synchronously
+    /// (its state, its diagnostics), not state its tasks set later.
     func advance(upTo limit: Duration, until condition: () -> Bool) async -> Bool {
         let start = clock.uptime
-        while clock.uptime - start < limit {
-            await clock.waitForSleepers(count: 1)
+        while true {
+            await settle(until: condition)
             if condition() { return true }
-            guard let deadline = clock.nextDeadline else { return condition() }
-            let step = min(max(deadline - clock.uptime, .zero), limit - (clock.uptime - start))
-            clock.advance(by: step)
+            let elapsed = clock.uptime - start
+            guard elapsed < limit, let deadline = clock.nextDeadline else { return false }
+            clock.advance(by: min(max(deadline - clock.uptime, .zero), limit - elapsed))
         }
-        await clock.waitForSleepers(count: 1)
-        return condition()
+    }
+
+    /// Lets other tasks run until `condition` holds or something sleeps on the clock.
+    func settle(until condition: () -> Bool = { false }) async {
+        for _ in 0..<100_000 {
+            if condition() || clock.sleeperCount > 0 { return }
+            await Task.yield()
+        }
     }
 }
 

@@ -1,0 +1,2 @@
+// The benchmark runner; see BENCHMARKS.md.
+print("SessionEngineBench")
