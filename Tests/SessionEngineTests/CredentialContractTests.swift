@@ -32,25 +32,47 @@ import Testing
     @Test func aCredentialRejectsEveryBrokenRuleWithItsOwnCode() {
         let ok = Self.signature
         #expect(Self.code { try IdentityCredential(email: "", expiresAt: 1, signature: ok) } == .emptyEmail)
-        #expect(Self.code { try IdentityCredential(email: "A@x.io", expiresAt: 1, signature: ok) } == .emailNotNormalized)
-        #expect(Self.code { try IdentityCredential(email: " a@x.io", expiresAt: 1, signature: ok) } == .emailNotNormalized)
-        #expect(Self.code { try IdentityCredential(email: "a\u{7}@x.io", expiresAt: 1, signature: ok) } == .emailControlCharacter)
-        #expect(Self.code { try IdentityCredential(email: "a\u{85}@x.io", expiresAt: 1, signature: ok) } == .emailControlCharacter)
+        #expect(
+            Self.code { try IdentityCredential(email: "A@x.io", expiresAt: 1, signature: ok) } == .emailNotNormalized)
+        #expect(
+            Self.code { try IdentityCredential(email: " a@x.io", expiresAt: 1, signature: ok) } == .emailNotNormalized)
+        #expect(
+            Self.code { try IdentityCredential(email: "a\u{7}@x.io", expiresAt: 1, signature: ok) }
+                == .emailControlCharacter)
+        #expect(
+            Self.code { try IdentityCredential(email: "a\u{85}@x.io", expiresAt: 1, signature: ok) }
+                == .emailControlCharacter)
         #expect(Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 0, signature: ok) } == .invalidExpiresAt)
-        #expect(Self.code { try IdentityCredential(email: "a@x.io", expiresAt: -1, signature: ok) } == .invalidExpiresAt)
-        #expect(Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: ok.uppercased()) } == .invalidSignature)
-        #expect(Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: String(ok.dropLast())) } == .invalidSignature)
-        #expect(Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: ok + "0") } == .invalidSignature)
-        #expect(Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: String(repeating: "g", count: 64)) } == .invalidSignature)
+        #expect(
+            Self.code { try IdentityCredential(email: "a@x.io", expiresAt: -1, signature: ok) } == .invalidExpiresAt)
+        #expect(
+            Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: ok.uppercased()) }
+                == .invalidSignature)
+        #expect(
+            Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: String(ok.dropLast())) }
+                == .invalidSignature)
+        #expect(
+            Self.code { try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: ok + "0") }
+                == .invalidSignature)
+        #expect(
+            Self.code {
+                try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: String(repeating: "g", count: 64))
+            } == .invalidSignature)
         #expect(Self.code { try IdentityCredential(email: "οδυσσευς@x.gr", expiresAt: 1, signature: ok) } == nil)
         #expect(Self.code { try IdentityCredential(email: "οδυσσευσ@x.gr", expiresAt: 1, signature: ok) } == nil)
-        #expect(Self.code { try IdentityCredential(email: "ΟΔΥΣΣΕΥΣ@x.gr", expiresAt: 1, signature: ok) } == .emailNotNormalized)
+        #expect(
+            Self.code { try IdentityCredential(email: "ΟΔΥΣΣΕΥΣ@x.gr", expiresAt: 1, signature: ok) }
+                == .emailNotNormalized)
     }
 
     @Test func versionFollowsThePresenceOfProperties() throws {
         #expect(try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: Self.signature).version == .v1)
-        #expect(try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: Self.signature, properties: [:]).version == .v2)
-        #expect(try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: Self.signature, properties: .empty).version == .v2)
+        #expect(
+            try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: Self.signature, properties: [:]).version
+                == .v2)
+        #expect(
+            try IdentityCredential(email: "a@x.io", expiresAt: 1, signature: Self.signature, properties: .empty).version
+                == .v2)
     }
 
     @Test func isValidChecksLocalExpiryOnly() throws {
@@ -62,10 +84,14 @@ import Testing
     }
 
     @Test func descriptionsAndMirrorsNeverShowTheSignature() throws {
-        let credential = try Self.signer().sign(email: "a@x.io", properties: IdentityProperties(["plan": .string("gold-secret-plan")]))
+        let credential = try Self.signer().sign(
+            email: "a@x.io", properties: IdentityProperties(["plan": .string("gold-secret-plan")]))
         var dumped = ""
         dump(credential, to: &dumped)
-        for text in [credential.description, credential.debugDescription, String(reflecting: credential), "\(credential)", dumped, IdentityHeaders(credential).description] {
+        for text in [
+            credential.description, credential.debugDescription, String(reflecting: credential), "\(credential)",
+            dumped, IdentityHeaders(credential).description,
+        ] {
             #expect(!text.contains(credential.signature))
             #expect(!text.contains("gold-secret-plan"))
             #expect(text.contains("<redacted>"))
@@ -75,7 +101,8 @@ import Testing
     }
 
     @Test func theBackendResponseDecodesAndMalformedInputIsATypedError() throws {
-        let json = #"{"email":"a@x.io","expiresAt":1800000900,"signature":"\#(Self.signature)","properties":{"n":1e21,"s":"x","b":false}}"#
+        let json =
+            #"{"email":"a@x.io","expiresAt":1800000900,"signature":"\#(Self.signature)","properties":{"n":1e21,"s":"x","b":false}}"#
         let credential = try IdentityCredential(json: Data(json.utf8))
         #expect(credential.properties?.canonicalJSON == #"{"b":false,"n":1e+21,"s":"x"}"#)
         let bad: [(String, CredentialError.Code)] = [
@@ -85,9 +112,18 @@ import Testing
             (#"{"email":"a@x.io","expiresAt":1}"#, .malformedJSON),
             (#"{"email":"a@x.io","expiresAt":"1","signature":"\#(Self.signature)"}"#, .malformedJSON),
             (#"{"email":"a@x.io","expiresAt":1.5,"signature":"\#(Self.signature)"}"#, .malformedJSON),
-            (#"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":{"o":{}}}"#, .invalidPropertyValue),
-            (#"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":{"a":[1]}}"#, .invalidPropertyValue),
-            (#"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":{"a":null}}"#, .invalidPropertyValue),
+            (
+                #"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":{"o":{}}}"#,
+                .invalidPropertyValue
+            ),
+            (
+                #"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":{"a":[1]}}"#,
+                .invalidPropertyValue
+            ),
+            (
+                #"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":{"a":null}}"#,
+                .invalidPropertyValue
+            ),
             (#"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":[]}"#, .malformedJSON),
             (#"{"email":"A@x.io","expiresAt":1,"signature":"\#(Self.signature)"}"#, .emailNotNormalized),
         ]
@@ -128,7 +164,10 @@ import Testing
         #expect(failure(["s": .string(String(repeating: "😀", count: 100) + "x")])?.code == .propertyStringTooLong)
         #expect(failure(["n": .number(.nan)])?.code == .propertyNumberNotFinite)
         #expect(failure(["n": .number(-.infinity)])?.key == "n")
-        let big = Dictionary(uniqueKeysWithValues: (0..<11).map { ("k\($0)", IdentityProperty.string(String(repeating: "x", count: 200))) })
+        let big = Dictionary(
+            uniqueKeysWithValues: (0..<11).map {
+                ("k\($0)", IdentityProperty.string(String(repeating: "x", count: 200)))
+            })
         #expect(failure(big)?.code == .propertiesTooLarge)
         let secretValue = "value-that-must-not-leak"
         #expect(failure(["1bad": .string(secretValue)])?.reason.contains(secretValue) == false)
@@ -136,12 +175,14 @@ import Testing
 
     @Test func canonicalJSONSortsByUTF16AndFormatsLikeJavaScript() throws {
         let properties = try IdentityProperties([
-            "b": .number(-0.0), "B": .number(1e-7), "a_b": .number(100), "a-b": .boolean(true), "a.b": .string("q\"\\/\u{7}\u{2028}é"),
+            "b": .number(-0.0), "B": .number(1e-7), "a_b": .number(100), "a-b": .boolean(true),
+            "a.b": .string("q\"\\/\u{7}\u{2028}é"),
             "a0": .number(0.1 + 0.2), "aB": .number(1.2345678901234568e20),
         ])
         #expect(
             properties.canonicalJSON
-                == #"{"B":1e-7,"a-b":true,"a.b":"q\"\\/\u0007"# + "\u{2028}é" + #"","a0":0.30000000000000004,"aB":123456789012345680000,"a_b":100,"b":0}"#
+                == #"{"B":1e-7,"a-b":true,"a.b":"q\"\\/\u0007"# + "\u{2028}é"
+                + #"","a0":0.30000000000000004,"aB":123456789012345680000,"a_b":100,"b":0}"#
         )
     }
 
@@ -156,12 +197,17 @@ import Testing
         #expect(Self.code { try IdentitySigner(projectID: "", secret: "s") } == .invalidProjectID)
         #expect(Self.code { try IdentitySigner(projectID: "a\nb", secret: "s") } == .invalidProjectID)
         #expect(Self.code { try IdentitySigner(projectID: "p", secret: "") } == .emptySecret)
-        #expect(Self.code { try IdentitySigner(projectID: "p", secret: "s", lifetime: .seconds(86_401)) } == .lifetimeTooLong)
+        #expect(
+            Self.code { try IdentitySigner(projectID: "p", secret: "s", lifetime: .seconds(86_401)) }
+                == .lifetimeTooLong)
         #expect(Self.code { try IdentitySigner(projectID: "p", secret: "s", lifetime: .seconds(86_400)) } == nil)
         #expect(Self.code { try IdentitySigner(projectID: "p", secret: "s", lifetime: .zero) } == .invalidExpiresAt)
         #expect(Self.code { try signer.sign(email: " \u{2028} ") } == .emptyEmail)
-        #expect(Self.code { try signer.sign(email: "a@x.io", properties: nil, expiresAt: 1_800_000_000 + 86_401) } == .lifetimeTooLong)
-        #expect(Self.code { try signer.sign(email: "a@x.io", properties: nil, expiresAt: 1_800_000_000 + 86_400) } == nil)
+        #expect(
+            Self.code { try signer.sign(email: "a@x.io", properties: nil, expiresAt: 1_800_000_000 + 86_401) }
+                == .lifetimeTooLong)
+        #expect(
+            Self.code { try signer.sign(email: "a@x.io", properties: nil, expiresAt: 1_800_000_000 + 86_400) } == nil)
     }
 
     // MARK: - Headers
@@ -172,17 +218,19 @@ import Testing
         ])
         let credential = try Self.signer().sign(email: "  Ünïcødé+tag%@Exämple.com ", properties: properties)
         let headers = IdentityHeaders(credential)
-        #expect(headers.fields.map(\.name) == [
-            "X-AppNorth-Identity-Version", "X-AppNorth-Identity-Email", "X-AppNorth-Identity-Expires-At",
-            "X-AppNorth-Identity-Signature", "X-AppNorth-Identity-Properties",
-        ])
+        #expect(
+            headers.fields.map(\.name) == [
+                "X-AppNorth-Identity-Version", "X-AppNorth-Identity-Email", "X-AppNorth-Identity-Expires-At",
+                "X-AppNorth-Identity-Signature", "X-AppNorth-Identity-Properties",
+            ])
         for field in headers.fields {
             #expect(field.value.utf8.allSatisfy { $0 >= 0x21 && $0 <= 0x7E }, "\(field.name)")
         }
         #expect(headers[IdentityHeaders.emailName] == "%C3%BCn%C3%AFc%C3%B8d%C3%A9+tag%25@ex%C3%A4mple.com")
         #expect(try headers.credential() == credential)
         // Names match case-insensitively when read out of a request.
-        let request = headers.fields.map { (name: $0.name.lowercased(), value: $0.value) } + [(name: "Accept", value: "*/*")]
+        let request =
+            headers.fields.map { (name: $0.name.lowercased(), value: $0.value) } + [(name: "Accept", value: "*/*")]
         #expect(try IdentityHeaders(requestHeaders: request).credential() == credential)
     }
 
@@ -207,7 +255,10 @@ import Testing
             (replaced(IdentityHeaders.expiresAtName, "+1800000900"), .invalidHeader),
             (replaced(IdentityHeaders.expiresAtName, "99999999999999999999"), .invalidHeader),
             (replaced(IdentityHeaders.signatureName, "xyz"), .invalidSignature),
-            (IdentityHeaders(requestHeaders: good + [(name: IdentityHeaders.emailName, value: "b@x.io")]), .invalidHeader),
+            (
+                IdentityHeaders(requestHeaders: good + [(name: IdentityHeaders.emailName, value: "b@x.io")]),
+                .invalidHeader
+            ),
         ]
         for (headers, code) in cases {
             #expect(Self.code { try headers.credential() } == code, "\(headers)")
@@ -243,7 +294,9 @@ import Testing
         #expect(!failure.description.contains(credential.signature))
 
         let expired = try signer.sign(email: "a@x.io", properties: nil, expiresAt: 1_800_000_000)
-        #expect(verifier.verify(expired) == .invalid(IdentityVerificationFailure(check: .expired, reason: "the credential has expired")))
+        #expect(
+            verifier.verify(expired)
+                == .invalid(IdentityVerificationFailure(check: .expired, reason: "the credential has expired")))
 
         let longClock = ManualClock(now: Date(timeIntervalSince1970: 1_800_000_000 + 3_600))
         let longSigner = try IdentitySigner(projectID: "proj_1", secret: "s3cret", clock: longClock)

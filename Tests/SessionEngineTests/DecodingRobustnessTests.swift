@@ -22,7 +22,8 @@ import Testing
         mutating func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: next()) } }
     }
 
-    static let seed: UInt64 = ProcessInfo.processInfo.environment["SESSIONENGINE_ROBUSTNESS_SEED"].flatMap { UInt64($0) }
+    static let seed: UInt64 =
+        ProcessInfo.processInfo.environment["SESSIONENGINE_ROBUSTNESS_SEED"].flatMap { UInt64($0) }
         ?? 0x5E55_1010
 
     static let validResponses: [String] = {
@@ -35,7 +36,9 @@ import Testing
             try! signer.sign(email: "Zoë@Exämple.com", properties: .empty),
             try! signer.sign(
                 email: "bob@example.com",
-                properties: IdentityProperties(["plan": .string("pro\n\"x\""), "seats": .number(1e21), "beta": .boolean(true)])
+                properties: IdentityProperties([
+                    "plan": .string("pro\n\"x\""), "seats": .number(1e21), "beta": .boolean(true),
+                ])
             ),
         ]
         return credentials.map { String(decoding: try! encoder.encode($0), as: UTF8.self) }
@@ -76,7 +79,9 @@ import Testing
                 #expect(!error.reason.contains("fuzz-secret"))
             }
         }
-        print("decoding robustness: \(iterations) inputs, \(accepted) accepted, \(rejected.values.reduce(0, +)) rejected as \(rejected.sorted { $0.key < $1.key }), seed \(Self.seed)")
+        print(
+            "decoding robustness: \(iterations) inputs, \(accepted) accepted, \(rejected.values.reduce(0, +)) rejected as \(rejected.sorted { $0.key < $1.key }), seed \(Self.seed)"
+        )
         #expect(accepted > 100, "mutations that keep the response valid must still decode")
         #expect(rejected.keys.count >= 5, "rejections must name their rules")
     }
@@ -97,7 +102,9 @@ import Testing
                 case 0 where !scalars.isEmpty: scalars.remove(at: min(position, scalars.count - 1))
                 case 1: scalars.insert(alphabet[random.below(alphabet.count)], at: position)
                 default:
-                    if !scalars.isEmpty { scalars[min(position, scalars.count - 1)] = alphabet[random.below(alphabet.count)] }
+                    if !scalars.isEmpty {
+                        scalars[min(position, scalars.count - 1)] = alphabet[random.below(alphabet.count)]
+                    }
                 }
             }
             var value = ""
@@ -111,7 +118,9 @@ import Testing
                 rejected += 1
             }
         }
-        print("header robustness: 100000 header sets, \(accepted) accepted, \(rejected) rejected, seed \(Self.seed ^ 0xFF)")
+        print(
+            "header robustness: 100000 header sets, \(accepted) accepted, \(rejected) rejected, seed \(Self.seed ^ 0xFF)"
+        )
         #expect(rejected > 50_000)
     }
 
@@ -138,22 +147,29 @@ import Testing
             switch random.below(depth > 2 ? 6 : 8) {
             case 0: return "null"
             case 1: return random.below(2) == 0 ? "true" : "false"
-            case 2: return ["0", "-0", "1e21", "1e-7", "5e-324", "1.7976931348623157e308", "-1", "1e400"][random.below(8)]
+            case 2:
+                return ["0", "-0", "1e21", "1e-7", "5e-324", "1.7976931348623157e308", "-1", "1e400"][random.below(8)]
             case 3: return String(random.next() % 4_000_000_000)
             case 4, 5:
-                let pool = ["a@x.io", "A@X.IO", " a@x.io", "", "é", String(repeating: "x", count: 201), "\\u0085a@x.io",
-                    String(repeating: "ab", count: 32), String(repeating: "AB", count: 32)]
+                let pool = [
+                    "a@x.io", "A@X.IO", " a@x.io", "", "é", String(repeating: "x", count: 201), "\\u0085a@x.io",
+                    String(repeating: "ab", count: 32), String(repeating: "AB", count: 32),
+                ]
                 return "\"\(pool[random.below(pool.count)])\""
-            case 6: return "[" + (0..<random.below(3)).map { _ in value(&random, depth: depth + 1) }.joined(separator: ",") + "]"
+            case 6:
+                return "[" + (0..<random.below(3)).map { _ in value(&random, depth: depth + 1) }.joined(separator: ",")
+                    + "]"
             default:
                 let keys = ["email", "expiresAt", "signature", "properties", "constructor", "a", "1a", "k.k"]
-                return "{" + (0..<random.below(6)).map { _ in
-                    "\"\(keys[random.below(keys.count)])\":\(value(&random, depth: depth + 1))"
-                }.joined(separator: ",") + "}"
+                return "{"
+                    + (0..<random.below(6)).map { _ in
+                        "\"\(keys[random.below(keys.count)])\":\(value(&random, depth: depth + 1))"
+                    }.joined(separator: ",") + "}"
             }
         }
         let signature = random.below(3) == 0 ? String(repeating: "ab", count: 32) : "x"
         let properties = random.below(2) == 0 ? ",\"properties\":\(value(&random, depth: 1))" : ""
-        return "{\"email\":\(value(&random, depth: 1)),\"expiresAt\":\(value(&random, depth: 1)),\"signature\":\"\(signature)\"\(properties)}"
+        return
+            "{\"email\":\(value(&random, depth: 1)),\"expiresAt\":\(value(&random, depth: 1)),\"signature\":\"\(signature)\"\(properties)}"
     }
 }

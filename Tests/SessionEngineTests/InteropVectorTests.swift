@@ -103,7 +103,9 @@ import Testing
         case (.success(let credential), let expected?, nil):
             #expect(Array(credential.email.utf8) == Array(expected.email.utf8))
             #expect(credential.version.rawValue == expected.version)
-            #expect(credential.properties.map { Array($0.canonicalJSON.utf8) } == expected.canonicalProperties.map { Array($0.utf8) })
+            #expect(
+                credential.properties.map { Array($0.canonicalJSON.utf8) }
+                    == expected.canonicalProperties.map { Array($0.utf8) })
             #expect(Array(credential.signingPayload(projectID: vector.projectId).utf8) == Array(expected.payload.utf8))
             #expect(credential.signature == expected.signature)
             // What the backend returns decodes and verifies on the service side.

@@ -59,7 +59,8 @@ public struct IdentitySigner: Sendable, CustomStringConvertible {
     ///   - properties: Signed properties; `nil` issues `v1`, a set (even empty) issues `v2`.
     /// - Returns: The signed credential.
     /// - Throws: ``CredentialError`` for an email that is empty after normalization or holds a control character.
-    public func sign(email: String, properties: IdentityProperties? = nil) throws(CredentialError) -> IdentityCredential {
+    public func sign(email: String, properties: IdentityProperties? = nil) throws(CredentialError) -> IdentityCredential
+    {
         let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
         return try sign(email: email, properties: properties, expiresAt: now + lifetime.components.seconds)
     }

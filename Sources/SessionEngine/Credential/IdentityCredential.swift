@@ -40,7 +40,8 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
             throw CredentialError(.invalidExpiresAt, reason: "expiresAt must be a positive number of Unix seconds")
         }
         guard Hex.isLowercaseHex(signature, length: 64) else {
-            throw CredentialError(.invalidSignature, reason: "the signature must be 64 lowercase hexadecimal characters")
+            throw CredentialError(
+                .invalidSignature, reason: "the signature must be 64 lowercase hexadecimal characters")
         }
         self.init(validatedEmail: email, expiresAt: expiresAt, signature: signature, properties: properties)
     }
@@ -142,7 +143,9 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     /// The credential with its signature redacted.
     public var description: String {
         var text = "IdentityCredential(\(version), email: \(email), expiresAt: \(expiresAt), signature: <redacted>"
-        if let properties { text += ", properties: \(properties.values.keys.sorted(by: IdentityProperties.canonicalOrder))" }
+        if let properties {
+            text += ", properties: \(properties.values.keys.sorted(by: IdentityProperties.canonicalOrder))"
+        }
         return text + ")"
     }
 

@@ -48,7 +48,8 @@ enum HeaderEncoding {
         return decoded
     }
 
-    private static let base64URLAlphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    private static let base64URLAlphabet = Array(
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     /// Unpadded base64url of the text's UTF-8.
     static func base64URLEncode(_ text: String) -> String {
