@@ -1,1 +1,17 @@
-print("SessionEngineDemo")
+// SessionEngineDemo: the daemon scenario, and the `sign` and `verify` tools for backend operators.
+import Foundation
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+let status: Int32
+switch arguments.first {
+case "sign":
+    status = SignCommand.run(Array(arguments.dropFirst()))
+case "verify":
+    status = VerifyCommand.run(Array(arguments.dropFirst()))
+case "help":
+    print(ScenarioOptions.usage)
+    status = 0
+default:
+    status = await ScenarioCommand.run(arguments)
+}
+exit(status)

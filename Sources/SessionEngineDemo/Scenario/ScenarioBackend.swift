@@ -1,0 +1,120 @@
+import Foundation
+import SessionEngine
+import Synchronization
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The host's backend as the scenario drives it: it issues credentials and can be made to fail or rotate.
+protocol ScenarioBackend: CredentialFetcher {
+    /// A short description for the timeline.
+    var label: String { get }
+    /// Whether fetches take real time (a backend over HTTP).
+    var isRemote: Bool { get }
+    /// Starts or ends an outage: while it lasts every fetch fails with a 503.
+    func setOutage(_ on: Bool) async throws
+    /// Rotates the signing secret to the next generation (see ``DemoSecrets``).
+    func rotateSecret() async throws
+}
+
+/// A backend in the process: it signs with ``IdentitySigner`` over the host's own sessions, as the contract's
+/// handler does, stamping `expiresAt` from the scenario's clock.
+final class EmbeddedBackend: ScenarioBackend {
+    private struct State {
+        var signer: IdentitySigner
+        var generation = 0
+        var outage = false
+        var issued = 0
+    }
+
+    let label = "embedded backend"
+    let isRemote = false
+    private let projectID: String
+    private let baseSecret: String
+    private let clock: ManualClock
+    private let state: Mutex<State>
+
+    init(projectID: String, secret: String, clock: ManualClock) throws {
+        self.projectID = projectID
+        self.baseSecret = secret
+        self.clock = clock
+        state = Mutex(State(signer: try IdentitySigner(projectID: projectID, secret: secret, clock: clock)))
+    }
+
+    /// How many credentials the backend has issued.
+    var issuedCount: Int { state.withLock { $0.issued } }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        try state.withLock { state throws -> IdentityCredential in
+            guard !state.outage else { throw SessionError.fetchFailed("the backend answered 503") }
+            guard let session = DemoAccounts.session(for: account) else {
+                throw SessionError.backendSessionEnded("the backend answered 401; the account's session has ended")
+            }
+            state.issued += 1
+            return try state.signer.sign(email: session.rawEmail, properties: session.properties)
+        }
+    }
+
+    func setOutage(_ on: Bool) async throws {
+        state.withLock { $0.outage = on }
+    }
+
+    func rotateSecret() async throws {
+        let projectID = self.projectID
+        let baseSecret = self.baseSecret
+        let clock = self.clock
+        try state.withLock { state throws in
+            state.generation += 1
+            let secret = DemoSecrets.rotated(baseSecret, generation: state.generation)
+            state.signer = try IdentitySigner(projectID: projectID, secret: secret, clock: clock)
+        }
+    }
+}
+
+/// A backend over HTTP, reached with ``HTTPCredentialFetcher``: the loopback backend of the tests, or any backend
+/// with the same sessions, admin endpoints and simulated-clock header.
+final class RemoteBackend: ScenarioBackend {
+    let label: String
+    let isRemote = true
+    private let fetcher: HTTPCredentialFetcher
+    private let endpoint: URL
+
+    init(endpoint: URL, clock: ManualClock) {
+        self.endpoint = endpoint
+        label = "backend at \(endpoint.host ?? "?"):\(endpoint.port.map(String.init) ?? "default port")"
+        fetcher = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5)) { account, request in
+            request.setValue("Bearer \(DemoAccounts.sessionToken(for: account))", forHTTPHeaderField: "Authorization")
+            // The backend signs on the scenario's simulated clock, so accelerated time and expiry agree.
+            request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
+        }
+    }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        try await fetcher.fetchCredential(for: account)
+    }
+
+    func setOutage(_ on: Bool) async throws {
+        try await post("/admin/outage", query: "on=\(on ? 1 : 0)")
+    }
+
+    func rotateSecret() async throws {
+        try await post("/admin/rotate", query: nil)
+    }
+
+    private func post(_ path: String, query: String?) async throws {
+        guard var components = URLComponents(url: endpoint, resolvingAgainstBaseURL: false) else {
+            throw SessionError.fetchFailed("the backend URL is not valid")
+        }
+        components.path = path
+        components.query = query
+        guard let url = components.url else { throw SessionError.fetchFailed("the backend URL is not valid") }
+        var request = URLRequest(url: url)
+        request.httpMethod = "POST"
+        request.timeoutInterval = 5
+        let (_, response) = try await URLSession.shared.data(for: request)
+        guard let status = (response as? HTTPURLResponse)?.statusCode, status == 200 else {
+            throw SessionError.fetchFailed("the backend's \(path) endpoint did not answer 200")
+        }
+    }
+}

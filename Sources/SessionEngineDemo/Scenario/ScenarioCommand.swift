@@ -1,0 +1,44 @@
+import Foundation
+
+/// `SessionEngineDemo` without a subcommand: the daemon scenario.
+enum ScenarioCommand {
+    static func run(_ arguments: [String]) async -> Int32 {
+        let options: ScenarioOptions
+        do {
+            options = try ScenarioOptions(arguments)
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error)\nRun SessionEngineDemo --help for usage.\n".utf8))
+            return 2
+        }
+        if options.help {
+            print(ScenarioOptions.usage)
+            return 0
+        }
+        let projectID: String
+        let secret: String
+        if options.backend != nil {
+            do {
+                secret = try IdentityEnvironment.secret()
+                guard let configured = options.projectID else {
+                    throw Options.UsageError(
+                        description: "pass --project-id or set \(IdentityEnvironment.projectVariable) for --backend"
+                    )
+                }
+                projectID = configured
+            } catch {
+                FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+                return 2
+            }
+        } else {
+            projectID = "proj_demo"
+            secret = DemoSecrets.random()
+        }
+        do {
+            let scenario = try Scenario(options: options, projectID: projectID, secret: secret)
+            return await scenario.run() ? 0 : 1
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+            return 2
+        }
+    }
+}

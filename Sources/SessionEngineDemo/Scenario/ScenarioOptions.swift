@@ -1,0 +1,92 @@
+import Foundation
+
+/// The options of the daemon scenario.
+struct ScenarioOptions: Sendable {
+    static let usage = """
+        USAGE: SessionEngineDemo [--accounts N] [--hours H] [--seed S] [--json] [--backend URL [--project-id ID]]
+               SessionEngineDemo sign ...      (see SessionEngineDemo sign --help)
+               SessionEngineDemo verify ...    (see SessionEngineDemo verify --help)
+
+        Runs a daemon for H simulated hours in a few seconds: a backend issues 15-minute credentials, the session
+        engine keeps the signed-in account's credential fresh, and a stand-in for the service checks every
+        identified request and keeps each account's private reports and chat. Along the way it shows proactive
+        renewals, a backend outage with backoff and recovery, account switches that cancel the previous account's
+        poll, and a secret rotation. It ends with the four Verify checks of the verified-identity contract, each
+        PASS or FAIL, and exits 1 if any fails.
+
+          --accounts N     accounts to sign in, one after another (2 to 1000, default 3); the first
+                           change signs out and in, later ones switch directly
+          --hours H        simulated duration (3 to 8760, default 24)
+          --seed S         seed of the engine's jitter, for a reproducible timeline (default 1)
+          --json           one JSON object per line (events, notes, checks, verdicts), for other tools
+          --backend URL    fetch credentials over HTTP from URL instead of the embedded backend, for example the
+                           loopback backend: python3 Tests/SessionEngineTests/Fixtures/backend/identity_backend.py
+                           It needs APPNORTH_IDENTITY_SECRET and --project-id or APPNORTH_PROJECT_ID, set as for
+                           the backend, so the service stand-in can check its credentials.
+        """
+
+    var accounts = 3
+    var hours = 24
+    var seed: UInt64 = 1
+    var json = false
+    var backend: URL?
+    var projectID: String?
+    var help = false
+
+    init(_ arguments: [String]) throws(Options.UsageError) {
+        let options = try Options(
+            arguments,
+            valued: ["accounts", "hours", "seed", "backend", "project-id"],
+            flags: ["json", "help"]
+        )
+        guard options.positional.isEmpty else {
+            throw Options.UsageError(description: "unexpected argument \(options.positional[0])")
+        }
+        help = options.has("help")
+        json = options.has("json")
+        accounts = try options.integer("accounts", in: 2...DemoAccounts.maximumCount, default: 3)
+        hours = try options.integer("hours", in: 3...8760, default: 24)
+        seed = try options.integer("seed", in: 0...UInt64.max, default: 1)
+        if let text = options["backend"] {
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+                ["http", "https"].contains(scheme),
+                url.host != nil
+            else {
+                throw Options.UsageError(description: "--backend must be an http or https URL")
+            }
+            backend = url
+            projectID = IdentityEnvironment.projectID(options)
+        } else if options["project-id"] != nil {
+            throw Options.UsageError(description: "--project-id applies only with --backend")
+        }
+    }
+}
+
+/// When each phase of the scenario happens, as simulated time since the start.
+struct ScenarioPlan: Sendable {
+    /// The pause between two polls of the account's private data.
+    static let pollInterval: Duration = .seconds(300)
+    /// How long the backend outage lasts: longer than a credential's 15-minute lifetime, so it expires.
+    static let outageLength: Duration = .seconds(20 * 60)
+
+    let outage: Duration
+    let switches: [Duration]
+    let rotation: Duration
+    let end: Duration
+
+    init(hours: Int, accounts: Int) {
+        let total = Double(hours) * 3600
+        let outage = max(0.15 * total, 20 * 60)
+        let firstSwitch = max(0.35 * total, outage + 35 * 60)
+        let lastSwitch = max(0.6 * total, firstSwitch)
+        let switches = (0..<(accounts - 1)).map { index in
+            accounts == 2
+                ? firstSwitch : firstSwitch + (lastSwitch - firstSwitch) * Double(index) / Double(accounts - 2)
+        }
+        let rotation = max(0.75 * total, (switches.last ?? firstSwitch) + 20 * 60)
+        self.outage = .seconds(Int64(outage.rounded()))
+        self.switches = switches.map { .seconds(Int64($0.rounded())) }
+        self.rotation = .seconds(Int64(rotation.rounded()))
+        self.end = .seconds(Int64(max(total, rotation + 30 * 60).rounded()))
+    }
+}

@@ -1,0 +1,125 @@
+import Foundation
+import SessionEngine
+
+/// `SessionEngineDemo verify`: checks credentials as the service does and says which check failed.
+enum VerifyCommand {
+    static let usage = """
+        USAGE: SessionEngineDemo verify [--credential JSON] [--project-id ID] [--now UNIX]
+
+        Checks credentials {"email","expiresAt","signature","properties"?} as the service does, with the secret in
+        APPNORTH_IDENTITY_SECRET (read only from the environment, never printed) and the project in --project-id or
+        APPNORTH_PROJECT_ID. Reads one credential per line from standard input, or one from --credential.
+
+          --credential JSON    the credential to check instead of standard input
+          --now UNIX           check expiry at this Unix time instead of now
+
+        For each credential it prints "valid", or "invalid" with the check that failed: malformed,
+        signatureMismatch, expired or lifetimeTooLong. For a signature mismatch it prints the exact payload it
+        signed, as a JSON string (newlines shown as \\n), to compare with the payload your backend signed. The
+        signature itself is never printed.
+
+        Exit status: 0 when every credential is valid, 1 when any is invalid, 2 for a usage error.
+        """
+
+    static func run(_ arguments: [String]) -> Int32 {
+        let verifier: IdentityVerifier
+        let inputs: [String]
+        let now: Date
+        do {
+            let options = try Options(arguments, valued: ["credential", "project-id", "now"], flags: ["help"])
+            if options.has("help") {
+                print(usage)
+                return 0
+            }
+            guard options.positional.isEmpty else {
+                throw Options.UsageError(description: "unexpected argument \(options.positional[0])")
+            }
+            let secret = try IdentityEnvironment.secret()
+            let projectID = try IdentityEnvironment.requiredProjectID(options)
+            now =
+                try options["now"].map { text throws(Options.UsageError) in
+                    guard let seconds = Int64(text) else {
+                        throw Options.UsageError(description: "--now must be whole Unix seconds")
+                    }
+                    return Date(timeIntervalSince1970: TimeInterval(seconds))
+                } ?? Date()
+            do {
+                verifier = try IdentityVerifier(projectID: projectID, secret: secret, clock: ManualClock(now: now))
+            } catch {
+                throw Options.UsageError(description: error.description)
+            }
+            if let credential = options["credential"] {
+                inputs = [credential]
+            } else {
+                var lines: [String] = []
+                while let line = readLine(strippingNewline: true) {
+                    if !line.allSatisfy(\.isWhitespace) { lines.append(line) }
+                }
+                guard !lines.isEmpty else {
+                    throw Options.UsageError(description: "no credential on standard input")
+                }
+                inputs = lines
+            }
+        } catch {
+            FileHandle.standardError.write(
+                Data("error: \(error)\nRun SessionEngineDemo verify --help for usage.\n".utf8))
+            return 2
+        }
+        var allValid = true
+        for (index, input) in inputs.enumerated() {
+            let prefix = inputs.count > 1 ? "line \(index + 1): " : ""
+            let lines = report(input, verifier: verifier, now: now)
+            allValid = allValid && lines.valid
+            print(prefix + lines.text.joined(separator: "\n" + String(repeating: " ", count: prefix.count)))
+        }
+        return allValid ? 0 : 1
+    }
+
+    /// Verifies one credential line and describes the outcome.
+    static func report(_ input: String, verifier: IdentityVerifier, now: Date) -> (valid: Bool, text: [String]) {
+        let credential: IdentityCredential
+        do {
+            credential = try IdentityCredential(json: Data(input.utf8))
+        } catch {
+            return (false, ["invalid (malformed): \(error.description)"])
+        }
+        switch verifier.verify(credential) {
+        case .valid(let credential):
+            let remaining = TimeInterval(credential.expiresAt) - now.timeIntervalSince1970
+            return (true, ["valid: \(credential), expires in \(describe(seconds: Int64(remaining)))"])
+        case .invalid(let failure):
+            var text = ["invalid (\(failure.check)): \(failure.reason)"]
+            switch failure.check {
+            case .signatureMismatch:
+                if let payload = failure.signedPayload {
+                    text.append(
+                        "  signed payload (\(credential.version), as a JSON string): \(JSONObject.quoted(payload))")
+                    text.append(
+                        "  compare it byte for byte with what your backend signed; usual causes: another project ID or "
+                            + "secret, an email not trimmed and lowercased before signing, properties not serialized "
+                            + "as JSON.stringify with sorted keys"
+                    )
+                }
+            case .expired:
+                let ago = now.timeIntervalSince1970 - TimeInterval(credential.expiresAt)
+                text.append("  expiresAt \(credential.expiresAt) was \(describe(seconds: Int64(ago))) ago")
+            case .lifetimeTooLong:
+                let ahead = TimeInterval(credential.expiresAt) - now.timeIntervalSince1970
+                text.append("  expiresAt \(credential.expiresAt) is \(describe(seconds: Int64(ahead))) from now")
+            case .malformed:
+                break
+            }
+            return (false, text)
+        }
+    }
+
+    /// `1h 02m 03s`, `4m 05s` or `6s`.
+    static func describe(seconds: Int64) -> String {
+        let seconds = max(0, seconds)
+        let (hours, minutes, rest) = (seconds / 3600, seconds % 3600 / 60, seconds % 60)
+        func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        if hours > 0 { return "\(hours)h \(two(minutes))m \(two(rest))s" }
+        if minutes > 0 { return "\(minutes)m \(two(rest))s" }
+        return "\(rest)s"
+    }
+}

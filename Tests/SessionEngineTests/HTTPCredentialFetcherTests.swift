@@ -1,0 +1,328 @@
+import Foundation
+import SessionEngine
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// `HTTPCredentialFetcher` against a real backend on loopback: the Python standard-library server in
+/// `Fixtures/backend/identity_backend.py`, which implements the contract's handler.
+///
+/// The HTTP round trips use real sockets and real time, with short timeouts; the engine's own timing is driven by a
+/// `ManualClock`, and the backend signs on that clock through its `X-Demo-Clock` header.
+@Suite(
+    // The backend is a Python program; on a machine without python3 there is nothing to test against.
+    .enabled(if: LoopbackBackend.isAvailable, "python3 is not on PATH, so the loopback backend cannot start"),
+    .timeLimit(.minutes(1))
+)
+struct HTTPCredentialFetcherTests {
+    static let start: Int64 = 1_800_000_000
+
+    // MARK: - Success
+
+    @Test func fetchesAVerifiableCredentialWithTheHostsAuthentication() async throws {
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let verifier = try backend.verifier(clock: clock)
+
+            // The session holds "  Alice@Example.com "; the backend normalizes it before signing.
+            let alice = try await backend.fetcher(clock: clock).fetchCredential(for: "alice")
+            #expect(alice.email == "alice@example.com")
+            #expect(alice.expiresAt == Self.start + 900)
+            #expect(alice.version == .v1)
+            #expect(verifier.verify(alice).isValid)
+
+            // Python's canonical properties match the Swift ones byte for byte.
+            let bob = try await backend.fetcher(clock: clock).fetchCredential(for: "bob")
+            #expect(bob.properties?.canonicalJSON == #"{"beta":true,"plan":"pro","seats":3}"#)
+            #expect(verifier.verify(headers: IdentityHeaders(bob)).isValid)
+
+            // A session cookie works as well as a bearer token.
+            let cookie = HTTPCredentialFetcher(endpoint: backend.url()) { account, request in
+                request.setValue("session=session-\(account.rawValue)", forHTTPHeaderField: "Cookie")
+                request.setValue(String(Self.start), forHTTPHeaderField: "X-Demo-Clock")
+            }
+            #expect(try await cookie.fetchCredential(for: "carol").email == "carol@example.com")
+        }
+    }
+
+    @Test func theEngineSignsInAndRenewsOverHTTP() async throws {
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let engine = SessionEngine(
+                fetcher: backend.fetcher(clock: clock),
+                configuration: SessionConfiguration(randomSeed: 4),
+                clock: clock
+            )
+            var events = engine.events(bufferLimit: .max).makeAsyncIterator()
+            try await engine.signIn("alice")
+            let first = try engine.identityHeaders()
+            #expect(first[IdentityHeaders.expiresAtName] == String(Self.start + 900))
+
+            // Renewal is due between 510 s and 690 s into the 900 s lifetime.
+            await clock.waitForSleepers(count: 1)
+            clock.advance(by: .seconds(700))
+            let event = await events.next { event in
+                if case .renewed(let identity) = event { return identity.expiresAt > Self.start + 900 }
+                return false
+            }
+            guard case .renewed(let identity) = event else {
+                Issue.record("no renewal over HTTP")
+                return
+            }
+            #expect(identity.expiresAt == Self.start + 700 + 900)
+            #expect(try backend.verifier(clock: clock).verify(headers: engine.identityHeaders()).isValid)
+            #expect(engine.diagnostics.fetchesStarted == 2)
+            await engine.shutdown()
+        }
+    }
+
+    // MARK: - Failures
+
+    @Test func anUnknownSessionOr403EndsTheBackendSession() async throws {
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock()
+            for (account, query) in [("nobody", ""), ("alice", "mode=status&code=403")] as [(AccountID, String)] {
+                let error = await fetchError(backend.fetcher(query: query, clock: clock), account)
+                #expect(error?.code == .backendSessionEnded)
+                #expect(error?.isTransient == false)
+            }
+
+            // Through the engine the terminal failure fails the sign-in and leaves the engine signed out.
+            let engine = SessionEngine(fetcher: backend.fetcher(clock: clock), clock: clock)
+            await #expect(
+                throws: SessionError.backendSessionEnded("the backend answered 401; the account's session has ended")
+            ) {
+                try await engine.signIn("nobody")
+            }
+            await eventually { engine.state == .signedOut }
+            await engine.shutdown()
+        }
+    }
+
+    @Test func aServerErrorIsTransientAndTheEngineRecovers() async throws {
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let error = await fetchError(backend.fetcher(query: "mode=status&code=500", clock: clock), "alice")
+            #expect(error?.code == .fetchFailed)
+            #expect(error?.isTransient == true)
+            #expect(error?.reason == "the backend answered 500")
+
+            // The first request of this key answers 500, the next one a credential.
+            let flaky = backend.fetcher(query: "mode=flaky&key=\(UUID().uuidString)", clock: clock)
+            let engine = SessionEngine(fetcher: flaky, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+            var events = engine.events(bufferLimit: .max).makeAsyncIterator()
+            let signIn = Task { try await engine.signIn("alice") }
+            let event = await events.next { if case .fetchFailed = $0 { return true } else { return false } }
+            guard case .fetchFailed(let failure) = event, let retryIn = failure.retryIn else {
+                Issue.record("expected a transient failure, got \(String(describing: event))")
+                return
+            }
+            #expect(failure.error.code == .fetchFailed)
+            #expect(engine.state.expiredReason == .unavailable)
+            clock.advance(by: retryIn)
+            try await signIn.value
+            #expect(engine.state.isIdentified)
+            #expect(engine.diagnostics.fetchesStarted == 2)
+            await engine.shutdown()
+        }
+    }
+
+    @Test func aResponseSlowerThanTheTimeoutIsTransient() async throws {
+        try await withLoopbackBackend { backend in
+            let started = ContinuousClock.now
+            let fetcher = backend.fetcher(query: "mode=slow&delay=5", timeout: .milliseconds(500), clock: ManualClock())
+            let error = await fetchError(fetcher, "alice")
+            #expect(error?.code == .fetchFailed)
+            #expect(error?.isTransient == true)
+            #expect(error?.reason == "the backend did not answer within 500 ms")
+            #expect(started.duration(to: .now) < .seconds(4), "the fetch waited for the slow response")
+        }
+    }
+
+    @Test func aResponseWithoutNoStoreIsRefusedUnlessTheHostOptsOut() async throws {
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock()
+            let error = await fetchError(backend.fetcher(query: "mode=cacheable", clock: clock), "alice")
+            #expect(error?.code == .fetchFailed)
+            #expect(error?.reason.contains("no-store") == true)
+
+            let lenient = backend.fetcher(query: "mode=cacheable", requiresNoStore: false, clock: clock)
+            let credential = try await lenient.fetchCredential(for: "alice")
+            #expect(credential.email == "alice@example.com")
+        }
+    }
+
+    @Test func malformedJSONIsRefusedWithoutEchoingTheBody() async throws {
+        try await withLoopbackBackend { backend in
+            let error = await fetchError(backend.fetcher(query: "mode=malformed", clock: ManualClock()), "alice")
+            #expect(error?.code == .invalidCredential)
+            #expect(error?.isTransient == true)
+            let text = "\(String(describing: error)) \(error?.reason ?? "")"
+            #expect(!text.contains("not-json-at-all"), "the response body leaked into the error")
+        }
+    }
+
+    @Test func redirectsAreNotFollowed() async throws {
+        try await withLoopbackBackend { backend in
+            let error = await fetchError(backend.fetcher(query: "mode=redirect", clock: ManualClock()), "alice")
+            #expect(error?.code == .fetchFailed)
+            #expect(error?.reason == "the backend answered 302 instead of a credential")
+        }
+    }
+
+    @Test func aRefusedConnectionIsTransient() async throws {
+        // Port 9 (discard) is closed on loopback: nothing listens there.
+        let fetcher = HTTPCredentialFetcher(endpoint: URL(string: "http://127.0.0.1:9/identity")!, timeout: .seconds(2))
+        {
+            _, _ in
+        }
+        let error = await fetchError(fetcher, "alice")
+        #expect(error?.code == .fetchFailed)
+        #expect(error?.isTransient == true)
+    }
+
+    @Test func cacheControlDirectivesAreParsed() {
+        #expect(HTTPCredentialFetcher.hasNoStore("no-store"))
+        #expect(HTTPCredentialFetcher.hasNoStore("private, No-Store , max-age=0"))
+        #expect(!HTTPCredentialFetcher.hasNoStore("no-cache"))
+        #expect(!HTTPCredentialFetcher.hasNoStore("no-store-please"))
+        #expect(!HTTPCredentialFetcher.hasNoStore(nil))
+    }
+
+    /// The error a fetch fails with, or `nil` (recorded as an issue) when it succeeds or throws something else.
+    private func fetchError(_ fetcher: HTTPCredentialFetcher, _ account: AccountID) async -> SessionError? {
+        do {
+            let credential = try await fetcher.fetchCredential(for: account)
+            Issue.record("the fetch succeeded with \(credential)")
+        } catch let error as SessionError {
+            return error
+        } catch {
+            Issue.record("the fetch failed with \(error), not a SessionError")
+        }
+        return nil
+    }
+}
+
+/// Runs `body` with a loopback backend started for it, and stops the backend afterwards.
+func withLoopbackBackend(_ body: (LoopbackBackend) async throws -> Void) async throws {
+    let backend = try await LoopbackBackend.start()
+    do {
+        try await body(backend)
+    } catch {
+        await backend.stop()
+        throw error
+    }
+    await backend.stop()
+}
+
+/// The Python backend in `Fixtures/backend`, running on a free loopback port.
+///
+/// The server binds port 0 and prints the port it got; it stops when its standard input closes, so it cannot outlive
+/// the test process.
+final class LoopbackBackend {
+    static let projectID = "proj_loopback"
+    static let secret = "loopback-secret-for-tests"
+
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .appendingPathComponent("Fixtures/backend/identity_backend.py")
+
+    /// `python3` on `PATH`, if any.
+    static let python: URL? = {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        return path.split(separator: ":").lazy
+            .map { URL(fileURLWithPath: String($0)).appendingPathComponent("python3") }
+            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
+    }()
+
+    /// Whether the backend can run here.
+    static var isAvailable: Bool {
+        python != nil && FileManager.default.fileExists(atPath: script.path)
+    }
+
+    let port: Int
+    private let process: Process
+    private let input: Pipe
+
+    private init(port: Int, process: Process, input: Pipe) {
+        self.port = port
+        self.process = process
+        self.input = input
+    }
+
+    /// Starts the backend and waits until it has printed its port.
+    static func start() async throws -> LoopbackBackend {
+        guard let python else { throw BackendFailure(description: "python3 is not on PATH") }
+        let process = Process()
+        process.executableURL = python
+        process.arguments = [script.path, "--exit-on-stdin-eof"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["APPNORTH_PROJECT_ID"] = projectID
+        environment["APPNORTH_IDENTITY_SECRET"] = secret
+        process.environment = environment
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        let reader = output.fileHandleForReading
+        let line = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
+            DispatchQueue.global().async {
+                var buffer = Data()
+                while !buffer.contains(UInt8(ascii: "\n")) {
+                    let chunk = reader.availableData
+                    if chunk.isEmpty { break }
+                    buffer.append(chunk)
+                }
+                continuation.resume(returning: String(decoding: buffer, as: UTF8.self))
+            }
+        }
+        guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
+            process.terminate()
+            throw BackendFailure(description: "the loopback backend did not print its port")
+        }
+        return LoopbackBackend(port: port, process: process, input: input)
+    }
+
+    /// The credential endpoint, with an optional query that selects the backend's behaviour.
+    func url(_ query: String = "") -> URL {
+        URL(string: "http://127.0.0.1:\(port)/identity" + (query.isEmpty ? "" : "?" + query))!
+    }
+
+    /// A fetcher that authenticates as the account's session and lets the backend sign on `clock`.
+    func fetcher(
+        query: String = "",
+        timeout: Duration = .seconds(5),
+        requiresNoStore: Bool = true,
+        clock: ManualClock
+    ) -> HTTPCredentialFetcher {
+        HTTPCredentialFetcher(endpoint: url(query), timeout: timeout, requiresNoStore: requiresNoStore) {
+            account, request in
+            request.setValue("Bearer session-\(account.rawValue)", forHTTPHeaderField: "Authorization")
+            request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
+        }
+    }
+
+    /// A verifier with the backend's secret, checking expiry on `clock`.
+    func verifier(clock: ManualClock) throws -> IdentityVerifier {
+        try IdentityVerifier(projectID: Self.projectID, secret: Self.secret, clock: clock)
+    }
+
+    /// Stops the backend and waits for it to exit.
+    func stop() async {
+        try? input.fileHandleForWriting.close()
+        let process = self.process
+        process.terminate()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                process.waitUntilExit()
+                continuation.resume()
+            }
+        }
+    }
+}
+
+struct BackendFailure: Error, CustomStringConvertible {
+    let description: String
+}
