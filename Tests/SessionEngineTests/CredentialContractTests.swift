@@ -125,6 +125,7 @@ import Testing
                 .invalidPropertyValue
             ),
             (#"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":[]}"#, .malformedJSON),
+            (#"{"email":"a@x.io","expiresAt":1,"signature":"\#(Self.signature)","properties":null}"#, .malformedJSON),
             (#"{"email":"A@x.io","expiresAt":1,"signature":"\#(Self.signature)"}"#, .emailNotNormalized),
         ]
         for (text, code) in bad {

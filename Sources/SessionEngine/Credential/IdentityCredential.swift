@@ -127,7 +127,10 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
         let email = try container.decode(String.self, forKey: .email)
         let expiresAt = try container.decode(Int64.self, forKey: .expiresAt)
         let signature = try container.decode(String.self, forKey: .signature)
-        let properties = try container.decodeIfPresent(IdentityProperties.self, forKey: .properties)
+        // An absent `properties` selects v1; a present one must be an object (`null` is not a property set).
+        let properties =
+            container.contains(.properties)
+            ? try container.decode(IdentityProperties.self, forKey: .properties) : nil
         try self.init(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
     }
 
