@@ -183,8 +183,8 @@ public actor SessionEngine {
     }
 
     private func runPreparation(epoch: UInt64, target: AccountID?, runHooks: Bool) async {
-        // Superseded before it started: the later change does the work.
-        guard machine.epoch == epoch else { return }
+        // Drain even when a later change superseded this one before it started: its caller must not return while
+        // the previous account's work still runs. The later change waits for the same work, so this costs nothing.
         await store.drain(before: epoch)
         // Every await is a place where the world may have changed.
         guard machine.epoch == epoch else { return }
