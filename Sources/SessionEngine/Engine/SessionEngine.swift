@@ -354,9 +354,13 @@ public actor SessionEngine {
         guard !isShutDown else { return }
         isShutDown = true
         log(.info, "shutting down", [:])
-        if case .began(let epoch, let actions) = machine.changeAccount(to: nil, at: instant()) {
+        switch machine.changeAccount(to: nil, at: instant()) {
+        case .began(let epoch, let actions):
             apply(actions)
             await prepareChange(epoch: epoch, target: nil, runHooks: false)
+        case .alreadyCurrent:
+            // A sign-out may still be draining its work: wait for it, so no scoped work outlives the shutdown.
+            await changeChain?.value
         }
         fetchTask?.task.cancel()
         fetchTask = nil
