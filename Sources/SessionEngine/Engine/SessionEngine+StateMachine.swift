@@ -311,9 +311,10 @@ struct SessionStateMachine: Sendable {
             return []
         }
         guard var target = change.target else {
-            // Sign-out complete.
+            // Sign-out complete. A caller that asked for a renewal while the sign-out was under way waits on this
+            // epoch, and no fetch will ever resolve it: tell it the engine is signed out.
             state = .signedOut
-            return []
+            return [.resolveWaiters(epoch: preparedEpoch, kinds: [.identity, .nextOutcome], .failed(Self.signedOut))]
         }
         change.prepared = true
         var actions: [Action] = []
