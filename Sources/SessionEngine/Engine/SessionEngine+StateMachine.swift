@@ -463,7 +463,12 @@ struct SessionStateMachine: Sendable {
         }
         var actions: [Action] = []
         session.rejectedSignature = credential.signature
-        session.expiredReason = .rejected
+        if case .expired = state {
+            // The identity is already blocked (it expired first): the rejection changes what is renewed, not what
+            // hosts see, so the published state keeps its reason instead of republishing `expired` as `expired`.
+        } else {
+            session.expiredReason = .rejected
+        }
         if session.renewedAfterRejection {
             session.rejectionStreak += 1
             let delay = backoff(failures: session.rejectionStreak, session: session, at: now)
