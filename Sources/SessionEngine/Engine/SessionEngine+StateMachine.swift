@@ -299,8 +299,10 @@ struct SessionStateMachine: Sendable {
         timer = nil
         actions.append(.cancelTimer)
         actions.append(.cancelWork(before: epoch, account: from))
-        actions.append(.resolveWaiters(epoch: epoch - 1, kinds: [.identity, .nextOutcome], .failed(Self.accountChanged)))
-        state = .switching(Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch))
+        actions.append(
+            .resolveWaiters(epoch: epoch - 1, kinds: [.identity, .nextOutcome], .failed(Self.accountChanged)))
+        state = .switching(
+            Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch))
         return .began(epoch: epoch, actions)
     }
 

@@ -548,7 +548,9 @@ public actor SessionEngine {
     private func logEvent(_ event: SessionEvent) {
         switch event {
         case .renewed(let identity):
-            log(.info, "credential installed", ["account": identity.account.rawValue, "expiresAt": "\(identity.expiresAt)"])
+            log(
+                .info, "credential installed",
+                ["account": identity.account.rawValue, "expiresAt": "\(identity.expiresAt)"])
         case .fetchFailed(let failure):
             log(
                 failure.retryIn == nil ? .error : .warning,
@@ -559,7 +561,8 @@ public actor SessionEngine {
                 ]
             )
         case .credentialRejected(let report):
-            log(.warning, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
+            log(
+                .warning, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
         case .clockSkewSuspected(let report):
             log(
                 .warning,
