@@ -34,7 +34,11 @@ final class OutcomeWaiters: Sendable {
             return state.nextID
         }
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
+            // The closure must capture `isolation` to run on the caller's actor: without it, it runs on the global
+            // executor after a hop, and an outcome resolved on the actor during that hop would never reach this
+            // caller.
+            _ = isolation
+            return try await withCheckedThrowingContinuation(isolation: isolation) { continuation in
                 let cancelled = state.withLock { state -> Bool in
                     if Task.isCancelled { return true }
                     state.waiters[id] = Waiter(epoch: epoch, kind: kind, continuation: continuation)

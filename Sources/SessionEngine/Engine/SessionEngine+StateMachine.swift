@@ -299,8 +299,10 @@ struct SessionStateMachine: Sendable {
         timer = nil
         actions.append(.cancelTimer)
         actions.append(.cancelWork(before: epoch, account: from))
-        actions.append(.resolveWaiters(epoch: epoch - 1, kinds: [.identity, .nextOutcome], .failed(Self.accountChanged)))
-        state = .switching(Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch))
+        actions.append(
+            .resolveWaiters(epoch: epoch - 1, kinds: [.identity, .nextOutcome], .failed(Self.accountChanged)))
+        state = .switching(
+            Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch))
         return .began(epoch: epoch, actions)
     }
 
@@ -311,9 +313,10 @@ struct SessionStateMachine: Sendable {
             return []
         }
         guard var target = change.target else {
-            // Sign-out complete.
+            // Sign-out complete. A caller that asked for a renewal while the sign-out was under way waits on this
+            // epoch, and no fetch will ever resolve it: tell it the engine is signed out.
             state = .signedOut
-            return []
+            return [.resolveWaiters(epoch: preparedEpoch, kinds: [.identity, .nextOutcome], .failed(Self.signedOut))]
         }
         change.prepared = true
         var actions: [Action] = []
@@ -462,7 +465,12 @@ struct SessionStateMachine: Sendable {
         }
         var actions: [Action] = []
         session.rejectedSignature = credential.signature
-        session.expiredReason = .rejected
+        if case .expired = state {
+            // The identity is already blocked (it expired first): the rejection changes what is renewed, not what
+            // hosts see, so the published state keeps its reason instead of republishing `expired` as `expired`.
+        } else {
+            session.expiredReason = .rejected
+        }
         if session.renewedAfterRejection {
             session.rejectionStreak += 1
             let delay = backoff(failures: session.rejectionStreak, session: session, at: now)

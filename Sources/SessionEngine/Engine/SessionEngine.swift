@@ -183,8 +183,8 @@ public actor SessionEngine {
     }
 
     private func runPreparation(epoch: UInt64, target: AccountID?, runHooks: Bool) async {
-        // Superseded before it started: the later change does the work.
-        guard machine.epoch == epoch else { return }
+        // Drain even when a later change superseded this one before it started: its caller must not return while
+        // the previous account's work still runs. The later change waits for the same work, so this costs nothing.
         await store.drain(before: epoch)
         // Every await is a place where the world may have changed.
         guard machine.epoch == epoch else { return }
@@ -354,9 +354,13 @@ public actor SessionEngine {
         guard !isShutDown else { return }
         isShutDown = true
         log(.info, "shutting down", [:])
-        if case .began(let epoch, let actions) = machine.changeAccount(to: nil, at: instant()) {
+        switch machine.changeAccount(to: nil, at: instant()) {
+        case .began(let epoch, let actions):
             apply(actions)
             await prepareChange(epoch: epoch, target: nil, runHooks: false)
+        case .alreadyCurrent:
+            // A sign-out may still be draining its work: wait for it, so no scoped work outlives the shutdown.
+            await changeChain?.value
         }
         fetchTask?.task.cancel()
         fetchTask = nil
@@ -544,7 +548,9 @@ public actor SessionEngine {
     private func logEvent(_ event: SessionEvent) {
         switch event {
         case .renewed(let identity):
-            log(.info, "credential installed", ["account": identity.account.rawValue, "expiresAt": "\(identity.expiresAt)"])
+            log(
+                .info, "credential installed",
+                ["account": identity.account.rawValue, "expiresAt": "\(identity.expiresAt)"])
         case .fetchFailed(let failure):
             log(
                 failure.retryIn == nil ? .error : .warning,
@@ -555,7 +561,8 @@ public actor SessionEngine {
                 ]
             )
         case .credentialRejected(let report):
-            log(.warning, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
+            log(
+                .warning, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
         case .clockSkewSuspected(let report):
             log(
                 .warning,

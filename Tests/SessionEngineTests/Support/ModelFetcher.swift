@@ -1,0 +1,161 @@
+import Synchronization
+
+@testable import SessionEngine
+
+/// A broken invariant, thrown out of a step of a program.
+struct Violation: Error, CustomStringConvertible {
+    let message: String
+
+    init(_ message: String) {
+        self.message = message
+    }
+
+    var description: String { message }
+}
+
+/// A backend whose every fetch waits for the program's driver, which answers it as the program scripted.
+///
+/// Each fetch takes the next scripted ``FetchBehaviour`` and is tagged with the epoch of the account session it
+/// belongs to (the latest account change to that account) and the monotonic time it started, so the fetcher can check
+/// that at most one fetch per epoch is in flight and that fetch starts keep the minimum interval.
+final class ModelFetcher: CredentialFetcher {
+    struct Request: Sendable {
+        let id: Int
+        let account: AccountID
+        let epoch: UInt64
+        let start: Duration
+        let behaviour: FetchBehaviour
+        /// The engine cancelled the fetch; only a fetch that ignores cancellation is still pending then.
+        var cancelled = false
+
+        /// When the backend answers, or `nil` when it answers only a cancellation.
+        var due: Duration? { behaviour.delay.map { start + .seconds($0) } }
+    }
+
+    private struct Pending {
+        var request: Request
+        var continuation: CheckedContinuation<IdentityCredential, any Error>
+    }
+
+    private struct State {
+        var total = 0
+        var pending: [Int: Pending] = [:]
+        var script: [FetchBehaviour] = []
+        var recovering = false
+        var epochs: [AccountID: UInt64] = [:]
+        var inFlight: [UInt64: Int] = [:]
+        var lastStart: [UInt64: Duration] = [:]
+        var violations: [String] = []
+    }
+
+    static let defaultBehaviour = FetchBehaviour.succeed(lifetime: 300)
+
+    private let state = Mutex(State())
+    private let clock: ManualClock
+    private let minimumInterval: Duration
+
+    init(clock: ManualClock, minimumInterval: Duration) {
+        self.clock = clock
+        self.minimumInterval = minimumInterval
+    }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        let start = clock.uptime
+        let minimumInterval = self.minimumInterval
+        let request = state.withLock { state -> Request in
+            state.total += 1
+            let epoch = state.epochs[account] ?? 0
+            var behaviour = Self.defaultBehaviour
+            if state.recovering {
+                behaviour = .succeed(lifetime: 900)
+            } else if !state.script.isEmpty {
+                behaviour = state.script.removeFirst()
+            }
+            let inFlight = state.inFlight[epoch, default: 0] + 1
+            state.inFlight[epoch] = inFlight
+            if inFlight > 1 {
+                state.violations.append("invariant 3: \(inFlight) fetches in flight in epoch \(epoch)")
+            }
+            if let last = state.lastStart[epoch], start - last < minimumInterval {
+                state.violations.append(
+                    "invariant 3: fetches for \(account) started \(start - last) apart in epoch \(epoch)"
+                )
+            }
+            state.lastStart[epoch] = start
+            return Request(id: state.total, account: account, epoch: epoch, start: start, behaviour: behaviour)
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let cancelled = state.withLock { state -> Bool in
+                    var request = request
+                    request.cancelled = Task.isCancelled
+                    if request.cancelled && !request.behaviour.ignoresCancellation {
+                        state.inFlight[request.epoch, default: 1] -= 1
+                        return true
+                    }
+                    state.pending[request.id] = Pending(request: request, continuation: continuation)
+                    return false
+                }
+                if cancelled { continuation.resume(throwing: CancellationError()) }
+            }
+        } onCancel: {
+            let pending = state.withLock { state -> Pending? in
+                guard let pending = state.pending[request.id] else { return nil }
+                if pending.request.behaviour.ignoresCancellation {
+                    state.pending[request.id]?.request.cancelled = true
+                    return nil
+                }
+                state.pending.removeValue(forKey: request.id)
+                state.inFlight[request.epoch, default: 1] -= 1
+                return pending
+            }
+            pending?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Fetches for `account` from now on belong to `epoch`.
+    func setEpoch(_ epoch: UInt64, for account: AccountID?) {
+        guard let account else { return }
+        state.withLock { $0.epochs[account] = epoch }
+    }
+
+    /// Scripts the answer to the next fetch.
+    func enqueue(_ behaviour: FetchBehaviour) {
+        state.withLock { $0.script.append(behaviour) }
+    }
+
+    /// From now on every fetch succeeds.
+    func recover() {
+        state.withLock { state in
+            state.recovering = true
+            state.script.removeAll()
+        }
+    }
+
+    /// The fetches waiting for an answer, oldest first.
+    var pendingRequests: [Request] {
+        state.withLock { $0.pending.values.map(\.request).sorted { $0.id < $1.id } }
+    }
+
+    var pendingCount: Int { state.withLock { $0.pending.count } }
+
+    var total: Int { state.withLock { $0.total } }
+
+    /// The first broken invariant the fetcher saw, if any.
+    var violation: String? { state.withLock { $0.violations.first } }
+
+    /// Answers a pending fetch.
+    func answer(_ id: Int, with result: Result<IdentityCredential, any Error>) {
+        let pending = state.withLock { state -> Pending? in
+            guard let pending = state.pending.removeValue(forKey: id) else { return nil }
+            state.inFlight[pending.request.epoch, default: 1] -= 1
+            return pending
+        }
+        pending?.continuation.resume(with: result)
+    }
+
+    /// Fails every pending fetch, to tear a program down.
+    func failAll() {
+        for request in pendingRequests { answer(request.id, with: .failure(CancellationError())) }
+    }
+}

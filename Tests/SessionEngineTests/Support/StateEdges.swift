@@ -1,0 +1,21 @@
+import SessionEngine
+
+/// The legal edges between the engine's five states, as data, matching the transition table of
+/// `Design/state-machine.md`.
+///
+/// A state may also be followed by an equal state only if nothing was published (no event), so the checks treat
+/// `from == to` as "no transition" and any other pair as an edge that must be listed here.
+enum StateEdges {
+    static let table: [String: Set<String>] = [
+        "signedOut": ["switching"],
+        "switching": ["switching", "identified", "expired", "signedOut"],
+        "identified": ["renewing", "expired", "switching"],
+        "renewing": ["identified", "expired", "switching"],
+        "expired": ["identified", "switching"],
+    ]
+
+    /// Whether `from` may be followed by `to`: the same state (no transition) or an edge of the table.
+    static func isLegal(from: SessionState, to: SessionState) -> Bool {
+        from == to || table[from.name, default: []].contains(to.name)
+    }
+}
