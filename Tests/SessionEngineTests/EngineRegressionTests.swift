@@ -56,6 +56,26 @@ import Testing
         }
     }
 
+    /// A terminal fetch failure while the account's work was still running: the model checked the engine while the
+    /// failure was answered but not yet handled on the actor, and took the engine's `renewing` for a missed sign-out.
+    /// The engine now counts the fetch outcomes it has handled, so a check waits for them; it also begins the sign-out
+    /// in the same step as the failure, so the ended session is never seen alive.
+    @Test func aTerminalFailureDuringLongWorkSignsOutBeforeTheNextCheck() async {
+        let program: [EngineOperation] = [
+            .signIn("bob"),
+            .nextFetch(.failTerminally),
+            .work(.long(seconds: 600)),
+            .signIn("bob"),
+            .advancePastExpiry(seconds: 0),
+        ]
+        for seed in [3_350_907_280_134_108_691] + Array(0..<UInt64(PropertySettings.isThreadSanitizerLoaded ? 20 : 100))
+        {
+            let failure = await EngineModelDriver(seed: seed).run(program)
+            #expect(failure == nil, "seed \(seed): \(failure!)")
+            if failure != nil { break }
+        }
+    }
+
     /// `OutcomeWaiters.wait` registered its caller after hopping off the caller's actor, so an outcome resolved on
     /// the actor during the hop was lost and a sign-in waited forever in `identified`. The engine model found it
     /// about once in five thousand programs; this checks the registration itself.

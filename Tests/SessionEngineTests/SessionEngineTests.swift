@@ -224,7 +224,8 @@ struct SessionEngineTests {
 
     @Test func expiredIdentityIsBlockedLocallyWhileRenewalKeepsTrying() async throws {
         let harness = EngineHarness(
-            configuration: SessionConfiguration(retry: RetryPolicy(initial: .seconds(30), cap: .seconds(30)), randomSeed: 3)
+            configuration: SessionConfiguration(
+                retry: RetryPolicy(initial: .seconds(30), cap: .seconds(30)), randomSeed: 3)
         )
         try await harness.signIn("alice", lifetime: 120)
         let engine = harness.engine
@@ -241,7 +242,10 @@ struct SessionEngineTests {
             #expect(error.code == .invalidIdentity)
             #expect(error.code.rawValue == "INVALID_IDENTITY")
         }
-        await #expect(throws: SessionError(.invalidIdentity, reason: "the identity credential has expired or was rejected; it is being renewed")) {
+        await #expect(
+            throws: SessionError(
+                .invalidIdentity, reason: "the identity credential has expired or was rejected; it is being renewed")
+        ) {
             try await engine.withIdentity { _ in "anonymous must never happen" }
         }
         let before = engine.diagnostics.fetchesStarted
@@ -427,7 +431,9 @@ struct SessionEngineTests {
         let journal = Recorder<String>()
         let engine = harness.engine
         await engine.addAccountChangeHook { change in
-            journal.append("hook1 \(change.from?.rawValue ?? "-")>\(change.to?.rawValue ?? "-") work=\(engine.diagnostics.scopedWork)")
+            journal.append(
+                "hook1 \(change.from?.rawValue ?? "-")>\(change.to?.rawValue ?? "-") work=\(engine.diagnostics.scopedWork)"
+            )
         }
         await engine.addAccountChangeHook { _ in journal.append("hook2") }
         try await harness.signIn("alice")
@@ -687,7 +693,8 @@ final class SwitchingFetcher: CredentialFetcher {
     private let resumeFirstAfter: Int
     private let count = Mutex(0)
 
-    init(first: any CredentialFetcher, then: any CredentialFetcher, switchAfter: Int = 1, resumeFirstAfter: Int = .max) {
+    init(first: any CredentialFetcher, then: any CredentialFetcher, switchAfter: Int = 1, resumeFirstAfter: Int = .max)
+    {
         self.first = first
         self.then = then
         self.switchAfter = switchAfter

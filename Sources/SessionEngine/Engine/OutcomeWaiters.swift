@@ -121,8 +121,16 @@ final class TaskCounter: Sendable {
     private let value = Atomic<Int>(0)
     private let fetches = Atomic<Int>(0)
 
+    private let completions = Atomic<Int>(0)
+
     /// The number of fetches started.
     var fetchesStarted: Int { fetches.load(ordering: .relaxed) }
+
+    /// The number of fetch outcomes the engine has finished handling, stale ones included.
+    var fetchesCompleted: Int { completions.load(ordering: .acquiring) }
+
+    /// The engine finished handling a fetch's outcome.
+    func fetchCompleted() { completions.add(1, ordering: .releasing) }
 
     /// A fetch started.
     func fetchStarted() { fetches.add(1, ordering: .relaxed) }

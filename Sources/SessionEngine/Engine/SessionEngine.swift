@@ -379,7 +379,8 @@ public actor SessionEngine {
             subscribers: broadcaster.subscriberCount,
             waiters: waiters.count,
             scopedWork: store.runningWorkCount,
-            fetchesStarted: tasks.fetchesStarted
+            fetchesStarted: tasks.fetchesStarted,
+            fetchesCompleted: tasks.fetchesCompleted
         )
     }
 
@@ -405,10 +406,32 @@ public actor SessionEngine {
             events.append(.stateChanged(newState))
             log(.info, "state changed", ["state": newState.name, "account": newState.account?.rawValue ?? "none"])
         }
+        var endsSession = false
         for action in actions {
-            if let event = perform(action) { events.append(event) }
+            if case .endSession(let error) = action {
+                log(.error, "the backend ended the session; signing out", ["code": error.code.rawValue])
+                endsSession = true
+            } else if let event = perform(action) {
+                events.append(event)
+            }
         }
         for event in events { broadcaster.publish(event) }
+        if endsSession { beginEndingSession() }
+    }
+
+    /// Signs out because the backend ended the session, beginning in the same step as the failure that said so: the
+    /// ended session's credential is never handed out again, and its work is cancelled at once.
+    private func beginEndingSession() {
+        guard !isShutDown, case .began(let epoch, let actions) = machine.changeAccount(to: nil, at: instant()) else {
+            return
+        }
+        log(.info, "account change began", ["to": "none", "epoch": "\(epoch)"])
+        apply(actions)
+        tasks.started()
+        Task {
+            defer { tasks.finished() }
+            await self.prepareChange(epoch: epoch, target: nil, runHooks: true)
+        }
     }
 
     /// Performs one action; returns the event it reports, if any.
@@ -434,21 +457,11 @@ public actor SessionEngine {
             return event
         case .resolveWaiters(let epoch, let kinds, let outcome):
             waiters.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
-        case .endSession(let error):
-            let epoch = machine.epoch
-            log(.error, "the backend ended the session; signing out", ["code": error.code.rawValue])
-            tasks.started()
-            Task {
-                defer { tasks.finished() }
-                await self.endSession(epoch: epoch)
-            }
+        case .endSession:
+            // Performed by `apply` once the step's other actions and events are done.
+            break
         }
         return nil
-    }
-
-    private func endSession(epoch: UInt64) async {
-        guard machine.epoch == epoch, !isShutDown else { return }
-        await signOut()
     }
 
     private func startFetch(_ id: FetchID, account: AccountID) {
@@ -472,6 +485,7 @@ public actor SessionEngine {
     }
 
     private func fetchCompleted(_ id: FetchID, _ result: Result<IdentityCredential, any Error>) {
+        defer { tasks.fetchCompleted() }
         if fetchTask?.id == id { fetchTask = nil }
         guard !isShutDown else { return }
         let now = instant()
@@ -608,13 +622,24 @@ package struct SessionDiagnostics: Sendable, Hashable {
     package var scopedWork: Int
     /// Fetches started over the engine's life, counted when the engine decides to start them.
     package var fetchesStarted: Int
+    /// Fetch outcomes the engine has finished handling, stale ones included: a fetch answered but not yet handled is
+    /// the difference between the backend's count and this one.
+    package var fetchesCompleted: Int
 
     /// Creates a set of counts.
-    package init(liveTasks: Int, subscribers: Int, waiters: Int, scopedWork: Int, fetchesStarted: Int = 0) {
+    package init(
+        liveTasks: Int,
+        subscribers: Int,
+        waiters: Int,
+        scopedWork: Int,
+        fetchesStarted: Int = 0,
+        fetchesCompleted: Int = 0
+    ) {
         self.liveTasks = liveTasks
         self.subscribers = subscribers
         self.waiters = waiters
         self.scopedWork = scopedWork
         self.fetchesStarted = fetchesStarted
+        self.fetchesCompleted = fetchesCompleted
     }
 }

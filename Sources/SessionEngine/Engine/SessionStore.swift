@@ -126,7 +126,8 @@ final class SessionStore: Sendable {
         _ makeTask: (IdentityCredential, UInt64) -> Task<T, any Error>
     ) throws(SessionError) -> (IdentityCredential, Task<T, any Error>, WorkTicket) {
         let now = clock.now.timeIntervalSince1970
-        let result = state.withLock { state -> Result<(IdentityCredential, Task<T, any Error>, WorkTicket), SessionError> in
+        let result = state.withLock {
+            state -> Result<(IdentityCredential, Task<T, any Error>, WorkTicket), SessionError> in
             guard case .usable(let credential, _, let expiresAt, let epoch) = state.access else {
                 return .failure(Self.error(for: state.access))
             }

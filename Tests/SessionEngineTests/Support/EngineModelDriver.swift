@@ -544,6 +544,9 @@ final class EngineModelDriver {
 
     private var isQuiescent: Bool {
         let diagnostics = engine.diagnostics
+        // Every fetch that is not waiting for an answer has been handled by the engine: an answered fetch whose
+        // outcome is still on its way to the actor is activity, whatever the task counts below say.
+        guard diagnostics.fetchesCompleted == fetcher.unsettledOrAnswered else { return false }
         let held = probe.changesHeldByWork
         guard diagnostics.liveTasks == clock.sleeperCount + fetcher.pendingCount + held.tasks else { return false }
         guard probe.outstanding == diagnostics.waiters + probe.sleepingBodies + held.calls else { return false }

@@ -141,6 +141,9 @@ final class ModelFetcher: CredentialFetcher {
 
     var total: Int { state.withLock { $0.total } }
 
+    /// Fetches that are no longer waiting for an answer (answered, cancelled, or not yet registered), read at once.
+    var unsettledOrAnswered: Int { state.withLock { $0.total - $0.pending.count } }
+
     /// The first broken invariant the fetcher saw, if any.
     var violation: String? { state.withLock { $0.violations.first } }
 
