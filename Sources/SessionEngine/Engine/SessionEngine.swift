@@ -468,13 +468,17 @@ public actor SessionEngine {
         fetchTask?.task.cancel()
         let fetcher = self.fetcher
         let tasks = self.tasks
+        let epoch = machine.epoch
         tasks.started()
         tasks.fetchStarted()
         let task = Task { [weak self] in
             defer { tasks.finished() }
             let result: Result<IdentityCredential, any Error>
             do {
-                result = .success(try await fetcher.fetchCredential(for: account))
+                let credential = try await FetchContext.$epoch.withValue(epoch) {
+                    try await fetcher.fetchCredential(for: account)
+                }
+                result = .success(credential)
             } catch {
                 result = .failure(error)
             }
@@ -590,6 +594,13 @@ public actor SessionEngine {
             break
         }
     }
+}
+
+/// What a fetch belongs to, visible to the fetcher's task, so test fetchers can attribute each fetch to the epoch
+/// the engine started it in rather than to whatever epoch is current when the fetch task first runs.
+package enum FetchContext {
+    /// The epoch of the account session the running fetch belongs to.
+    @TaskLocal package static var epoch: UInt64?
 }
 
 /// An account change, as account-change hooks see it.

@@ -64,7 +64,9 @@ final class ModelFetcher: CredentialFetcher {
         let minimumInterval = self.minimumInterval
         let request = state.withLock { state -> Request in
             state.total += 1
-            let epoch = state.epochs[account] ?? 0
+            // The engine says which epoch started this fetch; the account's latest epoch would mislabel a fetch
+            // whose task first runs after the next change to the same account began.
+            let epoch = FetchContext.epoch ?? state.epochs[account] ?? 0
             var behaviour = Self.defaultBehaviour
             if state.recovering {
                 behaviour = .succeed(lifetime: 900)
