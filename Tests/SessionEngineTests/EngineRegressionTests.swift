@@ -41,6 +41,19 @@ import Testing
         #expect(failure == nil, "\(failure!)")
     }
 
+    /// A second `signOut()` while the first still waited for work found the engine already signing out and returned
+    /// at once, while the work still ran.
+    @Test func aSecondSignOutReturnsOnlyOnceTheFirstHasDrained() async {
+        let program: [EngineOperation] = [
+            .signIn("alice"),
+            .work(.stubborn(seconds: 30)),
+            .signOut,
+            .signOut,
+        ]
+        let failure = await EngineModelDriver(seed: 12_469_379_308_444_268_810).run(program)
+        #expect(failure == nil, "\(failure!)")
+    }
+
     /// A change superseded before its preparation started returned at once, while the previous account's work still
     /// ran. The window is a scheduling race (about one run in a hundred), so the program runs many times.
     @Test func aSupersededChangeReturnsOnlyOnceThePreviousWorkHasDrained() async {

@@ -157,7 +157,11 @@ public actor SessionEngine {
         guard !isShutDown else { throw Self.shutDownError }
         switch machine.changeAccount(to: target, at: instant()) {
         case .alreadyCurrent(let epoch):
-            guard target != nil else { return }
+            guard target != nil else {
+                // A sign-out may still be draining its work: return once it is done, as the first caller does.
+                await changeChain?.value
+                return
+            }
             try await waitForIdentity(epoch: epoch)
         case .began(let epoch, let actions):
             log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])

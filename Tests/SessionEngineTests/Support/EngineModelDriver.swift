@@ -135,9 +135,10 @@ final class EngineModelDriver {
             try await shutDownAndCheckLeaks()
             return nil
         } catch {
+            let log = probe.recentLog.map { "\n      \($0)" }.joined()
             await tearDown()
             let place = step <= program.count ? "step \(step) \(program[step - 1])" : "after the program"
-            return PropertyFailure("\(place): \(error)")
+            return PropertyFailure("\(place): \(error)\n    the engine's last log records:\(log)")
         }
     }
 
@@ -218,7 +219,8 @@ final class EngineModelDriver {
         let probe = self.probe
         let name = target.map { "switchAccount(to: \($0))" } ?? "signOut()"
         let call = probe.callStarted(name)
-        let change = began.map { probe.changeStarted(epoch: $0) }
+        // A sign-out that finds one under way waits for it, so it is held by the same work.
+        let change = began != nil || target == nil ? probe.changeStarted(epoch: epoch) : nil
         Task {
             defer {
                 if let change { probe.changeFinished(change) }
@@ -236,7 +238,8 @@ final class EngineModelDriver {
             } catch {
                 probe.callFailed(name, error, allowed: [.accountChanged, .backendSessionEnded])
             }
-            if began != nil { probe.checkDrained(before: epoch, after: name) }
+            // A sign-out that found one under way is done only once that one is: both leave no work behind.
+            if began != nil || target == nil { probe.checkDrained(before: epoch, after: name) }
         }
         if began != nil { try await waitUntil("the change to begin") { probe.stateCount > states } }
         return began
@@ -244,10 +247,17 @@ final class EngineModelDriver {
 
     /// Begins an account change and waits until the engine has taken it in: the change was published, or the call
     /// (to the current account) waits for its identity or has returned. Only then may another call race it.
-    private func beginChangeAndWaitForItsEffect(to target: AccountID?) async throws {
+    ///
+    /// A sign-out that finds one under way waits for it: with the hooks held it cannot return yet, otherwise the
+    /// engine is let come to rest.
+    private func beginChangeAndWaitForItsEffect(to target: AccountID?, hooksHeld: Bool = false) async throws {
         let waiters = engine.diagnostics.waiters
         let outstanding = probe.outstanding
         if try await beginChange(to: target) == nil {
+            guard target != nil else {
+                if !hooksHeld { try await settle() }
+                return
+            }
             try await waitUntil("the call to the current account to wait or return") {
                 engine.diagnostics.waiters > waiters || probe.outstanding == outstanding
             }
@@ -385,7 +395,7 @@ final class EngineModelDriver {
         let outstanding = probe.outstanding
         switch partner {
         case .change(let next):
-            try await beginChangeAndWaitForItsEffect(to: next)
+            try await beginChangeAndWaitForItsEffect(to: next, hooksHeld: true)
         case .renew:
             launchRenew()
             try await waitUntil("renew() to wait or return") {

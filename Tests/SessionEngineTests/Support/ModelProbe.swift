@@ -28,7 +28,11 @@ final class ModelProbe: Sendable {
         var stallNextHook = false
         var gate: CheckedContinuation<Void, Never>?
         var logCount = 0
+        var recentLog: [SessionLogRecord] = []
         var states: [String] = []
+        /// The epochs of the account changes the engine has begun and published, from its log.
+        var begunEpochs: Set<UInt64> = []
+        var beginning: UInt64?
         /// The epoch of the current account session, as the model predicts it.
         var epoch: UInt64 = 0
         /// The epochs in which the backend issued each credential, by signature (the same email, expiry and secret
@@ -47,13 +51,25 @@ final class ModelProbe: Sendable {
     func log(_ record: SessionLogRecord) {
         state.withLock { state in
             state.logCount += 1
+            state.recentLog.append(record)
+            if state.recentLog.count > 24 { state.recentLog.removeFirst(12) }
+            // A change has begun once the engine has also published its state, which it does right after logging
+            // the change, in the same step.
+            if record.message == "account change began" {
+                state.beginning = record.metadata["epoch"].flatMap(UInt64.init)
+            }
             if record.message == "state changed" {
                 state.states.append("\(record.metadata["state"] ?? "?") \(record.metadata["account"] ?? "?")")
+                if let epoch = state.beginning { state.begunEpochs.insert(epoch) }
+                state.beginning = nil
             }
         }
     }
 
     var logCount: Int { state.withLock { $0.logCount } }
+
+    /// The engine's last log records, oldest first.
+    var recentLog: [String] { state.withLock { $0.recentLog.suffix(12).map(\.description) } }
 
     /// The engine's state changes so far, as `name account`.
     var states: [String] { state.withLock { $0.states } }
@@ -200,12 +216,12 @@ final class ModelProbe: Sendable {
         state.withLock { _ = $0.changes.removeValue(forKey: id) }
     }
 
-    /// Account changes that cannot go on yet because work of an earlier epoch still runs: they wait for the work to
-    /// drain, not for anything the engine decides.
+    /// Account changes the engine has begun that cannot go on yet because work of an earlier epoch still runs: they
+    /// wait for the work to drain, not for anything the engine decides.
     var changesHeldByWork: (calls: Int, tasks: Int) {
         state.withLock { state in
             guard let oldest = state.work.values.min() else { return (0, 0) }
-            let held = state.changes.values.filter { $0.epoch > oldest }
+            let held = state.changes.values.filter { $0.epoch > oldest && state.begunEpochs.contains($0.epoch) }
             let calls = held.filter(\.isCall).count
             return (calls, held.count - calls)
         }
