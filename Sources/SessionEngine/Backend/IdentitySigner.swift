@@ -11,6 +11,8 @@ import Foundation
 public struct IdentitySigner: Sendable, CustomStringConvertible {
     /// The longest lifetime the contract allows: 24 hours.
     public static let maximumLifetime: Duration = .seconds(24 * 60 * 60)
+    /// ``maximumLifetime`` in seconds, converted once rather than on every signature.
+    private static let maximumLifetimeSeconds = maximumLifetime.timeInterval
     /// The default lifetime: 15 minutes.
     public static let defaultLifetime: Duration = .seconds(15 * 60)
 
@@ -59,7 +61,8 @@ public struct IdentitySigner: Sendable, CustomStringConvertible {
     ///   - properties: Signed properties; `nil` issues `v1`, a set (even empty) issues `v2`.
     /// - Returns: The signed credential.
     /// - Throws: ``CredentialError`` for an email that is empty after normalization or holds a control character.
-    public func sign(email: String, properties: IdentityProperties? = nil) throws(CredentialError) -> IdentityCredential {
+    public func sign(email: String, properties: IdentityProperties? = nil) throws(CredentialError) -> IdentityCredential
+    {
         let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
         return try sign(email: email, properties: properties, expiresAt: now + lifetime.components.seconds)
     }
@@ -84,20 +87,20 @@ public struct IdentitySigner: Sendable, CustomStringConvertible {
         guard expiresAt > 0 else {
             throw CredentialError(.invalidExpiresAt, reason: "expiresAt must be a positive number of Unix seconds")
         }
-        let latest = clock.now.timeIntervalSince1970 + Self.maximumLifetime.timeInterval
+        let latest = clock.now.timeIntervalSince1970 + Self.maximumLifetimeSeconds
         guard TimeInterval(expiresAt) <= latest else {
             throw CredentialError(.lifetimeTooLong, reason: "expiresAt is more than 24 hours from now")
         }
-        let payload = IdentityPayload.make(
+        let digest = IdentityPayload.withUTF8(
             projectID: projectID,
             expiresAt: expiresAt,
             email: normalized,
             properties: properties
-        )
+        ) { hmac.authenticate($0) }
         return IdentityCredential(
             validatedEmail: normalized,
             expiresAt: expiresAt,
-            signature: hmac.authenticate(payload).hexString,
+            signature: digest.hexString,
             properties: properties
         )
     }
