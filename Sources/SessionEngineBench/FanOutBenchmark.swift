@@ -186,14 +186,3 @@ struct FanOutBenchmark: Benchmark {
         return memory
     }
 }
-
-/// `1000` as `1,000`.
-func grouped(_ value: Int) -> String {
-    let digits = String(value)
-    var result = ""
-    for (index, digit) in digits.enumerated() {
-        if index > 0 && (digits.count - index) % 3 == 0 { result.append(",") }
-        result.append(digit)
-    }
-    return result
-}

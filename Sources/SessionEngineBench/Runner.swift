@@ -133,6 +133,17 @@ extension Figure {
     }
 }
 
+/// `1000` as `1,000`.
+func grouped(_ value: Int) -> String {
+    let digits = String(value)
+    var result = ""
+    for (index, digit) in digits.enumerated() {
+        if index > 0 && (digits.count - index) % 3 == 0 { result.append(",") }
+        result.append(digit)
+    }
+    return result
+}
+
 /// Writes progress to standard error, so standard output holds only the report.
 func progress(_ message: String) {
     FileHandle.standardError.write(Data((message + "\n").utf8))
