@@ -11,6 +11,8 @@ import Foundation
 public struct IdentitySigner: Sendable, CustomStringConvertible {
     /// The longest lifetime the contract allows: 24 hours.
     public static let maximumLifetime: Duration = .seconds(24 * 60 * 60)
+    /// ``maximumLifetime`` in seconds, converted once rather than on every signature.
+    private static let maximumLifetimeSeconds = maximumLifetime.timeInterval
     /// The default lifetime: 15 minutes.
     public static let defaultLifetime: Duration = .seconds(15 * 60)
 
@@ -85,20 +87,20 @@ public struct IdentitySigner: Sendable, CustomStringConvertible {
         guard expiresAt > 0 else {
             throw CredentialError(.invalidExpiresAt, reason: "expiresAt must be a positive number of Unix seconds")
         }
-        let latest = clock.now.timeIntervalSince1970 + Self.maximumLifetime.timeInterval
+        let latest = clock.now.timeIntervalSince1970 + Self.maximumLifetimeSeconds
         guard TimeInterval(expiresAt) <= latest else {
             throw CredentialError(.lifetimeTooLong, reason: "expiresAt is more than 24 hours from now")
         }
-        let payload = IdentityPayload.make(
+        let digest = IdentityPayload.withUTF8(
             projectID: projectID,
             expiresAt: expiresAt,
             email: normalized,
             properties: properties
-        )
+        ) { hmac.authenticate($0) }
         return IdentityCredential(
             validatedEmail: normalized,
             expiresAt: expiresAt,
-            signature: hmac.authenticate(payload).hexString,
+            signature: digest.hexString,
             properties: properties
         )
     }

@@ -57,24 +57,25 @@ extension ECMAScript {
     /// on every scalar; a JavaScript engine with a different Unicode version differs only for the cased letters
     /// added in between.
     package static func toLowerCase(_ string: String) -> String {
-        var hasUppercaseASCII = false
-        for byte in string.utf8 {
-            if byte >= 0x80 {
-                return unicodeLowercased(string)
-            }
-            if byte &- UInt8(ascii: "A") < 26 {
-                hasUppercaseASCII = true
-            }
-        }
-        guard hasUppercaseASCII else { return string }
-        let utf8 = string.utf8
-        return String(unsafeUninitializedCapacity: utf8.count) { buffer in
-            var count = 0
+        var contiguous = string
+        return contiguous.withUTF8 { utf8 in
+            var hasUppercaseASCII = false
             for byte in utf8 {
-                buffer[count] = byte &- UInt8(ascii: "A") < 26 ? byte | 0x20 : byte
-                count += 1
+                if byte >= 0x80 {
+                    return unicodeLowercased(string)
+                }
+                if byte &- UInt8(ascii: "A") < 26 {
+                    hasUppercaseASCII = true
+                }
             }
-            return count
+            guard hasUppercaseASCII else { return string }
+            return String(unsafeUninitializedCapacity: utf8.count) { buffer in
+                for index in utf8.indices {
+                    let byte = utf8[index]
+                    buffer[index] = byte &- UInt8(ascii: "A") < 26 ? byte | 0x20 : byte
+                }
+                return utf8.count
+            }
         }
     }
 

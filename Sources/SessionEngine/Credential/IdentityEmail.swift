@@ -22,6 +22,10 @@ public enum IdentityEmail {
         guard !email.isEmpty else {
             throw CredentialError(.emptyEmail, reason: "the email is empty")
         }
+        // Among ASCII scalars exactly U+0000–U+001F and U+007F are controls, so printable ASCII needs no property
+        // lookup; anything else takes the general-category check below.
+        var contiguous = email
+        guard !contiguous.withUTF8({ $0.allSatisfy { $0 &- 0x20 < 0x5F } }) else { return }
         for scalar in email.unicodeScalars where scalar.properties.generalCategory == .control {
             throw CredentialError(
                 .emailControlCharacter,

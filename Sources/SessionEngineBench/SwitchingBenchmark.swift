@@ -1,0 +1,122 @@
+import SessionEngine
+import Synchronization
+
+/// An account change while the previous account has many requests in flight: every one must be cancelled and have
+/// ended before the next account's credential is installed.
+struct SwitchingBenchmark: Benchmark {
+    let name = "switching"
+    let summary = "an account change with 10,000 in-flight withIdentity bodies: cancel, drain, install"
+
+    private static let bodies = 10_000
+
+    func run(_ options: Options) async throws -> [Figure] {
+        var switches: [Double] = []
+        var drains: [Double] = []
+        var overrun: [Double] = []
+        var cancelled: [Double] = []
+        for round in 0..<(options.warmupRounds + options.rounds) {
+            progress("  switching round \(round + 1)")
+            let result = try await switchWithWorkInFlight(seed: UInt64(round))
+            let baseline = await cancelBareTasks()
+            guard round >= options.warmupRounds else { continue }
+            switches.append(result.switchTime.seconds)
+            drains.append(result.drainTime.seconds)
+            overrun.append(Double(result.stillRunning))
+            cancelled.append(baseline.seconds)
+        }
+        let baseline = Measurement("cancelling and awaiting \(grouped(Self.bodies)) bare tasks", .seconds, cancelled)
+        return [
+            Figure(
+                name,
+                Measurement(
+                    "switch with \(grouped(Self.bodies)) bodies in flight: cancel, drain, install", .seconds, switches),
+                against: baseline,
+                paired: true
+            ),
+            Figure(
+                name,
+                Measurement("of which cancel and drain, until the hooks ran", .seconds, drains),
+                against: baseline,
+                paired: true
+            ),
+            Figure(
+                name,
+                Measurement("old bodies still running when the next fetch started", .count, overrun),
+                goal: Goal(text: "= 0 in every round", met: overrun.allSatisfy { $0 == 0 })
+            ),
+        ]
+    }
+
+    /// Signs in, starts the bodies, waits until all of them are running and switches account.
+    ///
+    /// - Returns: The time `switchAccount(to:)` took, the time until the account-change hooks ran (the work had
+    ///   drained), and how many old bodies had not ended when the next account's fetch started.
+    private func switchWithWorkInFlight(
+        seed: UInt64
+    ) async throws -> (switchTime: Duration, drainTime: Duration, stillRunning: Int) {
+        let clock = ManualClock()
+        let progress = WorkProgress()
+        let fetcher = SigningFetcher(clock: clock) { account, _, _ in
+            if account == "bob" { progress.markFetchStarted() }
+        }
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: seed), clock: clock)
+        try await engine.signIn("alice")
+        await engine.addAccountChangeHook { _ in progress.markHooksRan() }
+        let callers = (0..<Self.bodies).map { _ in
+            Task {
+                try? await engine.withIdentity { _ in
+                    progress.started.increment()
+                    defer { progress.ended.increment() }
+                    // A request waiting on the network until it is cancelled.
+                    try await Task.sleep(for: .seconds(86_400))
+                }
+            }
+        }
+        await waitUntil("every body runs") { progress.started.count == Self.bodies }
+
+        let start = ContinuousClock.now
+        try await engine.switchAccount(to: "bob")
+        let switchTime = start.duration(to: .now)
+        for caller in callers { await caller.value }
+        await engine.shutdown()
+        return (switchTime, start.duration(to: progress.hooksRan!), Self.bodies - progress.endedAtFetch!)
+    }
+
+    /// The runtime's floor: as many plain tasks, each sleeping, cancelled and awaited.
+    private func cancelBareTasks() async -> Duration {
+        let started = Counter()
+        let tasks = (0..<Self.bodies).map { _ in
+            Task {
+                started.increment()
+                try? await Task.sleep(for: .seconds(86_400))
+            }
+        }
+        await waitUntil("every task runs") { started.count == Self.bodies }
+        let start = ContinuousClock.now
+        for task in tasks { task.cancel() }
+        for task in tasks { await task.value }
+        return start.duration(to: .now)
+    }
+}
+
+/// What the bodies and the engine's callbacks observed during a switch.
+private final class WorkProgress: Sendable {
+    let started = Counter()
+    let ended = Counter()
+    private let marks = Mutex<(hooksRan: ContinuousClock.Instant?, endedAtFetch: Int?)>((nil, nil))
+
+    /// When the account-change hooks ran.
+    var hooksRan: ContinuousClock.Instant? { marks.withLock { $0.hooksRan } }
+    /// How many bodies had ended when the next account's fetch started.
+    var endedAtFetch: Int? { marks.withLock { $0.endedAtFetch } }
+
+    func markHooksRan() {
+        marks.withLock { $0.hooksRan = .now }
+    }
+
+    func markFetchStarted() {
+        let ended = ended.count
+        marks.withLock { $0.endedAtFetch = ended }
+    }
+}
