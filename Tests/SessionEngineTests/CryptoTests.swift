@@ -335,23 +335,8 @@ private func referenceHMAC(key: [UInt8], message: [UInt8]) -> SHA256Digest {
     return SHA256.hash(blockKey.map { $0 ^ 0x5c } + innerDigest.bytes)
 }
 
-/// A small deterministic SplitMix64 generator so that randomised tests are reproducible.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-
-    init(seed: UInt64) {
-        state = seed
-    }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func bytes(count: Int) -> [UInt8] {
+extension SplitMix64 {
+    fileprivate mutating func bytes(count: Int) -> [UInt8] {
         (0..<count).map { _ in UInt8(truncatingIfNeeded: next()) }
     }
 }

@@ -7,15 +7,13 @@ import Testing
 @Suite struct DecodingRobustnessTests {
     /// A small seeded generator, so a failure reproduces from the printed seed.
     struct Random {
-        var state: UInt64
+        var base: SplitMix64
 
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
+        init(state: UInt64) {
+            base = SplitMix64(seed: state)
         }
+
+        mutating func next() -> UInt64 { base.next() }
 
         mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 

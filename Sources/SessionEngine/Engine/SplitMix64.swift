@@ -1,14 +1,16 @@
 /// A small, fast, seedable random number generator (SplitMix64), so jitter is reproducible from a seed.
-struct SplitMix64: RandomNumberGenerator, Sendable, Hashable {
+///
+/// Tests share it for their own reproducible randomness.
+package struct SplitMix64: RandomNumberGenerator, Sendable, Hashable {
     private var state: UInt64
 
     /// Creates a generator from a seed.
-    init(seed: UInt64) {
+    package init(seed: UInt64) {
         state = seed
     }
 
     /// The next 64 random bits.
-    mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -17,7 +19,7 @@ struct SplitMix64: RandomNumberGenerator, Sendable, Hashable {
     }
 
     /// A uniformly distributed number in `0..<1`.
-    mutating func nextUnit() -> Double {
+    package mutating func nextUnit() -> Double {
         Double(next() >> 11) * 0x1.0p-53
     }
 }

@@ -1,20 +1,18 @@
+import SessionEngine
+
 /// The property harness's random source: SplitMix64, so every generated program is reproducible from one seed.
 ///
-/// It is deliberately separate from the engine's own generator, so that changing the engine's jitter never changes
-/// which programs a seed replays.
+/// It is its own stream, separate from the engine's, so that changing the engine's jitter never changes which
+/// programs a seed replays; it shares the engine's SplitMix64 algorithm.
 struct PropertyRandom: RandomNumberGenerator, Sendable {
-    private var state: UInt64
+    private var base: SplitMix64
 
     init(seed: UInt64) {
-        state = seed
+        base = SplitMix64(seed: seed)
     }
 
     mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
+        base.next()
     }
 
     /// The seed of the `index`th program of a run: the run's seed itself for the first program, so a failing
