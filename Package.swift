@@ -12,24 +12,26 @@ let package = Package(
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "SessionEngine", targets: ["SessionEngine"]),
+        .library(name: "SessionEngineTestKit", targets: ["SessionEngineTestKit"]),
         .executable(name: "SessionEngineDemo", targets: ["SessionEngineDemo"]),
         .executable(name: "SessionEngineBench", targets: ["SessionEngineBench"]),
     ],
     targets: [
         .target(name: "SessionEngine", swiftSettings: strictSettings),
+        .target(name: "SessionEngineTestKit", dependencies: ["SessionEngine"], swiftSettings: strictSettings),
         .executableTarget(
             name: "SessionEngineDemo",
-            dependencies: ["SessionEngine"],
+            dependencies: ["SessionEngine", "SessionEngineTestKit"],
             swiftSettings: strictSettings
         ),
         .executableTarget(
             name: "SessionEngineBench",
-            dependencies: ["SessionEngine"],
+            dependencies: ["SessionEngine", "SessionEngineTestKit"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "SessionEngineTests",
-            dependencies: ["SessionEngine"],
+            dependencies: ["SessionEngine", "SessionEngineTestKit"],
             exclude: ["Fixtures"],
             swiftSettings: strictSettings
         ),

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Synchronization
 
 /// Many callers that need a fresh credential at the moment the old one expires: they must share one fetch, and the
@@ -71,24 +72,25 @@ struct CoalescingBenchmark: Benchmark {
         async let signedIn: Void = engine.signIn("member")
         fetcher.respond(to: await fetcher.nextRequest(), with: .success(credential()))
         try await signedIn
-        let fetchesBefore = engine.diagnostics.fetchesStarted
+        let fetchesBefore = engine.metrics.fetchesStarted
 
         // The moment of expiry: the wall clock reaches expiresAt before the renewal timer has run.
         clock.jumpWallClock(by: .seconds(900))
         let started = ContinuousClock.now
-        let callers = (0..<Self.callers).map { _ in
-            Task {
-                _ = try await engine.renew()
-                return ContinuousClock.now
-            }
+        // Returns once every caller is in the engine and waits for the one fetch, which the script holds.
+        let callers = await startConcurrentCalls(Self.callers, into: engine) { engine in
+            _ = try await engine.renew()
+            return ContinuousClock.now
         }
-        let request = await fetcher.nextRequest()
-        await waitUntil("every caller waits for the fetch") { engine.diagnostics.waiters == Self.callers }
         let joining = started.duration(to: .now)
+        let request = await fetcher.nextRequest()
+        guard engine.metrics.waiters == Self.callers else {
+            fatalError("\(engine.metrics.waiters) of \(Self.callers) callers wait for the fetch")
+        }
         let returned = ContinuousClock.now
         fetcher.respond(to: request, with: .success(credential()))
         let latencies = try await Self.latencies(of: callers, since: returned)
-        let fetches = engine.diagnostics.fetchesStarted - fetchesBefore
+        let fetches = engine.metrics.fetchesStarted - fetchesBefore
         await engine.shutdown()
         return (fetches, joining, latencies)
     }
@@ -98,13 +100,17 @@ struct CoalescingBenchmark: Benchmark {
     /// - Returns: Each task's latency from the moment resuming began to the moment it ran again, sorted.
     private func resumeContinuations() async -> [Double] {
         let waiting = Locked<[CheckedContinuation<Void, Never>]>([])
+        let arrived = Arrivals()
         let tasks = (0..<Self.callers).map { _ in
             Task {
-                await withCheckedContinuation { continuation in waiting.withLock { $0.append(continuation) } }
+                await withCheckedContinuation { continuation in
+                    waiting.withLock { $0.append(continuation) }
+                    arrived.arrive()
+                }
                 return ContinuousClock.now
             }
         }
-        await waitUntil("every task waits") { waiting.withLock { $0.count } == Self.callers }
+        await arrived.wait(for: Self.callers)
         let resumed = ContinuousClock.now
         for continuation in waiting.withLock({ $0 }) { continuation.resume() }
         return try! await Self.latencies(of: tasks, since: resumed)

@@ -1,4 +1,6 @@
+import Foundation
 import SessionEngine
+import SessionEngineTestKit
 
 /// Many subscribers to the engine's events: how fast state changes reach all of them, and what each costs in memory.
 struct FanOutBenchmark: Benchmark {
@@ -66,21 +68,14 @@ struct FanOutBenchmark: Benchmark {
         let driver = RenewalDriver(engine: engine, clock: clock, fetcher: fetcher)
         let expected = cycles * Self.eventsPerCycle
 
-        let subscribed = Counter()
-        let subscribers = (0..<Self.subscribers).map { _ in
-            Task {
-                var iterator = engine.events().makeAsyncIterator()
-                _ = await iterator.next()  // the current state
-                subscribed.increment()
-                var received = 0
-                var dropped = 0
-                while received + dropped < expected, let event = await iterator.next() {
-                    if case .eventsDropped(let count) = event { dropped += count } else { received += 1 }
-                }
-                return (received, dropped)
+        let subscribers = await Self.engineSubscribers(Self.subscribers, of: engine) { iterator in
+            var received = 0
+            var dropped = 0
+            while received + dropped < expected, let event = await iterator.next() {
+                if case .eventsDropped(let count) = event.kind { dropped += count } else { received += 1 }
             }
+            return (received, dropped)
         }
-        await waitUntil("every subscriber waits") { subscribed.count == Self.subscribers }
 
         let start = ContinuousClock.now
         for _ in 0..<cycles { await driver.renewOnce() }
@@ -101,36 +96,25 @@ struct FanOutBenchmark: Benchmark {
     /// - Returns: Events delivered per second.
     private func deliverThroughStreams(cycles: Int) async -> Double {
         let expected = cycles * Self.eventsPerCycle
+        let time = SessionInstant(wall: Date(), uptime: .zero)
         let events: [SessionEvent] = [
             .stateChanged(.switching(from: "member", to: "member")), .eventsDropped(count: 0),
             .stateChanged(.signedOut),
-        ]
-        let subscribed = Counter()
-        var continuations: [AsyncStream<SessionEvent>.Continuation] = []
-        var subscribers: [Task<Int, Never>] = []
-        for _ in 0..<Self.subscribers {
-            let (stream, continuation) = AsyncStream<SessionEvent>.makeStream()
-            continuations.append(continuation)
-            subscribers.append(
-                Task {
-                    subscribed.increment()
-                    var received = 0
-                    for await _ in stream {
-                        received += 1
-                        if received == expected { break }
-                    }
-                    return received
-                }
-            )
+        ].enumerated().map { SessionEvent($0.element, time: time, epoch: 1, sequence: UInt64($0.offset + 1)) }
+        let (continuations, subscribers) = await Self.streamSubscribers(Self.subscribers) { stream in
+            var received = 0
+            for await _ in stream {
+                received += 1
+                if received == expected { break }
+            }
+            return received
         }
-        await waitUntil("every subscriber waits") { subscribed.count == Self.subscribers }
 
         let start = ContinuousClock.now
         for _ in 0..<cycles {
             for event in events {
                 for continuation in continuations { continuation.yield(event) }
             }
-            await Task.yield()
         }
         var delivered = 0
         for subscriber in subscribers { delivered += await subscriber.value }
@@ -146,16 +130,9 @@ struct FanOutBenchmark: Benchmark {
         try await engine.signIn("member")
         releaseFreeMemory()
         let before = residentMemory()
-        let waiting = Counter()
-        let subscribers = (0..<Self.memorySubscribers).map { _ in
-            Task {
-                var iterator = engine.events().makeAsyncIterator()
-                _ = await iterator.next()  // the current state
-                waiting.increment()
-                _ = await iterator.next()  // nil at shutdown
-            }
+        let subscribers = await Self.engineSubscribers(Self.memorySubscribers, of: engine) { iterator in
+            _ = await iterator.next()  // nil at shutdown
         }
-        await waitUntil("every subscriber waits") { waiting.count == Self.memorySubscribers }
         let memory = (residentMemory() - before) / Double(Self.memorySubscribers)
         await engine.shutdown()
         for subscriber in subscribers { await subscriber.value }
@@ -166,23 +143,59 @@ struct FanOutBenchmark: Benchmark {
     private func streamMemoryPerSubscriber() async -> Double {
         releaseFreeMemory()
         let before = residentMemory()
-        let waiting = Counter()
-        var continuations: [AsyncStream<SessionEvent>.Continuation] = []
-        var subscribers: [Task<Void, Never>] = []
-        for _ in 0..<Self.memorySubscribers {
-            let (stream, continuation) = AsyncStream<SessionEvent>.makeStream()
-            continuations.append(continuation)
-            subscribers.append(
-                Task {
-                    waiting.increment()
-                    for await _ in stream {}
-                }
-            )
+        let (continuations, subscribers) = await Self.streamSubscribers(Self.memorySubscribers) { stream in
+            for await _ in stream {}
         }
-        await waitUntil("every subscriber waits") { waiting.count == Self.memorySubscribers }
         let memory = (residentMemory() - before) / Double(Self.memorySubscribers)
         for continuation in continuations { continuation.finish() }
         for subscriber in subscribers { await subscriber.value }
         return memory
+    }
+
+    /// Starts `count` tasks, each consuming an `AsyncStream` of its own with `consume`, and returns once every one
+    /// has started.
+    ///
+    /// - Returns: The streams' continuations and the tasks.
+    private static func streamSubscribers<Result: Sendable>(
+        _ count: Int,
+        _ consume: @escaping @Sendable (AsyncStream<SessionEvent>) async -> Result
+    ) async -> (continuations: [AsyncStream<SessionEvent>.Continuation], tasks: [Task<Result, Never>]) {
+        let started = Arrivals()
+        var continuations: [AsyncStream<SessionEvent>.Continuation] = []
+        var tasks: [Task<Result, Never>] = []
+        for _ in 0..<count {
+            let (stream, continuation) = AsyncStream<SessionEvent>.makeStream()
+            continuations.append(continuation)
+            tasks.append(
+                Task {
+                    started.arrive()
+                    return await consume(stream)
+                }
+            )
+        }
+        await started.wait(for: count)
+        return (continuations, tasks)
+    }
+
+    /// Starts `count` tasks, each subscribing to the engine's events, receiving the current state and then
+    /// consuming the rest with `consume`; returns once every one has received the current state.
+    ///
+    /// - Returns: The tasks.
+    private static func engineSubscribers<Result: Sendable>(
+        _ count: Int,
+        of engine: SessionEngine,
+        _ consume: @escaping @Sendable (inout SessionEvents.Iterator) async -> Result
+    ) async -> [Task<Result, Never>] {
+        let subscribed = Arrivals()
+        let tasks = (0..<count).map { _ in
+            Task {
+                var iterator = engine.events().makeAsyncIterator()
+                _ = await iterator.next()  // the current state
+                subscribed.arrive()
+                return await consume(&iterator)
+            }
+        }
+        await subscribed.wait(for: count)
+        return tasks
     }
 }

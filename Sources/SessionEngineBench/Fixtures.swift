@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Synchronization
 
 /// The project the benchmarks sign for.
@@ -55,16 +56,61 @@ final class SigningFetcher: CredentialFetcher {
     }
 }
 
-/// Yields until `condition` holds, so the tasks it waits for can run.
+/// Starts `count` calls into `engine` at once, each in a task of its own, and returns once every one has entered
+/// the engine and the engine is idle again: each call has returned or is parked (waiting for a fetch, say).
 ///
-/// A workload that never gets there is a broken benchmark, not a slow one: after ten million yields the process
-/// stops with `what` rather than report figures of a workload that did not happen.
-func waitUntil(_ what: String, _ condition: () -> Bool) async {
-    for _ in 0..<10_000_000 {
-        if condition() { return }
-        await Task.yield()
+/// The test kit's ``SessionEngine/startCall(_:)`` starts calls one after another; a benchmark of concurrent callers
+/// needs them to arrive together, so this waits on the same ledger for all of them. The engine must run on a
+/// `ManualClock`.
+///
+/// - Parameters:
+///   - count: How many calls to start.
+///   - engine: The engine to call.
+///   - call: One call, given the engine; it must begin with one of the engine's asynchronous methods.
+/// - Returns: The tasks running the calls.
+func startConcurrentCalls<T: Sendable>(
+    _ count: Int,
+    into engine: SessionEngine,
+    _ call: @escaping @Sendable (SessionEngine) async throws -> T
+) async -> [Task<T, any Error>] {
+    guard let ledger = engine.ledger else { preconditionFailure("concurrent calls need an engine on a ManualClock") }
+    let entered = ledger.callsEntered + UInt64(count)
+    let tasks = (0..<count).map { _ in Task { try await call(engine) } }
+    await ledger.waitUntilIdle(callsEntered: entered)
+    return tasks
+}
+
+/// Suspends until the calling task is cancelled, then throws `CancellationError`: a request waiting on the network
+/// until it is cancelled, without a timer.
+func suspendUntilCancelled() async throws {
+    let parked = ParkedUntilCancelled()
+    try await withTaskCancellationHandler {
+        try await withCheckedThrowingContinuation { parked.park($0) }
+    } onCancel: {
+        parked.cancel()
     }
-    fatalError("gave up waiting until \(what)")
+}
+
+/// The continuation of one ``suspendUntilCancelled()``, resumed when its task is cancelled.
+private final class ParkedUntilCancelled: Sendable {
+    private let state = Mutex<(continuation: CheckedContinuation<Void, any Error>?, cancelled: Bool)>((nil, false))
+
+    func park(_ continuation: CheckedContinuation<Void, any Error>) {
+        let cancelled = state.withLock { state -> Bool in
+            if !state.cancelled { state.continuation = continuation }
+            return state.cancelled
+        }
+        if cancelled { continuation.resume(throwing: CancellationError()) }
+    }
+
+    func cancel() {
+        let continuation = state.withLock { state in
+            state.cancelled = true
+            defer { state.continuation = nil }
+            return state.continuation
+        }
+        continuation?.resume(throwing: CancellationError())
+    }
 }
 
 /// How a `renew()` call made with a time limit ended.
@@ -79,7 +125,8 @@ enum RenewOutcome: Sendable {
 ///
 /// With a backend that answers at once, a call that takes longer than a few milliseconds is one that missed its
 /// fetch's outcome (see "renew() can miss its outcome" in BENCHMARKS.md). Cancelling removes its waiter, so a
-/// benchmark that renews back to back keeps going and can count such calls.
+/// benchmark that renews back to back keeps going and can count such calls. For engines on the `SystemClock`: the
+/// limit is real time, a timeout rather than a wait for anything to happen.
 func renew(_ engine: SessionEngine, within limit: Duration) async -> RenewOutcome {
     await withTaskGroup(of: RenewOutcome.self) { group in
         group.addTask {
@@ -113,14 +160,43 @@ final class Locked<Value: Sendable>: Sendable {
     }
 }
 
-/// A counter shared between tasks.
-final class Counter: Sendable {
-    private let value = Atomic<Int>(0)
+/// A count of arrivals shared between tasks, which a task can wait on until enough have arrived.
+final class Arrivals: Sendable {
+    private struct State {
+        var count = 0
+        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
 
-    var count: Int { value.load(ordering: .acquiring) }
+    private let state = Mutex(State())
 
-    func increment() {
-        value.add(1, ordering: .releasing)
+    /// How many have arrived.
+    var count: Int { state.withLock { $0.count } }
+
+    /// Counts one arrival and resumes the waiters it completes.
+    func arrive() {
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.count += 1
+            var ready: [CheckedContinuation<Void, Never>] = []
+            state.waiters.removeAll { waiter in
+                guard waiter.count <= state.count else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    /// Suspends until at least `count` have arrived.
+    func wait(for count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state -> Bool in
+                if state.count >= count { return true }
+                state.waiters.append((count, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
     }
 }
 
@@ -133,18 +209,15 @@ struct RenewalDriver {
     /// Advances the clock from one timer deadline to the next until one more credential has been issued and
     /// installed and the engine's timer sleeps again.
     ///
-    /// The clock only moves while the engine is identified, so a renewal under way never sees its credential
-    /// expire.
+    /// The clock moves only when the engine is idle (the test kit's `waitUntilIdle()`), so a renewal under way
+    /// always completes before time moves on.
     func renewOnce() async {
         let target = fetcher.issuedCount + 1
         while true {
-            await clock.waitForSleepers(count: 1)
-            guard case .identified = engine.state else {
-                await Task.yield()
-                continue
-            }
+            await engine.waitUntilIdle()
             if fetcher.issuedCount >= target { return }
-            if let deadline = clock.nextDeadline { clock.advance(by: max(.zero, deadline - clock.uptime)) }
+            guard clock.nextDeadline != nil else { fatalError("the engine has no timer asleep on the clock") }
+            clock.advanceToNextDeadline()
         }
     }
 }

@@ -1,11 +1,12 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 
 /// A fleet of processes that all signed in within one minute, over a virtual day: does the renewal jitter spread the
 /// backend's load, or does the fleet renew in waves?
 ///
 /// The fleet is simulated with the engine's renewal arithmetic (`renewalTime` in `SessionEngine+StateMachine.swift`):
-/// a credential installed at `t` that expires at `expiresAt` is renewed at
+/// a credential issued at `t` that expires at `expiresAt` is renewed at
 /// `t + clamp(lifetime × (fraction + jitter × u), minimumFetchInterval, lifetime − minimumLead)` with `u` uniform in
 /// `-1..<1` and `lifetime = expiresAt − t`. The simulated backend answers at once and stamps `expiresAt` as the
 /// signer does, in whole seconds: `floor(t) + 900`. A sample of real engines on manual clocks checks that the

@@ -1,4 +1,5 @@
 import SessionEngine
+import SessionEngineTestKit
 
 /// A long life in virtual time: renewal after renewal, with subscribers and scoped work coming and going, while
 /// resident memory must stay flat.
@@ -83,7 +84,7 @@ struct SoakBenchmark: Benchmark {
                 let events = engine.events()
                 visitor = Task {
                     for await event in events {
-                        if case .renewed = event { break }
+                        if case .renewed = event.kind { break }
                     }
                 }
             }
@@ -95,12 +96,12 @@ struct SoakBenchmark: Benchmark {
         releaseFreeMemory()
         let finalMemory = residentMemory()
 
-        // The task of the last fetch may still be returning; give it the chance to end.
-        for _ in 0..<100_000 where engine.diagnostics.liveTasks > 1 { await Task.yield() }
-        let diagnostics = engine.diagnostics
+        // Every task of the last renewal has ended or sleeps on the clock once the engine is idle.
+        await engine.waitUntilIdle()
+        let metrics = engine.metrics
         let leftovers =
-            "at the end: \(diagnostics.liveTasks) live tasks, \(diagnostics.subscribers) subscribers, "
-            + "\(diagnostics.waiters) waiters, \(diagnostics.scopedWork) scoped work"
+            "at the end: \(metrics.liveTasks) live tasks, \(metrics.subscribers) subscribers, "
+            + "\(metrics.waiters) waiters, \(metrics.scopedWork) scoped work"
         await engine.shutdown()
         for task in longLived { await task.value }
         withExtendedLifetime(idle) {}

@@ -1,4 +1,5 @@
 import SessionEngine
+import SessionEngineTestKit
 import Synchronization
 
 /// An account change while the previous account has many requests in flight: every one must be cancelled and have
@@ -41,7 +42,7 @@ struct SwitchingBenchmark: Benchmark {
             ),
             Figure(
                 name,
-                Measurement("old bodies still running when the next fetch started", .count, overrun),
+                Measurement("old bodies still running when the next fetch began", .count, overrun),
                 goal: Goal(text: "= 0 in every round", met: overrun.allSatisfy { $0 == 0 })
             ),
         ]
@@ -50,7 +51,7 @@ struct SwitchingBenchmark: Benchmark {
     /// Signs in, starts the bodies, waits until all of them are running and switches account.
     ///
     /// - Returns: The time `switchAccount(to:)` took, the time until the account-change hooks ran (the work had
-    ///   drained), and how many old bodies had not ended when the next account's fetch started.
+    ///   drained), and how many old bodies had not ended when the next account's fetch began.
     private func switchWithWorkInFlight(
         seed: UInt64
     ) async throws -> (switchTime: Duration, drainTime: Duration, stillRunning: Int) {
@@ -66,14 +67,14 @@ struct SwitchingBenchmark: Benchmark {
         let callers = (0..<Self.bodies).map { _ in
             Task {
                 try? await engine.withIdentity { _ in
-                    progress.started.increment()
-                    defer { progress.ended.increment() }
+                    progress.started.arrive()
+                    defer { progress.ended.arrive() }
                     // A request waiting on the network until it is cancelled.
-                    try await Task.sleep(for: .seconds(86_400))
+                    try await suspendUntilCancelled()
                 }
             }
         }
-        await waitUntil("every body runs") { progress.started.count == Self.bodies }
+        await progress.started.wait(for: Self.bodies)
 
         let start = ContinuousClock.now
         try await engine.switchAccount(to: "bob")
@@ -83,16 +84,16 @@ struct SwitchingBenchmark: Benchmark {
         return (switchTime, start.duration(to: progress.hooksRan!), Self.bodies - progress.endedAtFetch!)
     }
 
-    /// The runtime's floor: as many plain tasks, each sleeping, cancelled and awaited.
+    /// The runtime's floor: as many plain tasks, each waiting until cancelled, cancelled and awaited.
     private func cancelBareTasks() async -> Duration {
-        let started = Counter()
+        let started = Arrivals()
         let tasks = (0..<Self.bodies).map { _ in
             Task {
-                started.increment()
-                try? await Task.sleep(for: .seconds(86_400))
+                started.arrive()
+                try? await suspendUntilCancelled()
             }
         }
-        await waitUntil("every task runs") { started.count == Self.bodies }
+        await started.wait(for: Self.bodies)
         let start = ContinuousClock.now
         for task in tasks { task.cancel() }
         for task in tasks { await task.value }
@@ -102,13 +103,13 @@ struct SwitchingBenchmark: Benchmark {
 
 /// What the bodies and the engine's callbacks observed during a switch.
 private final class WorkProgress: Sendable {
-    let started = Counter()
-    let ended = Counter()
+    let started = Arrivals()
+    let ended = Arrivals()
     private let marks = Mutex<(hooksRan: ContinuousClock.Instant?, endedAtFetch: Int?)>((nil, nil))
 
     /// When the account-change hooks ran.
     var hooksRan: ContinuousClock.Instant? { marks.withLock { $0.hooksRan } }
-    /// How many bodies had ended when the next account's fetch started.
+    /// How many bodies had ended when the next account's fetch began.
     var endedAtFetch: Int? { marks.withLock { $0.endedAtFetch } }
 
     func markHooksRan() {

@@ -53,6 +53,17 @@ struct Options {
         }
     }
 
+    /// Parses the arguments of a command that takes no positional arguments; `--help` is always a known flag.
+    ///
+    /// - Parameters:
+    ///   - arguments: The arguments after the command's name.
+    ///   - valued: The option names (without `--`) that take a value.
+    ///   - known: The command's other flag names (without `--`).
+    init(command arguments: [String], valued: Set<String>, flags known: Set<String>) throws(UsageError) {
+        try self.init(arguments, valued: valued, flags: known.union(["help"]))
+        guard positional.isEmpty else { throw UsageError(description: "unexpected argument \(positional[0])") }
+    }
+
     /// The value of `--name`, if given.
     subscript(name: String) -> String? { values[name] }
 

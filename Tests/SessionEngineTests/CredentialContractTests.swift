@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Testing
 
 @Suite struct CredentialContractTests {

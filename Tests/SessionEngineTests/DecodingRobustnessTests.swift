@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Testing
 
 /// Feeds arbitrary and mutated input to every decoder of untrusted data: nothing may crash, every rejection is a

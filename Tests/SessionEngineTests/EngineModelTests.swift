@@ -1,4 +1,5 @@
 import Foundation
+import SessionEngineTestKit
 import Testing
 
 @testable import SessionEngine

@@ -1,4 +1,3 @@
-import Synchronization
 import Testing
 
 @testable import SessionEngine
@@ -95,21 +94,15 @@ import Testing
     @Test func aWaiterIsRegisteredOnTheCallersActorBeforeItSuspends() async {
         for _ in 0..<200 {
             let host = WaitingHost()
-            let returned = Mutex(false)
             // The caller runs at a low priority and the job queued behind it at a high one, so the job runs first
             // whenever the caller leaves the actor before registering.
-            Task(priority: .low) {
-                try? await host.waitWithAJobQueuedBehind()
-                returned.withLock { $0 = true }
-            }
-            await eventually { host.sawRegistration != nil }
-            // Unblock a waiter that registered too late, so a failure does not hang the suite.
-            while !returned.withLock({ $0 }) {
-                host.waiters.failAll(SessionError(.signedOut, reason: "the test is over"))
-                await Task.yield()
-            }
-            #expect(host.sawRegistration == true)
-            if host.sawRegistration != true { break }
+            let caller = Task(priority: .low) { try? await host.waitWithAJobQueuedBehind() }
+            let sawRegistration = await host.registrationChecked.value()
+            // Cancelling ends a wait that registered too late, so a failure does not hang the suite.
+            caller.cancel()
+            await caller.value
+            #expect(sawRegistration)
+            if !sawRegistration { break }
         }
     }
 }
@@ -117,11 +110,9 @@ import Testing
 /// An actor that waits on its waiters while another of its jobs is queued, as the engine does when a fetch result
 /// arrives while a caller decides to wait.
 private actor WaitingHost {
-    nonisolated let waiters = OutcomeWaiters()
-    private nonisolated let registration = Mutex<Bool?>(nil)
-
-    /// Whether the queued job found the waiter registered; `nil` until it ran.
-    nonisolated var sawRegistration: Bool? { registration.withLock { $0 } }
+    nonisolated let waiters = OutcomeWaiters(ledger: nil)
+    /// Whether the queued job found the waiter registered, once it ran.
+    nonisolated let registrationChecked = AsyncGate<Bool>()
 
     func waitWithAJobQueuedBehind() async throws {
         // This job runs as soon as the actor is free: it must find the caller already registered.
@@ -130,7 +121,7 @@ private actor WaitingHost {
     }
 
     private func resolve() {
-        registration.withLock { $0 = waiters.count == 1 }
+        registrationChecked.open(waiters.count == 1)
         waiters.resolve(epoch: 1, kinds: [.identity], outcome: .failed(SessionError(.signedOut, reason: "resolved")))
     }
 }

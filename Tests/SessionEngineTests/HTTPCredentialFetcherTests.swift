@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -64,16 +65,16 @@ struct HTTPCredentialFetcherTests {
             await clock.waitForSleepers(count: 1)
             clock.advance(by: .seconds(700))
             let event = await events.next { event in
-                if case .renewed(let identity) = event { return identity.expiresAt > Self.start + 900 }
+                if case .renewed(let identity, _) = event.kind { return identity.expiresAt > Self.start + 900 }
                 return false
             }
-            guard case .renewed(let identity) = event else {
+            guard case .renewed(let identity, _) = event?.kind else {
                 Issue.record("no renewal over HTTP")
                 return
             }
             #expect(identity.expiresAt == Self.start + 700 + 900)
             #expect(try backend.verifier(clock: clock).verify(headers: engine.identityHeaders()).isValid)
-            #expect(engine.diagnostics.fetchesStarted == 2)
+            #expect(engine.metrics.fetchesStarted == 2)
             await engine.shutdown()
         }
     }
@@ -96,7 +97,8 @@ struct HTTPCredentialFetcherTests {
             ) {
                 try await engine.signIn("nobody")
             }
-            await eventually { engine.state == .signedOut }
+            await engine.waitUntilIdle()
+            #expect(engine.state == .signedOut)
             await engine.shutdown()
         }
     }
@@ -114,8 +116,8 @@ struct HTTPCredentialFetcherTests {
             let engine = SessionEngine(fetcher: flaky, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
             var events = engine.events(bufferLimit: .max).makeAsyncIterator()
             let signIn = Task { try await engine.signIn("alice") }
-            let event = await events.next { if case .fetchFailed = $0 { return true } else { return false } }
-            guard case .fetchFailed(let failure) = event, let retryIn = failure.retryIn else {
+            let event = await events.next { if case .fetchFailed = $0.kind { return true } else { return false } }
+            guard case .fetchFailed(let failure) = event?.kind, let retryIn = failure.retryIn else {
                 Issue.record("expected a transient failure, got \(String(describing: event))")
                 return
             }
@@ -124,7 +126,7 @@ struct HTTPCredentialFetcherTests {
             clock.advance(by: retryIn)
             try await signIn.value
             #expect(engine.state.isIdentified)
-            #expect(engine.diagnostics.fetchesStarted == 2)
+            #expect(engine.metrics.fetchesStarted == 2)
             await engine.shutdown()
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Testing
 
 /// The interop vectors produced by the JavaScript reference backend (and checked with Python's `hmac`), read from

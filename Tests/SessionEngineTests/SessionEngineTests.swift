@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Synchronization
 import Testing
 
@@ -12,16 +13,22 @@ struct SessionEngineTests {
         var events = harness.engine.events(bufferLimit: .max).makeAsyncIterator()
         try await harness.signIn("alice")
 
-        #expect(await events.next() == .stateChanged(.signedOut))
-        #expect(await events.next() == .stateChanged(.switching(from: nil, to: "alice")))
+        #expect(await events.next()?.kind == .stateChanged(.signedOut))
+        #expect(await events.next()?.kind == .stateChanged(.switching(from: nil, to: "alice")))
         // The credential is installed, then the state published, then the renewal reported.
         let identified = await events.next()
-        guard case .stateChanged(.identified(let identity)) = identified else {
+        guard case .stateChanged(.identified(let identity)) = identified?.kind else {
             Issue.record("expected the identified state, got \(String(describing: identified))")
             return
         }
         #expect(identity.account == "alice")
-        #expect(await events.next() == .renewed(identity))
+        let renewed = await events.next()
+        guard case .renewed(let installed, let fetch) = renewed?.kind else {
+            Issue.record("expected the renewal, got \(String(describing: renewed))")
+            return
+        }
+        #expect(installed == identity)
+        #expect(fetch.number == 1)
 
         let headers = try harness.engine.identityHeaders()
         let verifier = try IdentityVerifier(
@@ -98,7 +105,7 @@ struct SessionEngineTests {
         let engine = harness.engine
         let callers = (0..<1000).map { _ in Task { try await engine.renew() } }
         let request = await harness.fetcher.nextRequest()
-        await eventually { engine.diagnostics.waiters == 1000 }
+        await eventually { engine.metrics.waiters == 1000 }
         let fresh = harness.credential(for: "alice", lifetime: 1200)
         harness.fetcher.respond(to: request, with: .success(fresh))
         for caller in callers {
@@ -115,7 +122,7 @@ struct SessionEngineTests {
         let cancelled = Task { try await engine.renew() }
         let request = await harness.fetcher.nextRequest()
         let patient = Task { try await engine.renew() }
-        await eventually { engine.diagnostics.waiters == 2 }
+        await eventually { engine.metrics.waiters == 2 }
         cancelled.cancel()
         await #expect(throws: CancellationError.self) { try await cancelled.value }
         #expect(harness.fetcher.cancelledCount == 0)
@@ -149,8 +156,8 @@ struct SessionEngineTests {
         var delays: [Duration] = []
         for attempt in 1...10 {
             await harness.answerNext(with: .failure(URLError(.timedOut)))
-            let event = await events.next { if case .fetchFailed = $0 { return true } else { return false } }
-            guard case .fetchFailed(let failure) = event, let delay = failure.retryIn else {
+            let event = await events.next { if case .fetchFailed = $0.kind { return true } else { return false } }
+            guard case .fetchFailed(let failure) = event?.kind, let delay = failure.retryIn else {
                 Issue.record("no failure event for attempt \(attempt)")
                 return
             }
@@ -163,7 +170,7 @@ struct SessionEngineTests {
             if attempt == 1 { await #expect(throws: SessionError.self) { try await renewal.value } }
             // The retry must not start before its delay.
             let startedEarly = await harness.advance(upTo: delay - .milliseconds(2)) {
-                engine.diagnostics.fetchesStarted > attempt + 1
+                engine.metrics.fetchesStarted > attempt + 1
             }
             #expect(!startedEarly)
             harness.clock.advance(by: .milliseconds(2))
@@ -213,7 +220,7 @@ struct SessionEngineTests {
         } catch {
             #expect(error.code == .invalidIdentity)
         }
-        let retried = await harness.advance(upTo: .seconds(10)) { engine.diagnostics.fetchesStarted == 2 }
+        let retried = await harness.advance(upTo: .seconds(10)) { engine.metrics.fetchesStarted == 2 }
         #expect(retried)
         await harness.answerNext(with: .success(harness.credential(for: "alice")))
         try await signIn.value
@@ -248,8 +255,8 @@ struct SessionEngineTests {
         ) {
             try await engine.withIdentity { _ in "anonymous must never happen" }
         }
-        let before = engine.diagnostics.fetchesStarted
-        let kept = await harness.advance(upTo: .seconds(120)) { engine.diagnostics.fetchesStarted > before }
+        let before = engine.metrics.fetchesStarted
+        let kept = await harness.advance(upTo: .seconds(120)) { engine.metrics.fetchesStarted > before }
         #expect(kept, "renewal keeps trying in the background")
         harness.fetcher.setResponder(harness.signingResponder())
         _ = await harness.advance(upTo: .seconds(120)) { engine.state.isIdentified }
@@ -293,8 +300,8 @@ struct SessionEngineTests {
         let renewal = Task { try await engine.renew() }
         await harness.answerNext(with: .success(harness.credential(for: "alice", email: "mallory@example.com")))
         await #expect(throws: SessionError.self) { try await renewal.value }
-        let event = await events.next { if case .fetchFailed = $0 { return true } else { return false } }
-        guard case .fetchFailed(let failure) = event else {
+        let event = await events.next { if case .fetchFailed = $0.kind { return true } else { return false } }
+        guard case .fetchFailed(let failure) = event?.kind else {
             Issue.record("no failure event")
             return
         }
@@ -324,14 +331,14 @@ struct SessionEngineTests {
             harness.fetcher.respond(to: request, with: .success(harness.credential(for: "alice", lifetime: -30)))
             // The engine refuses the credential, reports the skew and plans the next fetch.
             while let event = await events.next() {
-                if case .clockSkewSuspected = event { skewReports += 1 }
-                if case .fetchFailed(let failure) = event {
+                if case .clockSkewSuspected = event.kind { skewReports += 1 }
+                if case .fetchFailed(let failure) = event.kind {
                     #expect(failure.error.code == .credentialExpiredOnArrival)
                     break
                 }
             }
             let next = starts.count + 2
-            let started = await harness.advance(upTo: .seconds(10)) { engine.diagnostics.fetchesStarted >= next }
+            let started = await harness.advance(upTo: .seconds(10)) { engine.metrics.fetchesStarted >= next }
             #expect(started)
         }
         _ = try? await renewal.value
@@ -365,7 +372,7 @@ struct SessionEngineTests {
         // The backend's answer arrives after the sign-out: it must be discarded.
         fetcher.open(with: try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_001_800))
         await #expect(throws: SessionError.self) { try await renewal.value }
-        await eventually { engine.diagnostics.liveTasks == 0 }
+        await eventually { engine.metrics.liveTasks == 0 }
         #expect(engine.state == .signedOut)
         do {
             _ = try engine.identityHeaders()
@@ -376,7 +383,7 @@ struct SessionEngineTests {
         await engine.shutdown()
         var seen: [SessionEvent] = []
         while let event = await events.next() { seen.append(event) }
-        #expect(!seen.contains { if case .renewed = $0 { return true } else { return false } })
+        #expect(!seen.contains { if case .renewed = $0.kind { return true } else { return false } })
     }
 
     @Test func aFetchForTheFormerAccountThatLandsDuringASwitchIsDiscarded() async throws {
@@ -400,7 +407,7 @@ struct SessionEngineTests {
         let handedOut = Recorder<String>()
         let observer = Task {
             for await event in engine.events(bufferLimit: .max) {
-                if case .stateChanged(.identified(let identity)) = event { handedOut.append(identity.email) }
+                if case .stateChanged(.identified(let identity)) = event.kind { handedOut.append(identity.email) }
             }
         }
         async let switched: Void = engine.switchAccount(to: "bob")
@@ -432,7 +439,7 @@ struct SessionEngineTests {
         let engine = harness.engine
         await engine.addAccountChangeHook { change in
             journal.append(
-                "hook1 \(change.from?.rawValue ?? "-")>\(change.to?.rawValue ?? "-") work=\(engine.diagnostics.scopedWork)"
+                "hook1 \(change.from?.rawValue ?? "-")>\(change.to?.rawValue ?? "-") work=\(engine.metrics.scopedWork)"
             )
         }
         await engine.addAccountChangeHook { _ in journal.append("hook2") }
@@ -451,7 +458,7 @@ struct SessionEngineTests {
                 }
             }
         }
-        await eventually { engine.diagnostics.scopedWork == 3 }
+        await eventually { engine.metrics.scopedWork == 3 }
         var events = engine.events(bufferLimit: .max).makeAsyncIterator()
         async let switched: Void = engine.switchAccount(to: "bob")
         let request = await harness.fetcher.nextRequest()
@@ -477,8 +484,8 @@ struct SessionEngineTests {
         #expect(switchHook != nil && lastCancellation < switchHook!)
         let order = entries.filter { !$0.hasPrefix("work") }
         #expect(order == ["hook1 ->alice work=0", "hook2", "hook1 alice>bob work=0", "hook2", "fetch bob"])
-        let cancelled = await events.next { if case .workCancelled = $0 { return true } else { return false } }
-        #expect(cancelled == .workCancelled(account: "alice", count: 3))
+        let cancelled = await events.next { if case .workCancelled = $0.kind { return true } else { return false } }
+        #expect(cancelled?.kind == .workCancelled(account: "alice", count: 3))
         let identified = await events.state { $0.isIdentified }
         #expect(identified?.account == "bob")
     }
@@ -536,7 +543,7 @@ struct SessionEngineTests {
         #expect(harness.engine.state.expiredReason == .rejected)
         var reports: [RejectionReport] = []
         while reports.count < 2, let event = await events.next() {
-            if case .credentialRejected(let report) = event { reports.append(report) }
+            if case .credentialRejected(let report) = event.kind { reports.append(report) }
         }
         #expect(reports.map(\.renewing) == [true, false])
         #expect(reports[1].retryIn != nil)
@@ -588,24 +595,24 @@ struct SessionEngineTests {
         let engine = harness.engine
         do {
             let unused = engine.events()
-            #expect(engine.diagnostics.subscribers == 1)
+            #expect(engine.metrics.subscribers == 1)
             _ = unused
         }
-        #expect(engine.diagnostics.subscribers == 0)
+        #expect(engine.metrics.subscribers == 0)
         let consumer = Task {
             var count = 0
             for await _ in engine.events() { count += 1 }
             return count
         }
-        await eventually { engine.diagnostics.subscribers == 1 }
+        await eventually { engine.metrics.subscribers == 1 }
         consumer.cancel()
         _ = await consumer.value
-        #expect(engine.diagnostics.subscribers == 0)
+        #expect(engine.metrics.subscribers == 0)
         for _ in 0..<1000 {
             var iterator = engine.events().makeAsyncIterator()
             _ = await iterator.next()
         }
-        #expect(engine.diagnostics.subscribers == 0)
+        #expect(engine.metrics.subscribers == 0)
     }
 
     @Test func aSlowSubscriberLosesTheOldestEventsAndIsTold() async throws {
@@ -613,14 +620,14 @@ struct SessionEngineTests {
         var slow = harness.engine.events(bufferLimit: 2).makeAsyncIterator()
         try await harness.signIn("alice")
         // signedOut, switching, identified, renewed: four events into a buffer of two.
-        #expect(await slow.next() == .eventsDropped(count: 2))
+        #expect(await slow.next()?.kind == .eventsDropped(count: 2))
         let third = await slow.next()
-        guard case .stateChanged(.identified) = third else {
+        guard case .stateChanged(.identified) = third?.kind else {
             Issue.record("expected the identified state, got \(String(describing: third))")
             return
         }
         let fourth = await slow.next()
-        guard case .renewed = fourth else {
+        guard case .renewed = fourth?.kind else {
             Issue.record("expected the renewal, got \(String(describing: fourth))")
             return
         }
@@ -632,23 +639,23 @@ struct SessionEngineTests {
         let engine = harness.engine
         let clock = harness.clock
         let work = Task { try await engine.withIdentity { _ in try await clock.sleep(for: .seconds(3600)) } }
-        await eventually { engine.diagnostics.scopedWork == 1 }
+        await eventually { engine.metrics.scopedWork == 1 }
         let stream = Task {
             var last: SessionEvent?
             for await event in engine.events() { last = event }
             return last
         }
-        await eventually { engine.diagnostics.subscribers == 1 }
+        await eventually { engine.metrics.subscribers == 1 }
         let runner = Task { try await engine.run() }
         await Task.yield()
         runner.cancel()
         try await runner.value
         await #expect(throws: SessionError.self) { try await work.value }
-        #expect(await stream.value == .stateChanged(.signedOut))
-        await eventually { engine.diagnostics.liveTasks == 0 }
-        let diagnostics = engine.diagnostics
-        #expect(diagnostics.liveTasks == 0 && diagnostics.subscribers == 0)
-        #expect(diagnostics.waiters == 0 && diagnostics.scopedWork == 0)
+        #expect(await stream.value?.kind == .stateChanged(.signedOut))
+        await eventually { engine.metrics.liveTasks == 0 }
+        let metrics = engine.metrics
+        #expect(metrics.liveTasks == 0 && metrics.subscribers == 0)
+        #expect(metrics.waiters == 0 && metrics.scopedWork == 0)
         do {
             _ = try engine.identityHeaders()
         } catch {

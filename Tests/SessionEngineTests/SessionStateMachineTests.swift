@@ -33,7 +33,6 @@ import Testing
             "switching(unprepared) idle",
             "switching(unprepared, signing out) idle",
             "switching(prepared) inFlight(firstCredential)",
-            "switching(prepared) idle",
             "identified idle",
             "renewing inFlight(renewal)",
             "renewing waiting(renewal)",
@@ -45,7 +44,8 @@ import Testing
             "expired inFlight(retryAfterRejection)",
             "expired inFlight(firstCredential)",
             "expired waiting(firstCredential)",
-            "expired idle",
+            "switching(unprepared, shutting down) idle",
+            "shutDown idle",
         ]
         #expect(required.subtracting(covered).isEmpty, "not reached: \(required.subtracting(covered).sorted())")
         print(
@@ -97,6 +97,7 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
     case rejectOlder
     case advance(seconds: Int)
     case jumpWall(seconds: Int)
+    case shutdown
 
     /// Every input once, with representative values, for the exhaustive check.
     static let alphabet: [MachineInput] = [
@@ -104,7 +105,7 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         .succeed(lifetime: 30), .succeedExpired, .succeedTooLong, .succeedOtherEmail, .failTransiently,
         .failTerminally, .staleResult, .fireTimer, .advanceToTimer, .fireStaleTimer, .renew, .rejectInstalled,
         .rejectOlder, .advance(seconds: 1), .advance(seconds: 600), .jumpWall(seconds: 7200),
-        .jumpWall(seconds: -7200),
+        .jumpWall(seconds: -7200), .shutdown,
     ]
 
     static let generator: Gen<MachineInput> = .frequency([
@@ -127,6 +128,7 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         (1, .constant(.rejectOlder)),
         (3, Gen.element(of: [1, 4, 30, 600]).map { .advance(seconds: $0) }),
         (1, Gen.element(of: [-7200, -60, 60, 7200]).map { .jumpWall(seconds: $0) }),
+        (1, .constant(.shutdown)),
     ])
 
     var isStale: Bool {
@@ -141,6 +143,7 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         case .signIn(let account) where account != "alice": [[.signIn("alice")]]
         case .succeed(let lifetime) where lifetime != 900: [[.succeed(lifetime: 900)]]
         case .succeedExpired, .succeedTooLong, .succeedOtherEmail, .failTerminally: [[.failTransiently]]
+        case .shutdown: [[.signOut]]
         case .advance(let seconds) where seconds > 1: [[.advance(seconds: seconds / 2)]]
         case .jumpWall(let seconds) where abs(seconds) > 1: [[.jumpWall(seconds: seconds / 2)]]
         default: []
@@ -168,6 +171,7 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         case .renew: ".renew"
         case .rejectInstalled: ".rejectInstalled"
         case .rejectOlder: ".rejectOlder"
+        case .shutdown: ".shutdown"
         }
     }
 }
@@ -195,8 +199,10 @@ struct MachineHarness {
     var retiredTimers: [TimerID] = []
     /// Every credential delivered, newest last.
     var credentials: [IdentityCredential] = []
-    /// The machine asked the owner to sign out and the owner has not begun it yet.
-    var endSessionPending = false
+    /// The change whose preparation the machine asked for and the owner has not finished.
+    var pendingPreparation: UInt64?
+    /// The machine told the owner the engine has shut down.
+    var finished = false
     /// Callers waiting for an outcome: sign-in and switch callers for the identity, `renew()` callers for the next
     /// fetch outcome.
     var waiters: [(epoch: UInt64, kind: Machine.WaiterKind)] = []
@@ -266,6 +272,7 @@ struct MachineHarness {
         case .signOut:
             if case .began(_, let began) = machine.changeAccount(to: nil, at: now) { actions = began }
         case .prepare:
+            _ = machine.hooksDue(epoch: machine.epoch)
             actions = machine.changePrepared(epoch: machine.epoch, at: now)
         case .prepareStale:
             actions = machine.changePrepared(epoch: machine.epoch &- 1, at: now)
@@ -330,6 +337,8 @@ struct MachineHarness {
             advance(by: .seconds(seconds))
         case .jumpWall(let seconds):
             now.wall += TimeInterval(seconds)
+        case .shutdown:
+            if case .began(_, let began) = machine.shutdownRequested(at: now) { actions = began }
         }
         var problems = perform(actions)
         problems += checkTransition(
@@ -348,7 +357,8 @@ struct MachineHarness {
         var problems: [String] = []
         for action in actions {
             switch action {
-            case .startFetch(let id, _):
+            case .startFetch(let request):
+                let id = request.id
                 if runningFetch != nil { problems.append("started fetch \(id) while fetch \(runningFetch!) ran") }
                 runningFetch = id
                 let interval = Self.configuration.minimumFetchInterval
@@ -365,13 +375,16 @@ struct MachineHarness {
             case .cancelTimer:
                 if let timer = ownerTimer { retiredTimers.append(timer.id) }
                 ownerTimer = nil
-            case .cancelWork:
-                endSessionPending = false
-            case .endSession:
-                endSessionPending = true
+            case .prepareChange(let epoch):
+                pendingPreparation = epoch
+            case .failAllWaiters:
+                waiters.removeAll()
+            case .finishShutdown:
+                if finished { problems.append("finished the shutdown twice") }
+                finished = true
             case .resolveWaiters(let epoch, let kinds, _):
                 waiters.removeAll { $0.epoch == epoch && kinds.contains($0.kind) }
-            case .emit:
+            case .emit, .cancelWork:
                 break
             }
         }
@@ -415,7 +428,8 @@ struct MachineHarness {
             }
             if !failedWaiters { problems.append("an account change left the previous epoch's callers waiting") }
             let cancelledFetch = has { if case .cancelFetch = $0 { true } else { false } }
-            if cancelledFetch != (before.machine.fetchInFlight != nil) {
+            // A terminal failure ends the fetch that failed: there is nothing left to cancel.
+            if cancelledFetch != (before.machine.fetchInFlight != nil && !liveTerminalFailure) {
                 problems.append("an account change cancelled the fetch \(cancelledFetch ? "without" : "despite") one")
             }
             guard case .switching(let change) = machine.state, !change.prepared,
@@ -423,6 +437,9 @@ struct MachineHarness {
             else {
                 problems.append("an account change did not begin switching")
                 return problems
+            }
+            if !has({ if case .prepareChange(machine.epoch) = $0 { true } else { false } }) {
+                problems.append("an account change did not ask for its preparation")
             }
         } else if has({ if case .cancelWork = $0 { true } else { false } }) {
             problems.append("work was cancelled without an account change")
@@ -433,7 +450,8 @@ struct MachineHarness {
         var starts = 0
         for action in actions {
             switch action {
-            case .startFetch(let id, let account):
+            case .startFetch(let request):
+                let (id, account) = (request.id, request.account)
                 starts += 1
                 if machine.fetchInFlight != id {
                     problems.append("startFetch \(id) but the phase is not inFlight(\(id))")
@@ -446,22 +464,28 @@ struct MachineHarness {
                 if case .installed(let credential) = outcome, machine.usableCredential != credential {
                     problems.append("resolved waiters with a credential that is not installed")
                 }
-            case .emit(.renewed(let identity)):
+            case .emit(.renewed(let identity, let fetch), let epoch):
                 if new != .identified(identity) { problems.append("reported a renewal to \(identity) but is \(new)") }
-            case .emit(.fetchFailed(let failure)):
-                if failure.account != machine.currentAccount {
+                if epoch != identity.epoch { problems.append("stamped a renewal of epoch \(identity.epoch) \(epoch)") }
+                if fetch.number < 1 { problems.append("reported attempt \(fetch.number)") }
+            case .emit(.fetchFailed(let failure), let epoch):
+                if failure.account != before.machine.currentAccount {
                     problems.append("reported a failure of another account")
                 }
-            case .endSession:
-                if input != .failTerminally { problems.append("ended the session after \(input)") }
-            case .emit, .cancelFetch, .cancelTimer, .scheduleTimer, .cancelWork:
+                if epoch != before.machine.epoch { problems.append("stamped a failure with epoch \(epoch)") }
+            case .finishShutdown:
+                if machine.state != .shutDown { problems.append("finished the shutdown in \(machine.publicState)") }
+            case .emit, .cancelFetch, .cancelTimer, .scheduleTimer, .cancelWork, .prepareChange, .failAllWaiters:
                 break
             }
         }
         if starts > 1 { problems.append("started \(starts) fetches at once") }
         if starts > 0 && machine.currentAccount == nil { problems.append("started a fetch without an account") }
-        if liveTerminalFailure && !has({ if case .endSession = $0 { true } else { false } }) {
-            problems.append("a terminal failure did not end the session")
+        if liveTerminalFailure {
+            guard epochChanged, case .switching(let change) = machine.state, change.target == nil else {
+                problems.append("a terminal failure did not begin signing out: \(machine.publicState)")
+                return problems
+            }
         }
         if ownerTimer != machine.timer {
             problems.append("the owner's timer \(String(describing: ownerTimer)) is not the machine's")
@@ -497,8 +521,15 @@ struct MachineHarness {
         switch state {
         case .signedOut:
             if timer != nil { problems.append("a timer runs while signed out") }
+        case .shutDown:
+            if timer != nil { problems.append("a timer runs after shutdown") }
+            if !waiters.isEmpty { problems.append("\(waiters.count) callers wait after shutdown") }
+            if !finished { problems.append("shut down without finishing") }
         case .switching(let change):
             if change.epoch != machine.epoch { problems.append("the change's epoch is stale") }
+            if !change.prepared && pendingPreparation != change.epoch {
+                problems.append("nobody was asked to prepare the change of epoch \(change.epoch)")
+            }
             if !change.prepared {
                 if timer != nil { problems.append("a timer runs before the change is prepared") }
                 if let target = change.target, target.fetch != .idle || target.credential != nil {
@@ -506,7 +537,7 @@ struct MachineHarness {
                 }
             } else if change.target == nil {
                 problems.append("a prepared sign-out is still switching")
-            } else if !endSessionPending, case .idle = change.target!.fetch {
+            } else if case .idle = change.target!.fetch {
                 problems.append("a prepared change has no fetch")
             }
         case .identified(let session):
@@ -520,7 +551,7 @@ struct MachineHarness {
                 break
             }
         case .renewing(let session):
-            if session.fetch == .idle && !endSessionPending { problems.append("renewing without a fetch") }
+            if session.fetch == .idle { problems.append("renewing without a fetch") }
             guard let credential = session.credential, let wall = timer?.wallDeadline,
                 wall <= credential.expirationDate
             else {
@@ -528,7 +559,7 @@ struct MachineHarness {
                 break
             }
         case .expired(let session):
-            if session.fetch == .idle && !endSessionPending { problems.append("expired with no renewal planned") }
+            if session.fetch == .idle { problems.append("expired with no renewal planned") }
         }
         if let session, case .waiting(let until, _) = session.fetch {
             if timer?.uptimeDeadline == nil || timer!.uptimeDeadline! > until {
@@ -538,7 +569,7 @@ struct MachineHarness {
         let usable: Bool
         switch state {
         case .identified, .renewing: usable = true
-        case .signedOut, .switching, .expired: usable = false
+        case .signedOut, .switching, .expired, .shutDown: usable = false
         }
         if usable != (machine.usableCredential != nil) { problems.append("the usable credential disagrees with state") }
         if let credential = machine.usableCredential, origins[credential.signature] != machine.epoch {
@@ -557,7 +588,7 @@ struct MachineHarness {
         switch state {
         case .signedOut, .identified:
             if !waiters.isEmpty { problems.append("\(waiters.count) callers wait in \(machine.publicState.name)") }
-        case .switching, .renewing, .expired:
+        case .switching, .renewing, .expired, .shutDown:
             break
         }
         return problems
@@ -566,10 +597,6 @@ struct MachineHarness {
     /// Plays the owner with a backend that succeeds from now on; returns why `identified` was not reached within
     /// the backoff cap of monotonic time, if it was not.
     mutating func recover() -> String? {
-        if endSessionPending {
-            _ = apply(.signOut)
-            _ = apply(.prepare)
-        }
         guard machine.currentAccount != nil else { return nil }
         let start = now.uptime
         let bound = Self.configuration.retry.cap + Self.configuration.minimumFetchInterval + .seconds(1)
@@ -609,7 +636,6 @@ struct MachineHarness {
         var failures: Bool
         var expiredReason: String
         var timer: Bool
-        var endSessionPending: Bool
         var waiting: Bool
 
         var coverageKey: String { "\(name) \(phase)" }
@@ -617,7 +643,7 @@ struct MachineHarness {
             "\(name) \(phase)\(hasCredential ? " credential" : "")\(credentialValid ? "" : " stale")"
                 + "\(renewedAfterRejection ? " renewedAfterRejection" : "")\(rejected ? " rejected" : "")"
                 + "\(failures ? " failures" : "")\(expiredReason)\(timer ? " timer" : "")"
-                + "\(endSessionPending ? " endSession" : "")\(waiting ? " waiting callers" : "")"
+                + "\(waiting ? " waiting callers" : "")"
         }
     }
 
@@ -628,9 +654,11 @@ struct MachineHarness {
         case .switching(let change):
             name = change.prepared ? "switching(prepared)" : "switching(unprepared)"
             if change.target == nil { name = "switching(unprepared, signing out)" }
+            if change.shutsDown { name = "switching(unprepared, shutting down)" }
         case .identified: name = "identified"
         case .renewing: name = "renewing"
         case .expired: name = "expired"
+        case .shutDown: name = "shutDown"
         }
         let phase: String =
             switch session?.fetch {
@@ -648,7 +676,6 @@ struct MachineHarness {
             failures: (session?.failures ?? 0) > 0,
             expiredReason: session?.expiredReason.map { " \($0)" } ?? "",
             timer: machine.timer != nil,
-            endSessionPending: endSessionPending,
             waiting: !waiters.isEmpty
         )
     }
@@ -658,7 +685,7 @@ extension SessionStateMachine.State {
     /// The account session the state holds: the current one, or a switch's target.
     var session: SessionStateMachine.AccountSession? {
         switch self {
-        case .signedOut: nil
+        case .signedOut, .shutDown: nil
         case .switching(let change): change.target
         case .identified(let session), .renewing(let session), .expired(let session): session
         }

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Synchronization
 import Testing
 
@@ -136,7 +137,7 @@ struct VerifyChecksTests {
         world.service.rotate(to: "rotated-secret")
         #expect(world.service.handle(.submitAction, headers: IdentityHeaders(old)) == .refused(.signatureMismatch))
 
-        let fetches = world.engine.diagnostics.fetchesStarted
+        let fetches = world.engine.metrics.fetchesStarted
         let attempts = Recorder<IdentityCredential>()
         let reply = try await world.engine.withIdentity { credential in
             attempts.append(credential)
@@ -145,7 +146,7 @@ struct VerifyChecksTests {
         #expect(reply == .accepted(email: "alice@example.com"))
         #expect(attempts.values.count == 2)
         #expect(attempts.values.first == old)
-        #expect(world.engine.diagnostics.fetchesStarted == fetches + 1, "the engine renews exactly once")
+        #expect(world.engine.metrics.fetchesStarted == fetches + 1, "the engine renews exactly once")
         #expect(world.engine.state.isIdentified)
         #expect(world.service.handle(.submitAction, headers: IdentityHeaders(old)) == .refused(.signatureMismatch))
     }

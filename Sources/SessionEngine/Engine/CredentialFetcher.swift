@@ -11,6 +11,58 @@ public protocol CredentialFetcher: Sendable {
     /// - Returns: The credential the backend issued.
     /// - Throws: ``SessionError/backendSessionEnded(_:)`` for a terminal failure, anything else for a transient one.
     func fetchCredential(for account: AccountID) async throws -> IdentityCredential
+
+    /// Fetches a credential for the fetch the engine describes.
+    ///
+    /// The engine calls this method; the default implementation calls ``fetchCredential(for:)``. Implement it to
+    /// learn which account session and attempt a fetch belongs to, for example to log the attempt or to tell the
+    /// fetches of one account session from another's.
+    ///
+    /// - Parameter request: The fetch: its account, epoch and attempt.
+    /// - Returns: The credential the backend issued.
+    /// - Throws: ``SessionError/backendSessionEnded(_:)`` for a terminal failure, anything else for a transient one.
+    func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential
+}
+
+extension CredentialFetcher {
+    /// Calls ``fetchCredential(for:)`` with the request's account.
+    ///
+    /// - Parameter request: The fetch the engine starts.
+    /// - Returns: The credential the backend issued.
+    /// - Throws: What ``fetchCredential(for:)`` throws.
+    public func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
+        try await fetchCredential(for: request.account)
+    }
+}
+
+/// One fetch the engine starts: which account, which account session (its epoch) and which attempt.
+public struct FetchRequest: Sendable, Hashable, CustomStringConvertible {
+    /// The fetch's identity, unique over the engine's life.
+    public let id: UInt64
+    /// The account whose backend session to use.
+    public let account: AccountID
+    /// The epoch of the account session the fetch belongs to; a result that arrives after the epoch ended is
+    /// discarded.
+    public let epoch: UInt64
+    /// The attempt's number among consecutive fetches of the account session: 1 unless the previous ones failed.
+    public let attempt: Int
+
+    /// Creates a request.
+    ///
+    /// - Parameters:
+    ///   - id: The fetch's identity.
+    ///   - account: The account to fetch for.
+    ///   - epoch: The account session's epoch.
+    ///   - attempt: The attempt's number.
+    public init(id: UInt64, account: AccountID, epoch: UInt64, attempt: Int) {
+        self.id = id
+        self.account = account
+        self.epoch = epoch
+        self.attempt = attempt
+    }
+
+    /// `fetch #id for account, epoch E, attempt N`.
+    public var description: String { "fetch #\(id) for \(account), epoch \(epoch), attempt \(attempt)" }
 }
 
 /// A ``CredentialFetcher`` made from a closure.

@@ -17,6 +17,14 @@ final class OutcomeWaiters: Sendable {
     }
 
     private let state = Mutex(State())
+    private let ledger: ActivityLedger?
+
+    /// Creates an empty set of waiters.
+    ///
+    /// - Parameter ledger: Where waiting callers are parked.
+    init(ledger: ActivityLedger?) {
+        self.ledger = ledger
+    }
 
     /// The number of waiting callers.
     var count: Int { state.withLock { $0.waiters.count } }
@@ -42,13 +50,16 @@ final class OutcomeWaiters: Sendable {
                 let cancelled = state.withLock { state -> Bool in
                     if Task.isCancelled { return true }
                     state.waiters[id] = Waiter(epoch: epoch, kind: kind, continuation: continuation)
+                    ledger?.park()
                     return false
                 }
                 if cancelled { continuation.resume(throwing: CancellationError()) }
             }
         } onCancel: {
             let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
-            waiter?.continuation.resume(throwing: CancellationError())
+            guard let waiter else { return }
+            ledger?.unpark()
+            waiter.continuation.resume(throwing: CancellationError())
         }
     }
 
@@ -63,6 +74,7 @@ final class OutcomeWaiters: Sendable {
             return ids.compactMap { state.waiters.removeValue(forKey: $0) }
         }
         for waiter in resolved {
+            ledger?.unpark()
             switch outcome {
             case .installed(let credential): waiter.continuation.resume(returning: credential)
             case .failed(let error): waiter.continuation.resume(throwing: error)
@@ -76,71 +88,9 @@ final class OutcomeWaiters: Sendable {
             defer { state.waiters.removeAll() }
             return Array(state.waiters.values)
         }
-        for waiter in all { waiter.continuation.resume(throwing: error) }
-    }
-}
-
-/// Resumes ``SessionEngine/run()`` when its task is cancelled or the engine shuts down.
-final class ShutdownSignal: Sendable {
-    private struct State {
-        var fired = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
-    }
-
-    private let state = Mutex(State())
-
-    /// Waits until ``fire()`` is called or the calling task is cancelled.
-    func wait() async {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let resumeNow = state.withLock { state -> Bool in
-                    if state.fired || Task.isCancelled { return true }
-                    state.waiters.append(continuation)
-                    return false
-                }
-                if resumeNow { continuation.resume() }
-            }
-        } onCancel: {
-            fire()
+        for waiter in all {
+            ledger?.unpark()
+            waiter.continuation.resume(throwing: error)
         }
     }
-
-    /// Wakes every waiter, now and later.
-    func fire() {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.fired = true
-            defer { state.waiters.removeAll() }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume() }
-    }
-}
-
-/// Counts the engine's running tasks, so tests can prove that nothing outlives a shutdown, and the fetches started.
-final class TaskCounter: Sendable {
-    private let value = Atomic<Int>(0)
-    private let fetches = Atomic<Int>(0)
-
-    private let completions = Atomic<Int>(0)
-
-    /// The number of fetches started.
-    var fetchesStarted: Int { fetches.load(ordering: .relaxed) }
-
-    /// The number of fetch outcomes the engine has finished handling, stale ones included.
-    var fetchesCompleted: Int { completions.load(ordering: .acquiring) }
-
-    /// The engine finished handling a fetch's outcome.
-    func fetchCompleted() { completions.add(1, ordering: .releasing) }
-
-    /// A fetch started.
-    func fetchStarted() { fetches.add(1, ordering: .relaxed) }
-
-    /// The number of running tasks.
-    var count: Int { value.load(ordering: .acquiring) }
-
-    /// A task started.
-    func started() { value.add(1, ordering: .relaxed) }
-
-    /// A task finished.
-    func finished() { value.subtract(1, ordering: .releasing) }
 }

@@ -1,13 +1,5 @@
 import Foundation
 
-/// A moment as the engine sees it: wall time for credential expiry and monotonic time for backoff and intervals.
-struct SessionInstant: Sendable, Hashable {
-    /// Wall-clock time.
-    var wall: Date
-    /// Monotonic time since an arbitrary fixed origin.
-    var uptime: Duration
-}
-
 /// Identifies one fetch; unique over the engine's life, so a late result can be recognised as stale.
 typealias FetchID = UInt64
 
@@ -106,6 +98,10 @@ struct SessionStateMachine: Sendable {
         let epoch: UInt64
         /// Whether work is drained and hooks have run, so the first fetch may start.
         var prepared = false
+        /// Whether the engine shuts down once the change is prepared.
+        var shutsDown = false
+        /// Whether the change runs the account-change hooks; a shutdown that begins a change of its own does not.
+        var runsHooks = true
     }
 
     enum State: Sendable, Hashable {
@@ -119,6 +115,8 @@ struct SessionStateMachine: Sendable {
         case renewing(AccountSession)
         /// No usable credential; renewal continues in the background.
         case expired(AccountSession)
+        /// The engine has shut down; every input is refused or ignored.
+        case shutDown
     }
 
     /// The outcome of a fetch that the owner hands to the callers waiting for it.
@@ -138,8 +136,8 @@ struct SessionStateMachine: Sendable {
 
     /// A side effect for the owner to perform, in order, after the state has been updated.
     enum Action: Sendable {
-        /// Start fetching a credential for the account.
-        case startFetch(FetchID, AccountID)
+        /// Start the fetch.
+        case startFetch(FetchRequest)
         /// Cancel the running fetch task.
         case cancelFetch
         /// Replace the timer with this one.
@@ -149,19 +147,26 @@ struct SessionStateMachine: Sendable {
         /// Cancel every piece of scoped work of epochs before this one.
         case cancelWork(before: UInt64, account: AccountID?)
         /// Publish an event other than a state change.
-        case emit(SessionEvent)
+        case emit(SessionEvent.Kind, epoch: UInt64)
         /// Resolve the waiting callers of an epoch.
         case resolveWaiters(epoch: UInt64, kinds: Set<WaiterKind>, Outcome)
-        /// The backend ended the session: the owner signs out.
-        case endSession(SessionError)
+        /// Prepare the change that began `epoch`, after the changes before it: drain the previous epochs' scoped
+        /// work, run the account-change hooks (see ``hooksDue(epoch:)``), then report ``changePrepared(epoch:at:)``.
+        case prepareChange(epoch: UInt64)
+        /// Fail every waiting caller, of any epoch.
+        case failAllWaiters(SessionError)
+        /// The engine has shut down: finish the event streams and wake everyone waiting for the shutdown.
+        case finishShutdown
     }
 
-    /// What ``changeAccount(to:at:)`` decided.
+    /// What ``changeAccount(to:at:)`` and ``shutdownRequested(at:)`` decided.
     enum ChangeDecision: Sendable {
         /// The target is already the current account (or the one being switched to): nothing changes.
         case alreadyCurrent(epoch: UInt64)
         /// A change began with a new epoch.
         case began(epoch: UInt64, [Action])
+        /// The engine has shut down, or is shutting down.
+        case shutDown
     }
 
     /// What ``renewRequested(at:)`` decided.
@@ -194,6 +199,8 @@ struct SessionStateMachine: Sendable {
     private var lastID: UInt64 = 0
     /// The timer the owner should have running, if any.
     private(set) var timer: TimerSpec?
+    /// The account the last account-change hooks entered: the next hooks leave it.
+    private var hookedAccount: AccountID?
     private var random: SplitMix64
     let configuration: Configuration
 
@@ -207,9 +214,10 @@ struct SessionStateMachine: Sendable {
     /// The state as hosts see it.
     var publicState: SessionState {
         switch state {
-        case .signedOut:
+        case .signedOut, .shutDown:
             return .signedOut
         case .switching(let change):
+            if change.shutsDown && change.from == nil { return .signedOut }
             return .switching(from: change.from, to: change.target?.account)
         case .identified(let session):
             return session.identity.map(SessionState.identified) ?? .signedOut
@@ -231,14 +239,20 @@ struct SessionStateMachine: Sendable {
     var usableCredential: IdentityCredential? {
         switch state {
         case .identified(let session), .renewing(let session): session.credential
-        case .signedOut, .switching, .expired: nil
+        case .signedOut, .switching, .expired, .shutDown: nil
         }
+    }
+
+    /// Whether the engine has shut down.
+    var isShutDown: Bool {
+        if case .shutDown = state { return true }
+        return false
     }
 
     /// The account the engine is signed in to or switching to.
     var currentAccount: AccountID? {
         switch state {
-        case .signedOut: nil
+        case .signedOut, .shutDown: nil
         case .switching(let change): change.target?.account
         case .identified(let session), .renewing(let session), .expired(let session): session.account
         }
@@ -263,7 +277,7 @@ struct SessionStateMachine: Sendable {
     /// The account session that can fetch: the current one, or a prepared switch's target.
     private var activeSession: AccountSession? {
         switch state {
-        case .signedOut: nil
+        case .signedOut, .shutDown: nil
         case .switching(let change): change.prepared ? change.target : nil
         case .identified(let session), .renewing(let session), .expired(let session): session
         }
@@ -277,33 +291,84 @@ struct SessionStateMachine: Sendable {
     /// cancelled, so nothing of the previous account is handed out from here on. The owner then drains the work,
     /// runs the account-change hooks and calls ``changePrepared(epoch:at:)``.
     mutating func changeAccount(to target: AccountID?, at now: SessionInstant) -> ChangeDecision {
-        let from: AccountID?
-        var actions: [Action] = []
         switch state {
+        case .shutDown:
+            // Nothing changes after shutdown.
+            return .shutDown
         case .signedOut:
             // Signing out when signed out changes nothing; signing in begins the first epoch of an account.
             guard target != nil else { return .alreadyCurrent(epoch: epoch) }
-            from = nil
         case .switching(let change):
-            // A second change supersedes the first: its fetch (if it started) is cancelled.
+            // A shutdown under way refuses changes; a second change supersedes the first.
+            if change.shutsDown { return .shutDown }
             guard change.target?.account != target else { return .alreadyCurrent(epoch: epoch) }
-            from = change.target?.account
-            if case .inFlight = change.target?.fetch { actions.append(.cancelFetch) }
         case .identified(let session), .renewing(let session), .expired(let session):
             // Leaving an account: its fetch, timer and work are cancelled.
             guard session.account != target else { return .alreadyCurrent(epoch: epoch) }
-            from = session.account
-            if case .inFlight = session.fetch { actions.append(.cancelFetch) }
         }
+        let actions = beginChange(to: target, shutsDown: false, waitersFail: Self.accountChanged)
+        return .began(epoch: epoch, actions)
+    }
+
+    /// The host asked the engine to shut down.
+    ///
+    /// A shutdown is an account change to no account that runs no hooks: the running fetch, the timer and every
+    /// piece of scoped work are cancelled at once, waiting callers fail with `SHUT_DOWN`, and once the work has
+    /// drained the machine reaches `shutDown` and returns ``Action/finishShutdown``. A sign-out under way becomes
+    /// the shutdown, so its hooks still run.
+    mutating func shutdownRequested(at now: SessionInstant) -> ChangeDecision {
+        switch state {
+        case .shutDown:
+            // Already shut down.
+            return .shutDown
+        case .switching(var change) where change.target == nil:
+            // A sign-out (or a shutdown) is under way: it shuts the engine down once it is prepared.
+            if change.shutsDown { return .shutDown }
+            change.shutsDown = true
+            state = .switching(change)
+            return .began(epoch: epoch, [.failAllWaiters(Self.shutDownError)])
+        case .signedOut, .switching, .identified, .renewing, .expired:
+            // Leave whatever is current, without hooks.
+            let actions = beginChange(to: nil, shutsDown: true, waitersFail: Self.shutDownError)
+            return .began(epoch: epoch, actions + [.failAllWaiters(Self.shutDownError)])
+        }
+    }
+
+    /// Begins a new epoch for a change to `target`: the running fetch, the timer and the previous epochs' work are
+    /// cancelled and the previous epoch's callers fail, so nothing of the account being left is handed out from here.
+    private mutating func beginChange(to target: AccountID?, shutsDown: Bool, waitersFail error: SessionError)
+        -> [Action]
+    {
+        var actions: [Action] = []
+        if fetchInFlight != nil { actions.append(.cancelFetch) }
+        let from = currentAccount
         epoch += 1
         timer = nil
         actions.append(.cancelTimer)
         actions.append(.cancelWork(before: epoch, account: from))
-        actions.append(
-            .resolveWaiters(epoch: epoch - 1, kinds: [.identity, .nextOutcome], .failed(Self.accountChanged)))
-        state = .switching(
-            Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch))
-        return .began(epoch: epoch, actions)
+        actions.append(.resolveWaiters(epoch: epoch - 1, kinds: [.identity, .nextOutcome], .failed(error)))
+        actions.append(.prepareChange(epoch: epoch))
+        var change = Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch)
+        change.shutsDown = shutsDown
+        change.runsHooks = !shutsDown
+        state = .switching(change)
+        return actions
+    }
+
+    /// The owner drained the previous work of the change that began `epoch` and asks which hooks to run.
+    ///
+    /// - Returns: The change the hooks report, from the account the previous hooks entered; `nil` when a later
+    ///   change superseded this one (its hooks will report the whole change) or the change is a shutdown that
+    ///   began a change of its own.
+    mutating func hooksDue(epoch changeEpoch: UInt64) -> AccountChange? {
+        guard case .switching(let change) = state, change.epoch == changeEpoch, !change.prepared, change.runsHooks
+        else {
+            // Superseded, already prepared, or a shutdown of its own: no hooks.
+            return nil
+        }
+        let hooks = AccountChange(from: hookedAccount, to: change.target?.account)
+        hookedAccount = change.target?.account
+        return hooks
     }
 
     /// The owner drained the previous work and ran the hooks for the change that began `epoch`.
@@ -311,6 +376,11 @@ struct SessionStateMachine: Sendable {
         guard case .switching(var change) = state, change.epoch == preparedEpoch, !change.prepared else {
             // A later change superseded this one, or it was already prepared: nothing to do.
             return []
+        }
+        if change.shutsDown {
+            // Every piece of work has drained: the engine is shut down.
+            state = .shutDown
+            return [.failAllWaiters(Self.shutDownError), .finishShutdown]
         }
         guard var target = change.target else {
             // Sign-out complete. A caller that asked for a renewal while the sign-out was under way waits on this
@@ -340,10 +410,11 @@ struct SessionStateMachine: Sendable {
                     localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),
                     expiresAt: credential.expiresAt
                 )
-                actions.append(.emit(.clockSkewSuspected(report)))
+                actions.append(.emit(.clockSkewSuspected(report), epoch: session.epoch))
             }
             return actions + fail(&session, reason: reason, error: refusal, at: now)
         }
+        let fetch = FetchAttempt(number: session.failures + 1, duration: fetchDuration(session, at: now))
         session.credential = credential
         session.pinnedEmail = session.pinnedEmail ?? credential.email
         session.fetch = .idle
@@ -357,7 +428,7 @@ struct SessionStateMachine: Sendable {
         let identity = SessionIdentity(account: session.account, credential: credential, epoch: session.epoch)
         return [
             .scheduleTimer(arm(wall: min(session.renewAt!, credential.expirationDate), uptime: nil)),
-            .emit(.renewed(identity)),
+            .emit(.renewed(identity, fetch), epoch: session.epoch),
             .resolveWaiters(epoch: session.epoch, kinds: [.identity, .nextOutcome], .installed(credential)),
         ]
     }
@@ -379,8 +450,8 @@ struct SessionStateMachine: Sendable {
         }
         self.timer = nil
         switch state {
-        case .signedOut, .switching:
-            // Account changes cancel timers; a firing here is stale.
+        case .signedOut, .switching, .shutDown:
+            // Account changes and shutdown cancel timers; a firing here is stale.
             return []
         case .identified(var session):
             guard let credential = session.credential, let renewAt = session.renewAt else { return [] }
@@ -422,6 +493,11 @@ struct SessionStateMachine: Sendable {
         switch state {
         case .signedOut:
             return .fail(Self.signedOut)
+        case .shutDown:
+            return .fail(Self.shutDownError)
+        case .switching(let change) where change.shutsDown:
+            // No fetch will ever resolve a caller during a shutdown.
+            return .fail(Self.shutDownError)
         case .switching:
             // The first fetch of the new account will resolve the caller.
             return .wait(epoch: epoch, [])
@@ -484,7 +560,7 @@ struct SessionStateMachine: Sendable {
                 renewing: false,
                 retryIn: delay
             )
-            actions.append(.emit(.credentialRejected(report)))
+            actions.append(.emit(.credentialRejected(report), epoch: session.epoch))
         } else {
             let report = RejectionReport(
                 account: session.account,
@@ -492,7 +568,7 @@ struct SessionStateMachine: Sendable {
                 renewing: true,
                 retryIn: nil
             )
-            actions.append(.emit(.credentialRejected(report)))
+            actions.append(.emit(.credentialRejected(report), epoch: session.epoch))
             switch session.fetch {
             case .inFlight(let id, _):
                 // A renewal is already running: its credential counts as the renewal after rejection.
@@ -509,11 +585,12 @@ struct SessionStateMachine: Sendable {
 
     private static let accountChanged = SessionError(.accountChanged, reason: "the account changed")
     private static let signedOut = SessionError(.signedOut, reason: "no account is signed in")
+    static let shutDownError = SessionError(.shutDown, reason: "the session engine has shut down")
 
     /// The current account session outside a switch.
     private var currentSession: AccountSession? {
         switch state {
-        case .signedOut, .switching: nil
+        case .signedOut, .switching, .shutDown: nil
         case .identified(let session), .renewing(let session), .expired(let session): session
         }
     }
@@ -557,20 +634,17 @@ struct SessionStateMachine: Sendable {
         at now: SessionInstant
     ) -> [Action] {
         session.failures += 1
+        let fetch = FetchAttempt(number: session.failures, duration: fetchDuration(session, at: now))
         guard error.isTransient else {
+            // The backend ended the session: sign out in this same step, so the ended session's credential is never
+            // handed out again and its work is cancelled at once. The sign-out runs the hooks like any other.
             session.fetch = .idle
             replace(session)
-            let failure = FetchFailure(
-                account: session.account,
-                error: error,
-                consecutiveFailures: session.failures,
-                retryIn: nil
-            )
+            let failure = FetchFailure(account: session.account, error: error, fetch: fetch, retryIn: nil)
             return [
-                .emit(.fetchFailed(failure)),
+                .emit(.fetchFailed(failure), epoch: session.epoch),
                 .resolveWaiters(epoch: session.epoch, kinds: [.identity, .nextOutcome], .failed(error)),
-                .endSession(error),
-            ]
+            ] + beginChange(to: nil, shutsDown: false, waitersFail: error)
         }
         let delay = backoff(failures: session.failures, session: session, at: now)
         session.fetch = .waiting(until: now.uptime + delay, reason)
@@ -581,16 +655,16 @@ struct SessionStateMachine: Sendable {
         } else {
             replace(session)
         }
-        let failure = FetchFailure(
-            account: session.account,
-            error: error,
-            consecutiveFailures: session.failures,
-            retryIn: delay
-        )
+        let failure = FetchFailure(account: session.account, error: error, fetch: fetch, retryIn: delay)
         return [
-            .emit(.fetchFailed(failure)),
+            .emit(.fetchFailed(failure), epoch: session.epoch),
             .resolveWaiters(epoch: session.epoch, kinds: [.nextOutcome], .failed(error)),
         ] + rearm(session)
+    }
+
+    /// How long the running fetch has taken by `now`.
+    private func fetchDuration(_ session: AccountSession, at now: SessionInstant) -> Duration {
+        session.lastFetchStart.map { max(.zero, now.uptime - $0) } ?? .zero
     }
 
     /// Starts a fetch now, or plans it for when the minimum interval since the last start has passed.
@@ -608,7 +682,11 @@ struct SessionStateMachine: Sendable {
         lastID += 1
         session.fetch = .inFlight(lastID, reason)
         session.lastFetchStart = now.uptime
-        actions.append(.startFetch(lastID, session.account))
+        actions.append(
+            .startFetch(
+                FetchRequest(id: lastID, account: session.account, epoch: session.epoch, attempt: session.failures + 1)
+            )
+        )
     }
 
     /// Starts the planned fetch if its time has come.
@@ -633,7 +711,7 @@ struct SessionStateMachine: Sendable {
             }
         case .renewing:
             wall = session.credential?.expirationDate
-        case .expired, .switching, .signedOut:
+        case .expired, .switching, .signedOut, .shutDown:
             break
         }
         if case .waiting(let until, _) = session.fetch { uptime = until }
@@ -661,7 +739,7 @@ struct SessionStateMachine: Sendable {
         case .switching(var change):
             change.target = session
             state = .switching(change)
-        case .signedOut: break
+        case .signedOut, .shutDown: break
         }
     }
 

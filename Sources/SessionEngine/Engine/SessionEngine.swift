@@ -29,39 +29,70 @@ public actor SessionEngine {
     private var machine: SessionStateMachine
     private let store: SessionStore
     private let broadcaster: EventBroadcaster
-    private let waiters = OutcomeWaiters()
-    private let shutdownSignal = ShutdownSignal()
-    private let tasks = TaskCounter()
+    private let waiters: OutcomeWaiters
+    private let recorder = MetricsRecorder()
+    /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
+    package nonisolated let ledger: ActivityLedger?
+    /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
+    private let observer: (@Sendable (SessionEvent) -> Void)?
+    /// Opens once the engine has shut down.
+    private let stopped: Latch
     private var fetchTask: (id: FetchID, task: Task<Void, Never>)?
     private var timerTask: Task<Void, Never>?
     private var hooks: [@Sendable (AccountChange) async -> Void] = []
-    private var hookAccount: AccountID?
-    private var changeChain: Task<Void, Never>?
+    /// The latest account change's preparation: the next one runs after it.
+    private var preparation: Latch?
     private var publishedState: SessionState = .signedOut
-    private var isShutDown = false
+    private var sequence: UInt64 = 0
 
     /// Creates an engine, signed out.
     ///
     /// - Parameters:
     ///   - fetcher: Gets credentials from the host's backend.
     ///   - configuration: Renewal, retry and buffering policies.
-    ///   - clock: The source of wall time and sleep; ``ManualClock`` in tests.
+    ///   - clock: The source of wall time and sleep; a manual clock in tests.
     public init(
         fetcher: some CredentialFetcher,
         configuration: SessionConfiguration = SessionConfiguration(),
         clock: some SessionClock = SystemClock()
     ) {
+        self.init(fetcher: fetcher, configuration: configuration, clock: clock, observer: nil)
+    }
+
+    /// Creates an engine whose every event also goes to `observer`, synchronously, in the step that publishes it.
+    ///
+    /// - Parameters:
+    ///   - fetcher: Gets credentials from the host's backend.
+    ///   - configuration: Renewal, retry and buffering policies.
+    ///   - clock: The source of wall time and sleep.
+    ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
+    package init(
+        fetcher: some CredentialFetcher,
+        configuration: SessionConfiguration = SessionConfiguration(),
+        clock: some SessionClock = SystemClock(),
+        observer: (@Sendable (SessionEvent) -> Void)?
+    ) {
         self.fetcher = fetcher
         self.clock = clock
         self.configuration = configuration
+        self.observer = observer
         var seed = configuration.randomSeed ?? 0
         if configuration.randomSeed == nil {
             var system = SystemRandomNumberGenerator()
             seed = system.next()
         }
+        let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
+        if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
+        self.ledger = ledger
         self.machine = SessionStateMachine(configuration: configuration, seed: seed)
-        self.store = SessionStore(clock: clock)
-        self.broadcaster = EventBroadcaster(initial: .signedOut, bufferLimit: configuration.eventBufferLimit)
+        self.store = SessionStore(clock: clock, ledger: ledger)
+        self.waiters = OutcomeWaiters(ledger: ledger)
+        self.stopped = Latch(ledger: ledger)
+        let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
+        self.broadcaster = EventBroadcaster(
+            initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),
+            bufferLimit: configuration.eventBufferLimit
+        )
     }
 
     // MARK: - Reading without an actor hop
@@ -104,6 +135,21 @@ public actor SessionEngine {
         SessionEvents(broadcaster: broadcaster, limit: bufferLimit.map { max(1, $0) })
     }
 
+    /// What the engine has done and holds: counters, fetch latency, the credential's remaining lifetime, tasks,
+    /// subscribers, waiters and scoped work. Read without an actor hop.
+    public nonisolated var metrics: SessionMetrics {
+        var metrics = recorder.snapshot
+        metrics.eventsDropped = broadcaster.droppedCount
+        metrics.subscribers = broadcaster.subscriberCount
+        metrics.waiters = waiters.count
+        metrics.scopedWork = store.runningWorkCount
+        if let credential = try? store.credential() {
+            let remaining = credential.expirationDate.timeIntervalSince(clock.now)
+            metrics.credentialRemainingLifetime = .seconds(max(0, remaining))
+        }
+        return metrics
+    }
+
     // MARK: - Account changes
 
     /// Signs an account in and waits for its first credential.
@@ -118,6 +164,8 @@ public actor SessionEngine {
     ///   (the engine is then signed out), ``SessionError/Code/accountChanged`` when another change superseded this
     ///   one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was cancelled.
     public func signIn(_ account: AccountID) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
         try await changeAccount(to: account)
     }
 
@@ -131,6 +179,8 @@ public actor SessionEngine {
     /// - Parameter account: The account to switch to.
     /// - Throws: As ``signIn(_:)``.
     public func switchAccount(to account: AccountID) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
         try await changeAccount(to: account)
     }
 
@@ -139,6 +189,8 @@ public actor SessionEngine {
     /// Any fetch in flight is cancelled and its result discarded. Returns once the state is
     /// ``SessionState/signedOut`` (or a later change superseded the sign-out).
     public func signOut() async {
+        ledger?.enter()
+        defer { ledger?.leave() }
         try? await changeAccount(to: nil)
     }
 
@@ -154,56 +206,43 @@ public actor SessionEngine {
     }
 
     private func changeAccount(to target: AccountID?) async throws {
-        guard !isShutDown else { throw Self.shutDownError }
-        switch machine.changeAccount(to: target, at: instant()) {
+        let now = instant()
+        switch machine.changeAccount(to: target, at: now) {
+        case .shutDown:
+            throw SessionStateMachine.shutDownError
         case .alreadyCurrent(let epoch):
             guard target != nil else {
                 // A sign-out may still be draining its work: return once it is done, as the first caller does.
-                await changeChain?.value
+                await preparation?.wait()
                 return
             }
             try await waitForIdentity(epoch: epoch)
         case .began(let epoch, let actions):
             log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
-            apply(actions)
-            await prepareChange(epoch: epoch, target: target, runHooks: true)
+            apply(actions, at: now)
+            // The actions started this change's preparation; a caller returns only once it is done, even when a
+            // later change superseded it, so no work of the previous account still runs.
+            await preparation?.wait()
             guard target != nil else { return }
             try await waitForIdentity(epoch: epoch)
         }
     }
 
-    /// Drains the previous work, runs the hooks and lets the machine start the first fetch, one change at a time.
-    ///
-    /// The preparation runs in its own task so that a cancelled caller cannot leave a change half done; changes are
-    /// chained so hooks never overlap.
-    private func prepareChange(epoch: UInt64, target: AccountID?, runHooks: Bool) async {
-        let previous = changeChain
-        let preparation = Task {
-            await previous?.value
-            await self.runPreparation(epoch: epoch, target: target, runHooks: runHooks)
-        }
-        changeChain = preparation
-        await preparation.value
-    }
-
-    private func runPreparation(epoch: UInt64, target: AccountID?, runHooks: Bool) async {
-        // Drain even when a later change superseded this one before it started: its caller must not return while
-        // the previous account's work still runs. The later change waits for the same work, so this costs nothing.
+    /// Drains the previous epochs' work, runs the hooks the machine says are due and reports the change prepared.
+    private func prepare(epoch: UInt64) async {
         await store.drain(before: epoch)
-        // Every await is a place where the world may have changed.
-        guard machine.epoch == epoch else { return }
-        if runHooks {
-            let change = AccountChange(from: hookAccount, to: target)
-            hookAccount = target
+        // Every await is a place where the world may have changed: the machine checks the epoch.
+        if let change = machine.hooksDue(epoch: epoch) {
             for hook in hooks { await hook(change) }
         }
-        guard machine.epoch == epoch else { return }
-        apply(machine.changePrepared(epoch: epoch, at: instant()))
+        let now = instant()
+        apply(machine.changePrepared(epoch: epoch, at: now), at: now)
     }
 
     private func waitForIdentity(epoch: UInt64) async throws {
         if machine.epoch == epoch, machine.usableCredential != nil { return }
         guard machine.epoch == epoch, machine.currentAccount != nil else {
+            if machine.isShutDown { throw SessionStateMachine.shutDownError }
             throw SessionError(.accountChanged, reason: "another account change superseded this one")
         }
         _ = try await waiters.wait(epoch: epoch, kind: .identity)
@@ -222,14 +261,16 @@ public actor SessionEngine {
     ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
     ///   `CancellationError`.
     public func renew() async throws -> IdentityCredential {
-        guard !isShutDown else { throw Self.shutDownError }
-        switch machine.renewRequested(at: instant()) {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        let now = instant()
+        switch machine.renewRequested(at: now) {
         case .current(let credential):
             return credential
         case .fail(let error):
             throw error
         case .wait(let epoch, let actions):
-            apply(actions)
+            apply(actions, at: now)
             return try await waiters.wait(epoch: epoch, kind: .nextOutcome)
         }
     }
@@ -243,14 +284,20 @@ public actor SessionEngine {
     ///
     /// - Parameter credential: The credential the service rejected.
     public func credentialRejected(_ credential: IdentityCredential) async {
-        guard !isShutDown else { return }
-        apply(machine.credentialRejected(credential, at: instant()))
+        ledger?.enter()
+        defer { ledger?.leave() }
+        reportRejection(of: credential)
+    }
+
+    private func reportRejection(of credential: IdentityCredential) {
+        let now = instant()
+        apply(machine.credentialRejected(credential, at: now), at: now)
     }
 
     /// Reports a rejection and waits for the renewal it causes, for ``withIdentity(_:)``'s one retry.
     private func renewAfterRejection(of credential: IdentityCredential) async throws -> IdentityCredential {
-        guard !isShutDown else { throw Self.shutDownError }
-        apply(machine.credentialRejected(credential, at: instant()))
+        guard !machine.isShutDown else { throw SessionStateMachine.shutDownError }
+        reportRejection(of: credential)
         if let current = machine.usableCredential, current.signature != credential.signature {
             // Another caller's report already renewed it.
             return current
@@ -284,6 +331,8 @@ public actor SessionEngine {
     public nonisolated func withIdentity<T: Sendable>(
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T
     ) async throws -> T {
+        ledger?.enter()
+        defer { ledger?.leave() }
         do {
             return try await runScoped(body, requiring: nil)
         } catch let rejection as Rejection {
@@ -291,7 +340,7 @@ public actor SessionEngine {
             do {
                 return try await runScoped(body, requiring: renewed)
             } catch let again as Rejection {
-                await credentialRejected(again.credential)
+                await reportRejection(of: again.credential)
                 throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
             }
         }
@@ -307,17 +356,23 @@ public actor SessionEngine {
         requiring required: IdentityCredential?
     ) async throws -> T {
         let store = self.store
-        let tasks = self.tasks
+        let recorder = self.recorder
+        let ledger = self.ledger
         let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
-            tasks.started()
+            ledger?.begin()
+            recorder.tasks(1)
             return Task {
                 defer {
                     store.finishWork(id)
-                    tasks.finished()
+                    recorder.tasks(-1)
+                    // The caller parks while it waits for the work: make it runnable before the work ends.
+                    ledger?.unpark()
+                    ledger?.end()
                 }
                 return try await body(credential)
             }
         }
+        ledger?.park()
         do {
             return try await withTaskCancellationHandler {
                 try await task.value
@@ -346,46 +401,31 @@ public actor SessionEngine {
     ///
     /// - Throws: Never at present; the signature leaves room for start-up failures.
     public func run() async throws {
-        await shutdownSignal.wait()
-        await shutdown()
+        ledger?.enter()
+        defer { ledger?.leave() }
+        await stopped.wait(stopsOnCancellation: true)
+        await beginShutdown()
     }
 
     /// Shuts the engine down: cancels and drains scoped work, stops the fetch and timers, clears the credential,
     /// fails waiting callers with ``SessionError/Code/shutDown`` and finishes every event stream.
     ///
-    /// Account-change hooks do not run. Calls after shutdown fail with ``SessionError/Code/shutDown``.
+    /// Account-change hooks do not run, except those of a sign-out already under way, which becomes the shutdown.
+    /// Calls after shutdown fail with ``SessionError/Code/shutDown``. Concurrent calls all return once the engine
+    /// has shut down.
     public func shutdown() async {
-        guard !isShutDown else { return }
-        isShutDown = true
-        log(.info, "shutting down", [:])
-        switch machine.changeAccount(to: nil, at: instant()) {
-        case .began(let epoch, let actions):
-            apply(actions)
-            await prepareChange(epoch: epoch, target: nil, runHooks: false)
-        case .alreadyCurrent:
-            // A sign-out may still be draining its work: wait for it, so no scoped work outlives the shutdown.
-            await changeChain?.value
-        }
-        fetchTask?.task.cancel()
-        fetchTask = nil
-        timerTask?.cancel()
-        timerTask = nil
-        waiters.failAll(Self.shutDownError)
-        store.update(sessionState: machine.publicState, credential: nil, shutDown: true)
-        broadcaster.finish()
-        shutdownSignal.fire()
+        ledger?.enter()
+        defer { ledger?.leave() }
+        await beginShutdown()
     }
 
-    /// Counts of what the engine holds, for leak checks in tests and benchmarks.
-    package nonisolated var diagnostics: SessionDiagnostics {
-        SessionDiagnostics(
-            liveTasks: tasks.count,
-            subscribers: broadcaster.subscriberCount,
-            waiters: waiters.count,
-            scopedWork: store.runningWorkCount,
-            fetchesStarted: tasks.fetchesStarted,
-            fetchesCompleted: tasks.fetchesCompleted
-        )
+    private func beginShutdown() async {
+        let now = instant()
+        if case .began(_, let actions) = machine.shutdownRequested(at: now) {
+            log(.info, "shutting down", [:])
+            apply(actions, at: now)
+        }
+        await stopped.wait()
     }
 
     // MARK: - Performing the machine's actions
@@ -397,52 +437,62 @@ public actor SessionEngine {
     /// Installs the machine's state in the snapshot, performs its actions in order, then publishes the events.
     ///
     /// Events go out last, so a subscriber that sees an event knows the engine has already done everything the event
-    /// implies: the credential is installed, waiters are resolved, the next timer and fetch are set.
-    private func apply(_ actions: [SessionStateMachine.Action]) {
+    /// implies: the credential is installed, waiters are resolved, the next timer and fetch are set. Finishing the
+    /// event streams at shutdown comes after the step's events, so every subscriber receives the final state.
+    ///
+    /// - Parameters:
+    ///   - actions: What the machine decided.
+    ///   - now: The instant the machine decided at; every event of the step carries it.
+    private func apply(_ actions: [SessionStateMachine.Action], at now: SessionInstant) {
         let newState = machine.publicState
         store.update(
             sessionState: newState,
-            credential: machine.usableCredential.map { ($0, machine.epoch) }
+            credential: machine.usableCredential.map { ($0, machine.epoch) },
+            shutDown: machine.isShutDown
         )
-        var events: [SessionEvent] = []
+        var events: [(SessionEvent.Kind, UInt64)] = []
         if newState != publishedState {
             publishedState = newState
-            events.append(.stateChanged(newState))
+            events.append((.stateChanged(newState), machine.epoch))
             log(.info, "state changed", ["state": newState.name, "account": newState.account?.rawValue ?? "none"])
         }
-        var endsSession = false
+        var finishesShutdown = false
         for action in actions {
-            if case .endSession(let error) = action {
-                log(.error, "the backend ended the session; signing out", ["code": error.code.rawValue])
-                endsSession = true
-            } else if let event = perform(action) {
-                events.append(event)
+            switch action {
+            case .emit(let kind, let epoch):
+                logEvent(kind)
+                events.append((kind, epoch))
+            case .cancelWork(let epoch, let account):
+                let count = store.cancelWork(before: epoch)
+                if account != nil || count > 0 {
+                    events.append((.workCancelled(account: account, count: count), epoch))
+                }
+            case .finishShutdown:
+                finishesShutdown = true
+            default:
+                perform(action)
             }
         }
-        for event in events { broadcaster.publish(event) }
-        if endsSession { beginEndingSession() }
-    }
-
-    /// Signs out because the backend ended the session, beginning in the same step as the failure that said so: the
-    /// ended session's credential is never handed out again, and its work is cancelled at once.
-    private func beginEndingSession() {
-        guard !isShutDown, case .began(let epoch, let actions) = machine.changeAccount(to: nil, at: instant()) else {
-            return
-        }
-        log(.info, "account change began", ["to": "none", "epoch": "\(epoch)"])
-        apply(actions)
-        tasks.started()
-        Task {
-            defer { tasks.finished() }
-            await self.prepareChange(epoch: epoch, target: nil, runHooks: true)
+        for (kind, epoch) in events { publish(kind, epoch: epoch, at: now) }
+        if finishesShutdown {
+            broadcaster.finish()
+            stopped.open()
         }
     }
 
-    /// Performs one action; returns the event it reports, if any.
-    private func perform(_ action: SessionStateMachine.Action) -> SessionEvent? {
+    private func publish(_ kind: SessionEvent.Kind, epoch: UInt64, at now: SessionInstant) {
+        sequence += 1
+        let event = SessionEvent(kind, time: now, epoch: epoch, sequence: sequence)
+        recorder.record(event)
+        observer?(event)
+        broadcaster.publish(event)
+    }
+
+    /// Performs one action that reports no event.
+    private func perform(_ action: SessionStateMachine.Action) {
         switch action {
-        case .startFetch(let id, let account):
-            startFetch(id, account: account)
+        case .startFetch(let request):
+            startFetch(request)
         case .cancelFetch:
             fetchTask?.task.cancel()
             fetchTask = nil
@@ -451,67 +501,72 @@ public actor SessionEngine {
         case .cancelTimer:
             timerTask?.cancel()
             timerTask = nil
-        case .cancelWork(let epoch, let account):
-            let count = store.cancelWork(before: epoch)
-            if account != nil || count > 0 {
-                return .workCancelled(account: account, count: count)
-            }
-        case .emit(let event):
-            logEvent(event)
-            return event
         case .resolveWaiters(let epoch, let kinds, let outcome):
             waiters.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
-        case .endSession:
-            // Performed by `apply` once the step's other actions and events are done.
+        case .failAllWaiters(let error):
+            waiters.failAll(error)
+        case .prepareChange(let epoch):
+            let previous = preparation
+            let done = Latch(ledger: ledger)
+            preparation = done
+            _ = startTask { [weak self] in
+                await previous?.wait()
+                await self?.prepare(epoch: epoch)
+                done.open()
+            }
+        case .emit, .cancelWork, .finishShutdown:
+            // Performed by `apply`, which publishes their events.
             break
         }
-        return nil
     }
 
-    private func startFetch(_ id: FetchID, account: AccountID) {
+    /// Starts one of the engine's own tasks, counted until it ends.
+    private func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        let recorder = self.recorder
+        let ledger = self.ledger
+        ledger?.begin()
+        recorder.tasks(1)
+        return Task {
+            defer {
+                recorder.tasks(-1)
+                ledger?.end()
+            }
+            await body()
+        }
+    }
+
+    private func startFetch(_ request: FetchRequest) {
         fetchTask?.task.cancel()
         let fetcher = self.fetcher
-        let tasks = self.tasks
-        let epoch = machine.epoch
-        tasks.started()
-        tasks.fetchStarted()
-        let task = Task { [weak self] in
-            defer { tasks.finished() }
+        recorder.fetchStarted()
+        let task = startTask { [weak self] in
             let result: Result<IdentityCredential, any Error>
             do {
-                let credential = try await FetchContext.$epoch.withValue(epoch) {
-                    try await fetcher.fetchCredential(for: account)
-                }
-                result = .success(credential)
+                result = .success(try await fetcher.fetchCredential(request))
             } catch {
                 result = .failure(error)
             }
-            await self?.fetchCompleted(id, result)
+            await self?.fetchCompleted(request.id, result)
         }
-        fetchTask = (id, task)
-        log(.debug, "fetch started", ["account": account.rawValue, "fetch": "\(id)"])
+        fetchTask = (request.id, task)
+        log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
     }
 
     private func fetchCompleted(_ id: FetchID, _ result: Result<IdentityCredential, any Error>) {
-        defer { tasks.fetchCompleted() }
         if fetchTask?.id == id { fetchTask = nil }
-        guard !isShutDown else { return }
         let now = instant()
         switch result {
         case .success(let credential):
-            apply(machine.fetchSucceeded(id, credential: credential, at: now))
+            apply(machine.fetchSucceeded(id, credential: credential, at: now), at: now)
         case .failure(let error):
-            apply(machine.fetchFailed(id, error: Self.classify(error), at: now))
+            apply(machine.fetchFailed(id, error: Self.classify(error), at: now), at: now)
         }
     }
 
     private func startTimer(_ spec: TimerSpec) {
         timerTask?.cancel()
         let clock = self.clock
-        let tasks = self.tasks
-        tasks.started()
-        timerTask = Task { [weak self] in
-            defer { tasks.finished() }
+        timerTask = startTask { [weak self] in
             while !Task.isCancelled {
                 let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
                 if spec.isDue(at: now) {
@@ -537,8 +592,8 @@ public actor SessionEngine {
     }
 
     private func timerFired(_ id: TimerID) {
-        guard !isShutDown else { return }
-        apply(machine.timerFired(id, at: instant()))
+        let now = instant()
+        apply(machine.timerFired(id, at: now), at: now)
     }
 
     /// Maps what a fetcher threw to the engine's error: only ``SessionError/Code/backendSessionEnded`` is terminal.
@@ -559,17 +614,15 @@ public actor SessionEngine {
         }
     }
 
-    private static let shutDownError = SessionError(.shutDown, reason: "the session engine has shut down")
-
     // MARK: - Logging
 
     private func log(_ level: SessionLogRecord.Level, _ message: String, _ metadata: [String: String]) {
         configuration.log?(SessionLogRecord(level: level, message: message, metadata: metadata))
     }
 
-    private func logEvent(_ event: SessionEvent) {
+    private func logEvent(_ event: SessionEvent.Kind) {
         switch event {
-        case .renewed(let identity):
+        case .renewed(let identity, _):
             log(
                 .info, "credential installed",
                 ["account": identity.account.rawValue, "expiresAt": "\(identity.expiresAt)"])
@@ -600,13 +653,6 @@ public actor SessionEngine {
     }
 }
 
-/// What a fetch belongs to, visible to the fetcher's task, so test fetchers can attribute each fetch to the epoch
-/// the engine started it in rather than to whatever epoch is current when the fetch task first runs.
-package enum FetchContext {
-    /// The epoch of the account session the running fetch belongs to.
-    @TaskLocal package static var epoch: UInt64?
-}
-
 /// An account change, as account-change hooks see it.
 public struct AccountChange: Sendable, Hashable {
     /// The account being left; `nil` when signing in from signed out.
@@ -622,39 +668,5 @@ public struct AccountChange: Sendable, Hashable {
     public init(from: AccountID?, to: AccountID?) {
         self.from = from
         self.to = to
-    }
-}
-
-/// Counts of what an engine holds, for leak checks.
-package struct SessionDiagnostics: Sendable, Hashable {
-    /// Fetch, timer and internal tasks still running, and scoped work tasks.
-    package var liveTasks: Int
-    /// Live event subscribers.
-    package var subscribers: Int
-    /// Callers waiting for a fetch outcome.
-    package var waiters: Int
-    /// Scoped work registered and not yet finished.
-    package var scopedWork: Int
-    /// Fetches started over the engine's life, counted when the engine decides to start them.
-    package var fetchesStarted: Int
-    /// Fetch outcomes the engine has finished handling, stale ones included: a fetch answered but not yet handled is
-    /// the difference between the backend's count and this one.
-    package var fetchesCompleted: Int
-
-    /// Creates a set of counts.
-    package init(
-        liveTasks: Int,
-        subscribers: Int,
-        waiters: Int,
-        scopedWork: Int,
-        fetchesStarted: Int = 0,
-        fetchesCompleted: Int = 0
-    ) {
-        self.liveTasks = liveTasks
-        self.subscribers = subscribers
-        self.waiters = waiters
-        self.scopedWork = scopedWork
-        self.fetchesStarted = fetchesStarted
-        self.fetchesCompleted = fetchesCompleted
     }
 }

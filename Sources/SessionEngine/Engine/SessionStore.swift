@@ -41,19 +41,28 @@ final class SessionStore: Sendable {
         /// Work of epochs below this one has been cancelled; no new work may join them.
         var workFloor: UInt64 = 0
         var work: [UInt64: Work] = [:]
+        /// How many pieces of work run per epoch; few epochs ever have work at once.
+        var workPerEpoch: [UInt64: Int] = [:]
         var nextWorkID: UInt64 = 0
         var drainWaiters: [DrainWaiter] = []
 
         func hasWork(before epoch: UInt64) -> Bool {
-            work.values.contains { $0.epoch < epoch }
+            workPerEpoch.keys.contains { $0 < epoch }
         }
     }
 
     private let state = Mutex(State())
     private let clock: any SessionClock
+    private let ledger: ActivityLedger?
 
-    init(clock: any SessionClock) {
+    /// Creates an empty store.
+    ///
+    /// - Parameters:
+    ///   - clock: The clock that decides local expiry.
+    ///   - ledger: Where drains waiting for work are parked.
+    init(clock: any SessionClock, ledger: ActivityLedger?) {
         self.clock = clock
+        self.ledger = ledger
     }
 
     /// The state as last published.
@@ -139,6 +148,7 @@ final class SessionStore: Sendable {
             let ticket = WorkTicket()
             let task = makeTask(credential, id)
             state.work[id] = Work(epoch: epoch, ticket: ticket, cancel: { task.cancel() })
+            state.workPerEpoch[epoch, default: 0] += 1
             return .success((credential, task, ticket))
         }
         return try result.get()
@@ -147,9 +157,14 @@ final class SessionStore: Sendable {
     /// Removes finished work and wakes drains that were waiting for it.
     func finishWork(_ id: UInt64) {
         let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.work.removeValue(forKey: id)
+            guard let work = state.work.removeValue(forKey: id) else { return [] }
+            if state.workPerEpoch[work.epoch, default: 1] <= 1 {
+                state.workPerEpoch.removeValue(forKey: work.epoch)
+            } else {
+                state.workPerEpoch[work.epoch]! -= 1
+            }
             guard !state.drainWaiters.isEmpty else { return [] }
-            let oldest = state.work.values.map(\.epoch).min() ?? .max
+            let oldest = state.workPerEpoch.keys.min() ?? .max
             var ready: [CheckedContinuation<Void, Never>] = []
             state.drainWaiters.removeAll { waiter in
                 guard oldest >= waiter.epoch else { return false }
@@ -158,7 +173,10 @@ final class SessionStore: Sendable {
             }
             return ready
         }
-        for continuation in ready { continuation.resume() }
+        for continuation in ready {
+            ledger?.unpark()
+            continuation.resume()
+        }
     }
 
     /// Cancels all work of epochs before `epoch` and closes those epochs to new work.
@@ -186,6 +204,7 @@ final class SessionStore: Sendable {
             let done = state.withLock { state -> Bool in
                 guard state.hasWork(before: epoch) else { return true }
                 state.drainWaiters.append(DrainWaiter(epoch: epoch, continuation: continuation))
+                ledger?.park()
                 return false
             }
             if done { continuation.resume() }

@@ -5,7 +5,7 @@ import Synchronization
 /// The engine's actor is the only publisher. A subscriber registers under the same lock that publishing takes and
 /// first receives the current state, so it sees every later change in order with no gap and no duplicate. When a
 /// subscriber falls more than `bufferLimit` events behind, its oldest events are dropped and it receives
-/// ``SessionEvent/eventsDropped(count:)`` before the rest. A subscriber whose sequence is released, or whose waiting
+/// ``SessionEvent/Kind/eventsDropped(count:)`` before the rest, stamped like the last event it lost. A subscriber whose sequence is released, or whose waiting
 /// task is cancelled, is removed at once; ``finish()`` ends every subscription.
 final class EventBroadcaster: Sendable {
     private struct Subscriber {
@@ -13,26 +13,37 @@ final class EventBroadcaster: Sendable {
         var buffer: [SessionEvent] = []
         var head = 0
         var dropped = 0
+        /// The newest event dropped since the subscriber last received one.
+        var lastDropped: SessionEvent?
         var waiter: CheckedContinuation<SessionEvent?, Never>?
 
         var isEmpty: Bool { head == buffer.count }
 
-        mutating func push(_ event: SessionEvent) {
+        /// Buffers an event; returns whether an older one was dropped to make room.
+        mutating func push(_ event: SessionEvent) -> Bool {
             buffer.append(event)
+            var droppedOne = false
             if buffer.count - head > limit {
+                lastDropped = buffer[head]
                 head += 1
                 dropped += 1
+                droppedOne = true
             }
             if head > 64 && head * 2 > buffer.count {
                 buffer.removeFirst(head)
                 head = 0
             }
+            return droppedOne
         }
 
         mutating func pop() -> SessionEvent? {
-            if dropped > 0 {
-                defer { dropped = 0 }
-                return .eventsDropped(count: dropped)
+            if dropped > 0, let last = lastDropped {
+                defer {
+                    dropped = 0
+                    lastDropped = nil
+                }
+                return SessionEvent(
+                    .eventsDropped(count: dropped), time: last.time, epoch: last.epoch, sequence: last.sequence)
             }
             guard !isEmpty else { return nil }
             defer { head += 1 }
@@ -41,16 +52,19 @@ final class EventBroadcaster: Sendable {
     }
 
     private struct State {
-        var current: SessionState
+        /// The event that produced the current state, which every new subscriber receives first.
+        var current: SessionEvent
         var subscribers: [UInt64: Subscriber] = [:]
         var nextID: UInt64 = 0
         var finished = false
+        /// Events dropped over all subscribers, over the broadcaster's life.
+        var dropped = 0
     }
 
     private let state: Mutex<State>
     private let bufferLimit: Int
 
-    init(initial: SessionState, bufferLimit: Int) {
+    init(initial: SessionEvent, bufferLimit: Int) {
         self.state = Mutex(State(current: initial))
         self.bufferLimit = bufferLimit
     }
@@ -58,17 +72,20 @@ final class EventBroadcaster: Sendable {
     /// The number of live subscribers.
     var subscriberCount: Int { state.withLock { $0.subscribers.count } }
 
+    /// The number of events dropped over all subscribers so far.
+    var droppedCount: Int { state.withLock { $0.dropped } }
+
     /// Registers a subscriber whose first event is the current state.
     ///
     /// - Parameter limit: The subscriber's buffer limit; `nil` uses the engine's.
     /// - Returns: The subscriber's ID, or `nil` when the broadcaster has finished (the caller then delivers only the
     ///   final state).
-    func subscribe(limit: Int? = nil) -> (id: UInt64?, current: SessionState) {
+    func subscribe(limit: Int? = nil) -> (id: UInt64?, current: SessionEvent) {
         state.withLock { state in
             guard !state.finished else { return (nil, state.current) }
             state.nextID += 1
             var subscriber = Subscriber(limit: limit ?? bufferLimit)
-            subscriber.push(.stateChanged(state.current))
+            _ = subscriber.push(state.current)
             state.subscribers[state.nextID] = subscriber
             return (state.nextID, state.current)
         }
@@ -78,14 +95,14 @@ final class EventBroadcaster: Sendable {
     func publish(_ event: SessionEvent) {
         let ready = state.withLock { state -> [CheckedContinuation<SessionEvent?, Never>] in
             guard !state.finished else { return [] }
-            if case .stateChanged(let new) = event { state.current = new }
+            if case .stateChanged = event.kind { state.current = event }
             var ready: [CheckedContinuation<SessionEvent?, Never>] = []
             for id in state.subscribers.keys {
                 if let waiter = state.subscribers[id]!.waiter {
                     state.subscribers[id]!.waiter = nil
                     ready.append(waiter)
-                } else {
-                    state.subscribers[id]!.push(event)
+                } else if state.subscribers[id]!.push(event) {
+                    state.dropped += 1
                 }
             }
             return ready

@@ -1,35 +1,120 @@
-/// Something the engine did or saw, as published by ``SessionEngine/events()``.
-///
-/// Events never hold a signature, a secret or a property value.
-public enum SessionEvent: Sendable, Hashable, CustomStringConvertible {
-    /// The state changed. Every subscriber first receives the state current when it subscribed.
-    case stateChanged(SessionState)
-    /// A fetched credential was validated and installed.
-    case renewed(SessionIdentity)
-    /// A fetch failed or its credential was refused.
-    case fetchFailed(FetchFailure)
-    /// The host reported that the service rejected a credential.
-    case credentialRejected(RejectionReport)
-    /// An account change or shutdown cancelled the previous account's scoped work.
-    case workCancelled(account: AccountID?, count: Int)
-    /// A fetched credential suggests that this process's clock and the backend's disagree.
-    case clockSkewSuspected(ClockSkewReport)
-    /// The subscriber fell behind and this many of the oldest undelivered events were dropped.
-    case eventsDropped(count: Int)
+public import Foundation
 
-    /// A one-line summary without any secret.
-    public var description: String {
-        switch self {
-        case .stateChanged(let state): "state \(state)"
-        case .renewed(let identity): "renewed \(identity)"
-        case .fetchFailed(let failure): "fetch failed \(failure)"
-        case .credentialRejected(let report): "credential rejected \(report)"
-        case .workCancelled(let account, let count):
-            "work cancelled account: \(account.map(\.rawValue) ?? "nil"), count: \(count)"
-        case .clockSkewSuspected(let report): "clock skew suspected \(report)"
-        case .eventsDropped(let count): "events dropped count: \(count)"
+/// Something the engine did or saw, as published by ``SessionEngine/events()``, stamped with when it happened.
+///
+/// Every event carries the engine clock's wall time and monotonic instant of the step that produced it, the epoch
+/// of the account session it belongs to and a sequence number. Events of one step share their time; sequence
+/// numbers grow by one per event the engine publishes, so a subscriber that lost events (see
+/// ``Kind/eventsDropped(count:)``) sees the gap. Events never hold a signature, a secret or a property value.
+public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
+    /// What happened.
+    public enum Kind: Sendable, Hashable, CustomStringConvertible {
+        /// The state changed. Every subscriber first receives the state current when it subscribed.
+        case stateChanged(SessionState)
+        /// A fetched credential was validated and installed, by the fetch described.
+        case renewed(SessionIdentity, FetchAttempt)
+        /// A fetch failed or its credential was refused.
+        case fetchFailed(FetchFailure)
+        /// The host reported that the service rejected a credential.
+        case credentialRejected(RejectionReport)
+        /// An account change or shutdown cancelled the previous account's scoped work.
+        case workCancelled(account: AccountID?, count: Int)
+        /// A fetched credential suggests that this process's clock and the backend's disagree.
+        case clockSkewSuspected(ClockSkewReport)
+        /// The subscriber fell behind and this many of the oldest undelivered events were dropped.
+        case eventsDropped(count: Int)
+
+        /// A one-line summary without any secret.
+        public var description: String {
+            switch self {
+            case .stateChanged(let state): "state \(state)"
+            case .renewed(let identity, let fetch): "renewed \(identity), \(fetch)"
+            case .fetchFailed(let failure): "fetch failed \(failure)"
+            case .credentialRejected(let report): "credential rejected \(report)"
+            case .workCancelled(let account, let count):
+                "work cancelled account: \(account.map(\.rawValue) ?? "nil"), count: \(count)"
+            case .clockSkewSuspected(let report): "clock skew suspected \(report)"
+            case .eventsDropped(let count): "events dropped count: \(count)"
+            }
         }
     }
+
+    /// What happened.
+    public let kind: Kind
+    /// When the engine's step that produced the event ran, on the engine's clock.
+    public let time: SessionInstant
+    /// The epoch of the account session the event belongs to; it grows with every account change.
+    public let epoch: UInt64
+    /// The event's position among all the events the engine published, from 1; the initial state a subscriber
+    /// receives carries the sequence number of the event that produced that state (0 before any).
+    public let sequence: UInt64
+
+    /// Creates an event.
+    ///
+    /// - Parameters:
+    ///   - kind: What happened.
+    ///   - time: When it happened on the engine's clock.
+    ///   - epoch: The epoch of the account session it belongs to.
+    ///   - sequence: Its position among the engine's events.
+    public init(_ kind: Kind, time: SessionInstant, epoch: UInt64, sequence: UInt64) {
+        self.kind = kind
+        self.time = time
+        self.epoch = epoch
+        self.sequence = sequence
+    }
+
+    /// The new state, when the event is a state change.
+    public var state: SessionState? {
+        if case .stateChanged(let state) = kind { return state }
+        return nil
+    }
+
+    /// `#sequence epoch summary`, without any secret.
+    public var description: String { "#\(sequence) epoch \(epoch) \(kind)" }
+}
+
+/// A moment on the engine's clock: wall time, which credentials expire by, and monotonic time, which timers and
+/// backoff run on.
+public struct SessionInstant: Sendable, Hashable, CustomStringConvertible {
+    /// Wall-clock time.
+    public var wall: Date
+    /// Monotonic time since the clock's fixed origin (see ``SessionClock/uptime``).
+    public var uptime: Duration
+
+    /// Creates an instant.
+    ///
+    /// - Parameters:
+    ///   - wall: Wall-clock time.
+    ///   - uptime: Monotonic time since the clock's origin.
+    public init(wall: Date, uptime: Duration) {
+        self.wall = wall
+        self.uptime = uptime
+    }
+
+    /// The wall time in Unix seconds and the monotonic time.
+    public var description: String { "wall \(wall.timeIntervalSince1970), uptime \(uptime)" }
+}
+
+/// One fetch as the engine saw it: which attempt it was and how long the fetcher took.
+public struct FetchAttempt: Sendable, Hashable, CustomStringConvertible {
+    /// The attempt's number among consecutive fetches of the account session: 1 after a success, 2 after one
+    /// failure, and so on.
+    public let number: Int
+    /// The monotonic time from the fetch's start to the engine's handling of its result.
+    public let duration: Duration
+
+    /// Creates a fetch attempt.
+    ///
+    /// - Parameters:
+    ///   - number: The attempt's number among consecutive fetches.
+    ///   - duration: How long the fetch took.
+    public init(number: Int, duration: Duration) {
+        self.number = number
+        self.duration = duration
+    }
+
+    /// `attempt N in D`.
+    public var description: String { "attempt \(number) in \(duration)" }
 }
 
 /// A failed fetch, and when the engine tries again.
@@ -38,28 +123,31 @@ public struct FetchFailure: Sendable, Hashable, CustomStringConvertible {
     public let account: AccountID
     /// What went wrong.
     public let error: SessionError
-    /// How many fetches in a row have now failed.
-    public let consecutiveFailures: Int
+    /// The failed fetch: its attempt number (how many fetches in a row have now failed) and duration.
+    public let fetch: FetchAttempt
     /// The delay before the next attempt, or `nil` when the failure was terminal.
     public let retryIn: Duration?
+
+    /// How many fetches in a row have now failed.
+    public var consecutiveFailures: Int { fetch.number }
 
     /// Creates a failure report.
     ///
     /// - Parameters:
     ///   - account: The account the fetch was for.
     ///   - error: What went wrong.
-    ///   - consecutiveFailures: How many fetches in a row have failed.
+    ///   - fetch: The failed attempt's number and duration.
     ///   - retryIn: The delay before the next attempt, `nil` when terminal.
-    public init(account: AccountID, error: SessionError, consecutiveFailures: Int, retryIn: Duration?) {
+    public init(account: AccountID, error: SessionError, fetch: FetchAttempt, retryIn: Duration?) {
         self.account = account
         self.error = error
-        self.consecutiveFailures = consecutiveFailures
+        self.fetch = fetch
         self.retryIn = retryIn
     }
 
-    /// `account, error, retry`.
+    /// `account, error, attempt, retry`.
     public var description: String {
-        "\(account), \(error.code), failures: \(consecutiveFailures), retryIn: \(retryIn.map { "\($0)" } ?? "never")"
+        "\(account), \(error.code), \(fetch), retryIn: \(retryIn.map { "\($0)" } ?? "never")"
     }
 }
 

@@ -5,7 +5,7 @@
 /// when the engine shuts down, or when the iterating task is cancelled.
 ///
 /// Each sequence has its own buffer of ``SessionConfiguration/eventBufferLimit`` events. A subscriber that falls
-/// further behind loses its oldest undelivered events and receives ``SessionEvent/eventsDropped(count:)`` in their
+/// further behind loses its oldest undelivered events and receives ``SessionEvent/Kind/eventsDropped(count:)`` in their
 /// place, so a slow subscriber never holds back the engine or other subscribers. Releasing the sequence and its
 /// iterator, or cancelling the task that iterates it, unsubscribes at once, so a daemon may subscribe and
 /// unsubscribe for weeks without growing.
@@ -20,7 +20,7 @@ public struct SessionEvents: AsyncSequence, Sendable {
     final class Subscription: Sendable {
         let broadcaster: EventBroadcaster
         let id: UInt64?
-        let final: SessionState
+        let final: SessionEvent
 
         init(broadcaster: EventBroadcaster, limit: Int?) {
             self.broadcaster = broadcaster
@@ -65,7 +65,7 @@ public struct SessionEvents: AsyncSequence, Sendable {
                 // Subscribed after shutdown: deliver the final state once.
                 guard !deliveredFinalState else { return nil }
                 deliveredFinalState = true
-                return .stateChanged(subscription.final)
+                return subscription.final
             }
             return await subscription.broadcaster.next(id)
         }

@@ -52,7 +52,7 @@ final class DemoService: Sendable {
 
     private let state: Mutex<State>
 
-    init(projectID: String, secret: String, clock: ManualClock) throws {
+    init(projectID: String, secret: String, clock: any SessionClock) throws {
         state = Mutex(State(verifier: try IdentityVerifier(projectID: projectID, secret: secret, clock: clock)))
     }
 

@@ -10,8 +10,6 @@ import Synchronization
 protocol ScenarioBackend: CredentialFetcher {
     /// A short description for the timeline.
     var label: String { get }
-    /// Whether fetches take real time (a backend over HTTP).
-    var isRemote: Bool { get }
     /// Starts or ends an outage: while it lasts every fetch fails with a 503.
     func setOutage(_ on: Bool) async throws
     /// Rotates the signing secret to the next generation (see ``DemoSecrets``).
@@ -29,13 +27,12 @@ final class EmbeddedBackend: ScenarioBackend {
     }
 
     let label = "embedded backend"
-    let isRemote = false
     private let projectID: String
     private let baseSecret: String
-    private let clock: ManualClock
+    private let clock: any SessionClock
     private let state: Mutex<State>
 
-    init(projectID: String, secret: String, clock: ManualClock) throws {
+    init(projectID: String, secret: String, clock: any SessionClock) throws {
         self.projectID = projectID
         self.baseSecret = secret
         self.clock = clock
@@ -76,11 +73,10 @@ final class EmbeddedBackend: ScenarioBackend {
 /// with the same sessions, admin endpoints and simulated-clock header.
 final class RemoteBackend: ScenarioBackend {
     let label: String
-    let isRemote = true
     private let fetcher: HTTPCredentialFetcher
     private let endpoint: URL
 
-    init(endpoint: URL, clock: ManualClock) {
+    init(endpoint: URL, clock: any SessionClock) {
         self.endpoint = endpoint
         label = "backend at \(endpoint.host ?? "?"):\(endpoint.port.map(String.init) ?? "default port")"
         fetcher = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5)) { account, request in

@@ -35,13 +35,7 @@ struct ScenarioOptions: Sendable {
 
     init(_ arguments: [String]) throws(Options.UsageError) {
         let options = try Options(
-            arguments,
-            valued: ["accounts", "hours", "seed", "backend", "project-id"],
-            flags: ["json", "help"]
-        )
-        guard options.positional.isEmpty else {
-            throw Options.UsageError(description: "unexpected argument \(options.positional[0])")
-        }
+            command: arguments, valued: ["accounts", "hours", "seed", "backend", "project-id"], flags: ["json"])
         help = options.has("help")
         json = options.has("json")
         accounts = try options.integer("accounts", in: 2...DemoAccounts.maximumCount, default: 3)

@@ -10,34 +10,39 @@ import Synchronization
 final class Timeline: Sendable {
     private struct State {
         var state: SessionState = .signedOut
-        var processing = false
-        /// When each logged event happened, oldest first, for the events not yet printed.
-        var stamps: [TimeInterval] = []
-        var stampHead = 0
-        var lastStamp: TimeInterval = 0
-        var logged = 0
-        var printed = 0
+        /// The sequence number of the last event published.
+        var publishedThrough: UInt64 = 0
+        /// The sequence number of the last event printed.
+        var printedThrough: UInt64 = 0
+        /// Whether the engine's events have ended.
+        var ended = false
+        /// Callers waiting until an event has been printed, by its sequence number.
+        var waiters: [(sequence: UInt64, continuation: CheckedContinuation<Void, Never>)] = []
         var routineRun = 0
         var collapsed = 0
         var collapsedSince: TimeInterval = 0
         var collapsedUntil: TimeInterval = 0
         var failuresSinceInstall = 0
         var renewingBeforeInstall = false
-        var renewals = 0
-        var fetchFailures = 0
+
+        /// Removes and returns the waiters whose event has been printed, or all of them once the events ended.
+        mutating func readyWaiters() -> [CheckedContinuation<Void, Never>] {
+            var ready: [CheckedContinuation<Void, Never>] = []
+            waiters.removeAll { waiter in
+                guard ended || waiter.sequence <= printedThrough else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
     }
 
-    /// The engine's log messages that accompany exactly one event each.
-    private static let eventMessages: Set<String> = [
-        "state changed", "credential installed", "fetch failed", "credential rejected", "clock skew suspected",
-    ]
-
     let json: Bool
-    private let clock: ManualClock
+    private let clock: any SessionClock
     private let start: Date
     private let state = Mutex(State())
 
-    init(json: Bool, clock: ManualClock) {
+    init(json: Bool, clock: any SessionClock) {
         self.json = json
         self.clock = clock
         self.start = clock.now
@@ -45,70 +50,49 @@ final class Timeline: Sendable {
 
     // MARK: - Events
 
-    /// Receives the engine's log records, synchronously as the engine acts, to learn when each event happened.
-    ///
-    /// Events carry no time of their own, and the printer may see one after the clock has moved on; the log record
-    /// that goes with an event is written in the same step as the event, so its time is the event's.
-    func logged(_ record: SessionLogRecord) {
-        guard Self.eventMessages.contains(record.message) else { return }
-        let elapsed = clock.now.timeIntervalSince(start)
-        state.withLock { state in
-            state.stamps.append(elapsed)
-            state.logged += 1
-        }
-    }
-
     /// Prints every event of the engine until the stream ends.
+    ///
+    /// Each event is stamped with its own time, the engine clock's wall time of the step that published it, so
+    /// the printer may fall behind the clock without misplacing anything.
     func consume(_ events: SessionEvents) async {
-        var iterator = events.makeAsyncIterator()
-        var replay = true
-        while true {
-            state.withLock { $0.processing = false }
-            guard let event = await iterator.next() else { break }
-            state.withLock { $0.processing = true }
-            receive(event, replay: replay)
-            replay = false
-        }
-        state.withLock { $0.processing = false }
-    }
-
-    /// Whether every event the engine has logged so far has been printed.
-    var isCaughtUp: Bool { state.withLock { !$0.processing && $0.printed == $0.logged } }
-
-    /// How many credentials were installed, and how many fetches failed.
-    var counts: (renewals: Int, fetchFailures: Int) {
-        state.withLock { ($0.renewals, $0.fetchFailures) }
-    }
-
-    /// When the event happened: the time of its log record, or of the event before it for events that are not
-    /// logged (cancelled work is reported in the same step as the state change before it).
-    private func stamp(_ event: SessionEvent, replay: Bool, _ state: inout State) -> TimeInterval {
-        let logged: Bool
-        switch event {
-        case .stateChanged: logged = !replay
-        case .renewed, .fetchFailed, .credentialRejected, .clockSkewSuspected: logged = true
-        case .workCancelled, .eventsDropped: logged = false
-        }
-        if replay {
-            state.lastStamp = clock.now.timeIntervalSince(start)
-        } else if logged, state.stampHead < state.stamps.count {
-            state.lastStamp = state.stamps[state.stampHead]
-            state.stampHead += 1
-            state.printed += 1
-            if state.stampHead > 256 {
-                state.stamps.removeFirst(state.stampHead)
-                state.stampHead = 0
+        for await event in events {
+            receive(event)
+            let ready = state.withLock { state in
+                state.printedThrough = max(state.printedThrough, event.sequence)
+                return state.readyWaiters()
             }
+            for continuation in ready { continuation.resume() }
         }
-        return state.lastStamp
+        let ready = state.withLock { state in
+            state.ended = true
+            return state.readyWaiters()
+        }
+        for continuation in ready { continuation.resume() }
     }
 
-    private func receive(_ event: SessionEvent, replay: Bool) {
+    /// Notes that the engine published `event`; called by the engine's observer in the step that publishes it.
+    func published(_ event: SessionEvent) {
+        state.withLock { $0.publishedThrough = event.sequence }
+    }
+
+    /// Waits until every event the engine has published so far has been printed, or the events have ended.
+    func waitUntilCaughtUp() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ready = state.withLock { state -> Bool in
+                if state.ended || state.publishedThrough <= state.printedThrough { return true }
+                state.waiters.append((state.publishedThrough, continuation))
+                return false
+            }
+            if ready { continuation.resume() }
+        }
+    }
+
+    private func receive(_ event: SessionEvent) {
+        let elapsed = event.time.wall.timeIntervalSince(start)
         let output = state.withLock { state -> [String] in
-            let elapsed = stamp(event, replay: replay, &state)
             var routine = false
             var text: String?
-            switch event {
+            switch event.kind {
             case .stateChanged(let new):
                 if case .renewing = new { state.renewingBeforeInstall = true }
                 if case .identified = new {
@@ -118,22 +102,19 @@ final class Timeline: Sendable {
                 }
                 state.state = new
                 text = describe(new)
-            case .renewed(let identity):
-                state.renewals += 1
+            case .renewed(let identity, _):
                 routine = state.renewingBeforeInstall && state.failuresSinceInstall == 0
                 state.failuresSinceInstall = 0
                 state.renewingBeforeInstall = false
                 text =
                     routine
                     ? "renewed \(identity.account)'s credential ahead of expiry; expires \(time(identity.expiresAt))"
-                    : "credential installed for \(identity.account) <\(identity.email)> (\(identity.version)), "
+                    : "installed a credential for \(identity.account) <\(identity.email)> (\(identity.version)), "
                         + "expires \(time(identity.expiresAt))"
             case .fetchFailed(let failure):
-                state.fetchFailures += 1
                 state.failuresSinceInstall += 1
                 let next = failure.retryIn.map { "retry in \(Self.describe($0))" } ?? "terminal: the engine signs out"
-                text =
-                    "fetch for \(failure.account) failed (#\(failure.consecutiveFailures)): \(failure.error); \(next)"
+                text = "fetch for \(failure.account) failed (#\(failure.fetch.number)): \(failure.error); \(next)"
             case .credentialRejected(let report):
                 state.failuresSinceInstall += 1
                 text =
@@ -145,7 +126,7 @@ final class Timeline: Sendable {
                 text = "cancelled \(count) scoped task\(count == 1 ? "" : "s") of \(account?.rawValue ?? "nobody")"
             case .clockSkewSuspected(let report):
                 text =
-                    "clock skew suspected for \(report.account): the credential expires at \(report.expiresAt), "
+                    "suspected clock skew for \(report.account): the credential expires at \(report.expiresAt), "
                     + "local time \(report.localTime)"
             case .eventsDropped(let count):
                 text = "\(count) events were dropped"
@@ -275,7 +256,7 @@ final class Timeline: Sendable {
 
     private func jsonLine(_ event: SessionEvent, state: SessionState, elapsed: TimeInterval) -> String {
         var object = header(kind: "event", elapsed: elapsed, state: state)
-        switch event {
+        switch event.kind {
         case .stateChanged(let new):
             object.add("event", "stateChanged")
             switch new {
@@ -292,7 +273,7 @@ final class Timeline: Sendable {
             case .signedOut:
                 break
             }
-        case .renewed(let identity):
+        case .renewed(let identity, _):
             object.add("event", "renewed")
             object.add("email", identity.email)
             object.add("version", identity.version.rawValue)
@@ -302,7 +283,7 @@ final class Timeline: Sendable {
             object.add("event", "fetchFailed")
             object.add("code", failure.error.code.rawValue)
             object.add("reason", failure.error.reason)
-            object.add("failures", failure.consecutiveFailures)
+            object.add("failures", failure.fetch.number)
             if let retryIn = failure.retryIn {
                 object.add("retryInSeconds", retryIn.seconds)
             } else {

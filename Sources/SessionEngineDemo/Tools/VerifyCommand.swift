@@ -44,7 +44,7 @@ enum VerifyCommand {
                     return Date(timeIntervalSince1970: TimeInterval(seconds))
                 } ?? Date()
             do {
-                verifier = try IdentityVerifier(projectID: projectID, secret: secret, clock: ManualClock(now: now))
+                verifier = try IdentityVerifier(projectID: projectID, secret: secret, clock: FixedClock(now: now))
             } catch {
                 throw Options.UsageError(description: error.description)
             }
@@ -121,5 +121,16 @@ enum VerifyCommand {
         if hours > 0 { return "\(hours)h \(two(minutes))m \(two(rest))s" }
         if minutes > 0 { return "\(minutes)m \(two(rest))s" }
         return "\(rest)s"
+    }
+}
+
+/// A clock that stays at one moment: the verifier checks expiry against `--now` or the time it started.
+private struct FixedClock: SessionClock {
+    let now: Date
+    let uptime: Duration = .zero
+
+    /// The verifier never sleeps; a sleep returns at once.
+    func sleep(for duration: Duration) async throws {
+        try Task.checkCancellation()
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineTestKit
 import Synchronization
 import Testing
 
@@ -117,10 +118,10 @@ extension SessionEvents.Iterator {
     /// Waits for the next state change to a state that matches.
     mutating func state(where predicate: (SessionState) -> Bool) async -> SessionState? {
         let event = await next { event in
-            if case .stateChanged(let state) = event { return predicate(state) }
+            if case .stateChanged(let state) = event.kind { return predicate(state) }
             return false
         }
-        guard case .stateChanged(let state) = event else { return nil }
+        guard case .stateChanged(let state) = event?.kind else { return nil }
         return state
     }
 }
@@ -189,6 +190,9 @@ final class AsyncGate<Value: Sendable>: Sendable {
             if let ready { continuation.resume(returning: ready) }
         }
     }
+
+    /// Whether the gate has opened.
+    var isOpen: Bool { state.withLock { $0.value != nil } }
 
     func open(_ value: Value) {
         let waiters = state.withLock { state -> [CheckedContinuation<Value, Never>] in

@@ -1,3 +1,4 @@
+import SessionEngineTestKit
 import Synchronization
 
 @testable import SessionEngine
@@ -15,10 +16,11 @@ struct Violation: Error, CustomStringConvertible {
 
 /// A backend whose every fetch waits for the program's driver, which answers it as the program scripted.
 ///
-/// Each fetch takes the next scripted ``FetchBehaviour`` and is tagged with the epoch of the account session it
-/// belongs to (the latest account change to that account) and the monotonic time it started, so the fetcher can check
-/// that at most one fetch per epoch is in flight and that fetch starts keep the minimum interval.
-final class ModelFetcher: CredentialFetcher {
+/// Each fetch takes the next scripted ``FetchBehaviour`` and is tagged with the epoch the engine started it in and
+/// the monotonic time it started, so the fetcher can check that at most one fetch per epoch is in flight and that
+/// fetch starts keep the minimum interval. A fetch waiting for its answer is parked on the clock's ledger, so the
+/// engine counts as idle while the backend holds it.
+final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     struct Request: Sendable {
         let id: Int
         let account: AccountID
@@ -42,7 +44,6 @@ final class ModelFetcher: CredentialFetcher {
         var pending: [Int: Pending] = [:]
         var script: [FetchBehaviour] = []
         var recovering = false
-        var epochs: [AccountID: UInt64] = [:]
         var inFlight: [UInt64: Int] = [:]
         var lastStart: [UInt64: Duration] = [:]
         var violations: [String] = []
@@ -59,14 +60,20 @@ final class ModelFetcher: CredentialFetcher {
         self.minimumInterval = minimumInterval
     }
 
+    /// The engine's fetches park on the clock's ledger, which the fetcher already knows.
+    func attach(_ ledger: ActivityLedger) {}
+
     func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        preconditionFailure("the engine always says which fetch it starts")
+    }
+
+    func fetchCredential(_ fetch: FetchRequest) async throws -> IdentityCredential {
         let start = clock.uptime
         let minimumInterval = self.minimumInterval
+        let (account, epoch) = (fetch.account, fetch.epoch)
+        let ledger = clock.activityLedger
         let request = state.withLock { state -> Request in
             state.total += 1
-            // The engine says which epoch started this fetch; the account's latest epoch would mislabel a fetch
-            // whose task first runs after the next change to the same account began.
-            let epoch = FetchContext.epoch ?? state.epochs[account] ?? 0
             var behaviour = Self.defaultBehaviour
             if state.recovering {
                 behaviour = .succeed(lifetime: 900)
@@ -96,6 +103,7 @@ final class ModelFetcher: CredentialFetcher {
                         return true
                     }
                     state.pending[request.id] = Pending(request: request, continuation: continuation)
+                    ledger.park()
                     return false
                 }
                 if cancelled { continuation.resume(throwing: CancellationError()) }
@@ -111,14 +119,10 @@ final class ModelFetcher: CredentialFetcher {
                 state.inFlight[request.epoch, default: 1] -= 1
                 return pending
             }
-            pending?.continuation.resume(throwing: CancellationError())
+            guard let pending else { return }
+            ledger.unpark()
+            pending.continuation.resume(throwing: CancellationError())
         }
-    }
-
-    /// Fetches for `account` from now on belong to `epoch`.
-    func setEpoch(_ epoch: UInt64, for account: AccountID?) {
-        guard let account else { return }
-        state.withLock { $0.epochs[account] = epoch }
     }
 
     /// Scripts the answer to the next fetch.
@@ -143,9 +147,6 @@ final class ModelFetcher: CredentialFetcher {
 
     var total: Int { state.withLock { $0.total } }
 
-    /// Fetches that are no longer waiting for an answer (answered, cancelled, or not yet registered), read at once.
-    var unsettledOrAnswered: Int { state.withLock { $0.total - $0.pending.count } }
-
     /// The first broken invariant the fetcher saw, if any.
     var violation: String? { state.withLock { $0.violations.first } }
 
@@ -156,7 +157,9 @@ final class ModelFetcher: CredentialFetcher {
             state.inFlight[pending.request.epoch, default: 1] -= 1
             return pending
         }
-        pending?.continuation.resume(with: result)
+        guard let pending else { return }
+        clock.activityLedger.unpark()
+        pending.continuation.resume(with: result)
     }
 
     /// Fails every pending fetch, to tear a program down.

@@ -1,10 +1,11 @@
 import Foundation
+import SessionEngineTestKit
 import Synchronization
 
 @testable import SessionEngine
 
-/// What a program's tasks observe while they run: the engine's log, the calls in progress, the scoped work that is
-/// running, the account-change hooks, and the invariants the tasks saw broken.
+/// What a program's tasks observe while they run: the engine's events as it publishes them, the calls in progress,
+/// the scoped work that is running, the account-change hooks, and the invariants the tasks saw broken.
 ///
 /// Everything here is shared between the driver and the tasks it starts, so it lives behind one lock.
 final class ModelProbe: Sendable {
@@ -12,6 +13,8 @@ final class ModelProbe: Sendable {
         var violations: [String] = []
         /// Calls to the engine started and not yet returned.
         var outstanding = 0
+        /// Resumed once no call is outstanding.
+        var callWaiters: [CheckedContinuation<Void, Never>] = []
         var calls: [Int: String] = [:]
         var nextCall = 0
         /// Scoped work bodies sleeping on the clock; each blocks exactly one outstanding call.
@@ -25,16 +28,15 @@ final class ModelProbe: Sendable {
         var changes: [Int: (epoch: UInt64, isCall: Bool)] = [:]
         var nextChange = 0
         var hooks: [AccountChange] = []
-        var stallNextHook = false
-        var gate: CheckedContinuation<Void, Never>?
-        var logCount = 0
-        var recentLog: [SessionLogRecord] = []
-        var states: [String] = []
-        /// The epochs of the account changes the engine has begun and published, from its log.
+        /// The gate the next hook waits at, when the program holds it.
+        var nextHookGate: Gate?
+        var heldHook: Gate?
+        /// Every event the engine published, as it published it.
+        var events: [SessionEvent] = []
+        /// The states the engine published, in order.
+        var states: [SessionState] = []
+        /// The epochs of the account changes the engine has begun and published.
         var begunEpochs: Set<UInt64> = []
-        var beginning: UInt64?
-        /// The epoch of the current account session, as the model predicts it.
-        var epoch: UInt64 = 0
         /// The epochs in which the backend issued each credential, by signature (the same email, expiry and secret
         /// give the same credential in any epoch).
         var origins: [String: Set<UInt64>] = [:]
@@ -45,34 +47,34 @@ final class ModelProbe: Sendable {
 
     private let state = Mutex(State())
 
-    // MARK: Log
+    // MARK: Events
 
-    /// Receives the engine's log records; the state changes among them are the engine's own sequence of states.
-    func log(_ record: SessionLogRecord) {
+    /// Receives every event in the step the engine publishes it: the engine's own sequence of states and the epochs
+    /// of the account changes it began.
+    func observe(_ event: SessionEvent) {
         state.withLock { state in
-            state.logCount += 1
-            state.recentLog.append(record)
-            if state.recentLog.count > 24 { state.recentLog.removeFirst(12) }
-            // A change has begun once the engine has also published its state, which it does right after logging
-            // the change, in the same step.
-            if record.message == "account change began" {
-                state.beginning = record.metadata["epoch"].flatMap(UInt64.init)
+            if let last = state.events.last, event.sequence != last.sequence + 1 {
+                state.violations.append("event \(event.sequence) followed event \(last.sequence)")
             }
-            if record.message == "state changed" {
-                state.states.append("\(record.metadata["state"] ?? "?") \(record.metadata["account"] ?? "?")")
-                if let epoch = state.beginning { state.begunEpochs.insert(epoch) }
-                state.beginning = nil
-            }
+            state.events.append(event)
+            guard let new = event.state else { return }
+            state.states.append(new)
+            // A change begins with a switching state of a new epoch (a sign-out from switching included).
+            if case .switching = new { state.begunEpochs.insert(event.epoch) }
         }
     }
 
-    var logCount: Int { state.withLock { $0.logCount } }
+    /// How many events the engine has published.
+    var eventCount: Int { state.withLock { $0.events.count } }
 
-    /// The engine's last log records, oldest first.
-    var recentLog: [String] { state.withLock { $0.recentLog.suffix(12).map(\.description) } }
+    /// The sequence number of the engine's last event; 0 before any.
+    var lastSequence: UInt64 { state.withLock { $0.events.last?.sequence ?? 0 } }
 
-    /// The engine's state changes so far, as `name account`.
-    var states: [String] { state.withLock { $0.states } }
+    /// The engine's last events, oldest first.
+    var recentEvents: [String] { state.withLock { $0.events.suffix(12).map(\.description) } }
+
+    /// The engine's state changes so far.
+    var states: [SessionState] { state.withLock { $0.states } }
 
     var stateCount: Int { state.withLock { $0.states.count } }
 
@@ -85,11 +87,6 @@ final class ModelProbe: Sendable {
     var firstViolation: String? { state.withLock { $0.violations.first } }
 
     // MARK: Epochs and credentials
-
-    var epoch: UInt64 {
-        get { state.withLock { $0.epoch } }
-        set { state.withLock { $0.epoch = newValue } }
-    }
 
     func noteOrigin(of credential: IdentityCredential, epoch: UInt64) {
         state.withLock { _ = $0.origins[credential.signature, default: []].insert(epoch) }
@@ -126,9 +123,26 @@ final class ModelProbe: Sendable {
     }
 
     func callFinished(_ ticket: Int) {
-        state.withLock { state in
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.outstanding -= 1
             state.calls.removeValue(forKey: ticket)
+            guard state.outstanding == 0 else { return [] }
+            defer { state.callWaiters.removeAll() }
+            return state.callWaiters
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    /// Waits until every call the program started has returned to the program; only for when none is inside the
+    /// engine any more, whose returns are then on their way.
+    func waitUntilCallsFinished() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if state.outstanding == 0 { return true }
+                state.callWaiters.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
         }
     }
 
@@ -230,9 +244,9 @@ final class ModelProbe: Sendable {
     // MARK: Hooks
 
     /// The account-change hook: records the change, checks that the previous work has drained, and holds the
-    /// change when the program asked for it.
+    /// change at a gate when the program asked for it; the engine counts the held hook as parked.
     func hook(_ change: AccountChange, scopedWork: Int) async {
-        let stall = state.withLock { state -> Bool in
+        let gate = state.withLock { state -> Gate? in
             state.hooks.append(change)
             if !state.work.isEmpty || scopedWork != 0 {
                 state.violations.append(
@@ -240,30 +254,30 @@ final class ModelProbe: Sendable {
                         + "while \(max(state.work.count, scopedWork)) pieces of work ran"
                 )
             }
-            defer { state.stallNextHook = false }
-            return state.stallNextHook
+            defer { state.nextHookGate = nil }
+            state.heldHook = state.nextHookGate
+            return state.nextHookGate
         }
-        guard stall else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            state.withLock { $0.gate = continuation }
-        }
+        await gate?.wait()
     }
 
     var hooks: [AccountChange] { state.withLock { $0.hooks } }
 
-    func stallNextHook() {
-        state.withLock { $0.stallNextHook = true }
+    /// Holds the next hook at a gate of `clock`'s.
+    func stallNextHook(clock: ManualClock) {
+        state.withLock { $0.nextHookGate = Gate(clock: clock) }
     }
 
-    var hookStalled: Bool { state.withLock { $0.gate != nil } }
+    /// Whether a hook waits at its gate.
+    var hookStalled: Bool { state.withLock { $0.heldHook?.isHolding ?? false } }
 
     func releaseHooks() {
-        let gate = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.stallNextHook = false
-            defer { state.gate = nil }
-            return state.gate
+        let gate = state.withLock { state -> Gate? in
+            state.nextHookGate = nil
+            defer { state.heldHook = nil }
+            return state.heldHook
         }
-        gate?.resume()
+        gate?.open()
     }
 }
 
@@ -286,26 +300,78 @@ final class ServiceVerifier: Sendable {
 
 /// The states and events one subscriber received.
 final class SubscriberLog: Sendable {
+    private struct Waiter {
+        /// Resume once this sequence number was received, or the subscription finished.
+        var sequence: UInt64
+        var continuation: CheckedContinuation<Void, Never>
+    }
+
     private struct State {
         var states: [SessionState] = []
         var dropped = false
         var finished = false
+        /// The sequence number of the last event received; `nil` before the first (the state at subscription).
+        var lastSequence: UInt64?
+        var waiters: [Waiter] = []
+
+        mutating func ready() -> [CheckedContinuation<Void, Never>] {
+            var ready: [CheckedContinuation<Void, Never>] = []
+            waiters.removeAll { waiter in
+                guard finished || (lastSequence.map { $0 >= waiter.sequence } ?? false) else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
     }
 
     private let state = Mutex(State())
+    /// The engine's last sequence number when the subscriber subscribed: its first event, the state current then,
+    /// may carry an earlier one.
+    private let startSequence: UInt64
+
+    /// Creates the log of a subscriber that subscribes while the engine's last event is `startSequence`.
+    init(startSequence: UInt64) {
+        self.startSequence = startSequence
+    }
 
     func record(_ event: SessionEvent) {
-        state.withLock { state in
-            switch event {
+        let startSequence = self.startSequence
+        let ready = state.withLock { state in
+            switch event.kind {
             case .stateChanged(let session): state.states.append(session)
             case .eventsDropped: state.dropped = true
             default: break
             }
+            state.lastSequence = max(state.lastSequence ?? startSequence, event.sequence)
+            return state.ready()
         }
+        for continuation in ready { continuation.resume() }
     }
 
     func finish() {
-        state.withLock { $0.finished = true }
+        let ready = state.withLock { state in
+            state.finished = true
+            return state.ready()
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    /// Waits until the subscriber has received the event with this sequence number, or its subscription ended.
+    func waitUntilReceived(_ sequence: UInt64) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if state.finished || (state.lastSequence.map { $0 >= sequence } ?? false) { return true }
+                state.waiters.append(Waiter(sequence: sequence, continuation: continuation))
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// Waits until the subscription has ended.
+    func waitUntilFinished() async {
+        await waitUntilReceived(.max)
     }
 
     var states: [SessionState] { state.withLock { $0.states } }

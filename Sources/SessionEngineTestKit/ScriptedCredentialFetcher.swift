@@ -1,3 +1,4 @@
+public import SessionEngine
 import Synchronization
 
 /// A ``CredentialFetcher`` for tests that answers each fetch when the test says so.
@@ -8,13 +9,20 @@ import Synchronization
 /// automatic responder answers at once.
 ///
 /// A request whose fetching task is cancelled ends with `CancellationError` and is counted in ``cancelledCount``.
-public final class ScriptedCredentialFetcher: CredentialFetcher {
+///
+/// A fetch waiting for its answer counts as parked for ``SessionEngine/waitUntilIdle()`` when the engine runs on a
+/// ``ManualClock``: the engine is idle while the script holds the fetch.
+public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerFetcher {
     /// One fetch the engine made.
     public struct Request: Sendable, Hashable, CustomStringConvertible {
         /// The request's sequence number, from 1.
         public let id: Int
         /// The account the engine fetched for.
         public let account: AccountID
+        /// The epoch of the account session the engine fetched for.
+        public let epoch: UInt64
+        /// The attempt's number among consecutive fetches of the account session.
+        public let attempt: Int
 
         /// `#id account`.
         public var description: String { "#\(id) \(account)" }
@@ -23,6 +31,13 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     private struct Pending {
         var request: Request
         var continuation: CheckedContinuation<IdentityCredential, any Error>
+        /// Where the waiting fetch is parked.
+        var ledger: ActivityLedger?
+
+        func resume(with result: Result<IdentityCredential, any Error>) {
+            ledger?.unpark()
+            continuation.resume(with: result)
+        }
     }
 
     private struct State {
@@ -33,6 +48,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
         var requestWaiters: [CheckedContinuation<Request, Never>] = []
         var responder: (@Sendable (AccountID) throws -> IdentityCredential)?
         var accounts: [AccountID] = []
+        var ledger: ActivityLedger?
     }
 
     private let state = Mutex(State())
@@ -64,16 +80,39 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     /// The accounts of every fetch, in order.
     public var requestedAccounts: [AccountID] { state.withLock { $0.accounts } }
 
-    /// Records the fetch, then answers it with the responder or waits for ``respond(to:with:)``.
+    /// Parks the engine's waiting fetches on `ledger`; the first engine's ledger is kept.
+    package func attach(_ ledger: ActivityLedger) {
+        state.withLock { state in
+            if state.ledger == nil { state.ledger = ledger }
+        }
+    }
+
+    /// Records a fetch made outside an engine, then answers it like one of the engine's.
     ///
     /// - Parameter account: The account to fetch for.
     /// - Returns: The credential the test supplied.
     /// - Throws: The error the test supplied, or `CancellationError` when the fetch was cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        let (request, responder) = state.withLock { state in
+        try await fetch(account: account, epoch: 0, attempt: 1, parks: false)
+    }
+
+    /// Records the engine's fetch, then answers it with the responder or waits for ``respond(to:with:)``.
+    ///
+    /// - Parameter request: The fetch the engine started.
+    /// - Returns: The credential the test supplied.
+    /// - Throws: The error the test supplied, or `CancellationError` when the fetch was cancelled.
+    public func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
+        try await fetch(account: request.account, epoch: request.epoch, attempt: request.attempt, parks: true)
+    }
+
+    private func fetch(account: AccountID, epoch: UInt64, attempt: Int, parks: Bool) async throws
+        -> IdentityCredential
+    {
+        let (request, responder, ledger) = state.withLock { state in
             state.total += 1
             state.accounts.append(account)
-            return (Request(id: state.total, account: account), state.responder)
+            let request = Request(id: state.total, account: account, epoch: epoch, attempt: attempt)
+            return (request, state.responder, parks ? state.ledger : nil)
         }
         if let responder { return try responder(account) }
         return try await withTaskCancellationHandler {
@@ -83,7 +122,8 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
                         state.cancelled += 1
                         return (true, nil)
                     }
-                    state.pending[request.id] = Pending(request: request, continuation: continuation)
+                    state.pending[request.id] = Pending(request: request, continuation: continuation, ledger: ledger)
+                    ledger?.park()
                     if state.requestWaiters.isEmpty {
                         state.unclaimed.append(request)
                         return (false, nil)
@@ -100,7 +140,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
                 state.unclaimed.removeAll { $0.id == request.id }
                 return pending
             }
-            pending?.continuation.resume(throwing: CancellationError())
+            pending?.resume(with: .failure(CancellationError()))
         }
     }
 
@@ -131,7 +171,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
             return state.pending.removeValue(forKey: request.id)
         }
         guard let pending else { return false }
-        pending.continuation.resume(with: result)
+        pending.resume(with: result)
         return true
     }
 }

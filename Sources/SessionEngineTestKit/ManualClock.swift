@@ -1,4 +1,5 @@
 public import Foundation
+public import SessionEngine
 import Synchronization
 
 /// A clock that moves only when told to, for deterministic tests of the engine and of hosts.
@@ -7,9 +8,11 @@ import Synchronization
 /// ``jumpWallClock(by:)`` moves only the wall clock, as an NTP correction or a suspended machine does; sleepers
 /// are not woken by it, just as a monotonic sleep is not.
 ///
-/// Tests that need to know the engine has gone back to sleep use ``waitForSleepers(count:)``, which suspends
-/// until enough sleepers are registered; it never waits on real time.
-public final class ManualClock: SessionClock {
+/// The clock also keeps the ledger behind ``SessionEngine/waitUntilIdle()``: every engine it drives counts its
+/// activities there, and a task asleep on the clock counts as parked. Every task that sleeps on a manual clock must
+/// therefore be one the ledger counts: an engine's own task or scoped work run through
+/// ``SessionEngine/withIdentity(_:)``. Nothing here waits on real time.
+public final class ManualClock: SessionClock, ActivityLedgerClock {
     private struct Sleeper {
         var deadline: Duration
         var continuation: CheckedContinuation<Void, any Error>
@@ -40,6 +43,9 @@ public final class ManualClock: SessionClock {
 
     private let state: Mutex<State>
 
+    /// The ledger shared by the engines this clock drives and the test doubles that park on it.
+    package let activityLedger = ActivityLedger()
+
     /// Creates a manual clock.
     ///
     /// - Parameter now: The initial wall-clock time; by default 2027-01-15T08:00:00Z.
@@ -61,28 +67,49 @@ public final class ManualClock: SessionClock {
 
     /// Suspends until the clock has been advanced by `duration`.
     ///
+    /// The sleeping task counts as parked for ``SessionEngine/waitUntilIdle()`` until the clock wakes it.
+    ///
     /// - Parameter duration: How long to sleep in the clock's monotonic time.
     /// - Throws: `CancellationError` when the calling task is cancelled.
     public func sleep(for duration: Duration) async throws {
         try Task.checkCancellation()
         guard duration > .zero else { return }
+        try await park(for: duration, ignoringCancellation: false)
+    }
+
+    /// Suspends until the clock has been advanced by `duration`, whether or not the calling task is cancelled.
+    ///
+    /// Models work that cannot stop half-way: it notices cancellation only once it wakes.
+    ///
+    /// - Parameter duration: How long to sleep in the clock's monotonic time.
+    public func sleepIgnoringCancellation(for duration: Duration) async {
+        guard duration > .zero else { return }
+        try? await park(for: duration, ignoringCancellation: true)
+    }
+
+    private func park(for duration: Duration, ignoringCancellation: Bool) async throws {
         let id = state.withLock { state in
             state.nextID += 1
             return state.nextID
         }
+        let ledger = activityLedger
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let (cancelled, ready) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
-                    if Task.isCancelled { return (true, []) }
+                    if Task.isCancelled && !ignoringCancellation { return (true, []) }
                     state.sleepers[id] = Sleeper(deadline: state.elapsed + duration, continuation: continuation)
+                    ledger.park()
                     return (false, state.readyWaiters())
                 }
                 if cancelled { continuation.resume(throwing: CancellationError()) }
                 for waiter in ready { waiter.resume() }
             }
         } onCancel: {
+            guard !ignoringCancellation else { return }
             let sleeper = state.withLock { $0.sleepers.removeValue(forKey: id) }
-            sleeper?.continuation.resume(throwing: CancellationError())
+            guard let sleeper else { return }
+            ledger.unpark()
+            sleeper.continuation.resume(throwing: CancellationError())
         }
     }
 
@@ -100,7 +127,23 @@ public final class ManualClock: SessionClock {
                 .map(\.key)
             return dueIDs.compactMap { state.sleepers.removeValue(forKey: $0)?.continuation }
         }
-        for continuation in due { continuation.resume() }
+        for continuation in due {
+            activityLedger.unpark()
+            continuation.resume()
+        }
+    }
+
+    /// Advances the clock to the earliest sleeper's deadline, if any sleeps, and wakes the sleepers due then.
+    ///
+    /// - Parameter limit: Advance at most this far.
+    /// - Returns: How far the clock moved; `.zero` when nothing sleeps.
+    @discardableResult
+    public func advanceToNextDeadline(limit: Duration? = nil) -> Duration {
+        guard let deadline = nextDeadline else { return .zero }
+        var step = max(.zero, deadline - uptime)
+        if let limit { step = min(step, limit) }
+        advance(by: step)
+        return step
     }
 
     /// Moves only the wall clock, forwards or backwards, as a clock correction or a suspended machine does.
@@ -124,13 +167,5 @@ public final class ManualClock: SessionClock {
             }
             if ready { continuation.resume() }
         }
-    }
-}
-
-extension Duration {
-    /// The duration in seconds as a `TimeInterval`.
-    var timeInterval: TimeInterval {
-        let (seconds, attoseconds) = components
-        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
     }
 }

@@ -1,0 +1,94 @@
+import Synchronization
+
+/// The engine's counters, fed by the step that publishes each event and read without an actor hop.
+final class MetricsRecorder: Sendable {
+    fileprivate struct State {
+        var metrics = SessionMetrics()
+        /// The epoch of the last account change counted.
+        var changeEpoch: UInt64 = 0
+        /// Recent fetch durations, a ring of ``LatencySummary/window`` entries.
+        var latencies: [Duration] = []
+        var nextLatency = 0
+        /// The epoch whose account session last installed a credential.
+        var installedEpoch: UInt64?
+        /// The last published state, to count transitions.
+        var state: SessionState = .signedOut
+        var liveTasks = 0
+    }
+
+    private let state = Mutex(State())
+
+    /// A fetch started.
+    func fetchStarted() {
+        state.withLock { $0.metrics.fetchesStarted += 1 }
+    }
+
+    /// An engine task started or ended.
+    func tasks(_ delta: Int) {
+        state.withLock { $0.liveTasks += delta }
+    }
+
+    /// The number of engine tasks running.
+    var liveTasks: Int { state.withLock { $0.liveTasks } }
+
+    /// Counts what a published event reports.
+    func record(_ event: SessionEvent) {
+        state.withLock { state in
+            state.metrics.eventsPublished += 1
+            switch event.kind {
+            case .stateChanged(let new):
+                if case .switching = new, event.epoch != state.changeEpoch {
+                    state.metrics.accountChanges += 1
+                    state.changeEpoch = event.epoch
+                }
+                if case .expired(let expired) = new, expired.reason == .expired, !state.state.isExpired {
+                    state.metrics.expiries += 1
+                }
+                state.state = new
+            case .renewed(let identity, let fetch):
+                state.metrics.fetchesSucceeded += 1
+                state.metrics.credentialsInstalled += 1
+                if state.installedEpoch == identity.epoch { state.metrics.renewals += 1 }
+                state.installedEpoch = identity.epoch
+                state.record(fetch.duration)
+            case .fetchFailed(let failure):
+                state.metrics.fetchesFailed[failure.error.code, default: 0] += 1
+                state.record(failure.fetch.duration)
+            case .credentialRejected:
+                state.metrics.rejections += 1
+            case .workCancelled(_, let count):
+                state.metrics.scopedWorkCancelled += count
+            case .clockSkewSuspected, .eventsDropped:
+                break
+            }
+        }
+    }
+
+    /// The counters, with the latency summary.
+    var snapshot: SessionMetrics {
+        state.withLock { state in
+            var metrics = state.metrics
+            metrics.fetchLatency = LatencySummary(of: state.latencies)
+            metrics.liveTasks = state.liveTasks
+            return metrics
+        }
+    }
+}
+
+extension MetricsRecorder.State {
+    fileprivate mutating func record(_ duration: Duration) {
+        if latencies.count < LatencySummary.window {
+            latencies.append(duration)
+        } else {
+            latencies[nextLatency] = duration
+            nextLatency = (nextLatency + 1) % LatencySummary.window
+        }
+    }
+}
+
+extension SessionState {
+    fileprivate var isExpired: Bool {
+        if case .expired = self { return true }
+        return false
+    }
+}

@@ -1,0 +1,47 @@
+public import SessionEngine
+
+extension SessionEngine {
+    /// Suspends until the engine is idle: none of its work can run until the test acts.
+    ///
+    /// The engine is idle when each of its tasks and each call inside it is parked: asleep on the ``ManualClock``,
+    /// held by a ``ScriptedCredentialFetcher`` or a ``Gate``, waiting for a fetch outcome, or waiting for scoped work
+    /// that is itself parked. From then on nothing changes until the test advances the clock, answers a fetch, opens
+    /// a gate or calls the engine. Every engine on the same clock shares one ledger, so this waits for all of them.
+    ///
+    /// The wait is built on counters the engine keeps as it parks and wakes its work, and a continuation resumed
+    /// when they reach zero; it never polls and never waits on real time.
+    ///
+    /// A call started in another task counts only once it has entered the engine: start such calls with
+    /// ``startCall(_:)``, which waits for that.
+    ///
+    /// - Precondition: The engine runs on a ``ManualClock``.
+    public nonisolated func waitUntilIdle() async {
+        await requireLedger().waitUntilIdle()
+    }
+
+    /// Starts `call` in a new task and returns once the call has entered the engine and the engine is idle again.
+    ///
+    /// `call` must begin with one of the engine's asynchronous methods (``signIn(_:)``, ``switchAccount(to:)``,
+    /// ``signOut()``, ``renew()``, ``withIdentity(_:)``, ``credentialRejected(_:)``, ``shutdown()`` or ``run()``);
+    /// a call that waits, for a fetch or for scoped work, is parked, so the engine can be idle while it waits.
+    /// Start calls one after another from one task: the engine receives them in that order.
+    ///
+    /// - Precondition: The engine runs on a ``ManualClock``.
+    /// - Parameter call: The call, given the engine.
+    /// - Returns: The task running the call, to await its result.
+    @discardableResult
+    public nonisolated func startCall<T: Sendable>(
+        _ call: @escaping @Sendable (SessionEngine) async throws -> T
+    ) async -> Task<T, any Error> {
+        let ledger = requireLedger()
+        let entered = ledger.callsEntered + 1
+        let task = Task { try await call(self) }
+        await ledger.waitUntilIdle(callsEntered: entered)
+        return task
+    }
+
+    private nonisolated func requireLedger() -> ActivityLedger {
+        guard let ledger else { preconditionFailure("waiting for an idle engine needs an engine on a ManualClock") }
+        return ledger
+    }
+}

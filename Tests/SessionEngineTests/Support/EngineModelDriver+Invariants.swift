@@ -1,0 +1,179 @@
+import Foundation
+import SessionEngineTestKit
+
+@testable import SessionEngine
+
+/// The invariants the driver checks after every step, against the reference model and the engine's typed seam.
+extension EngineModelDriver {
+
+    func check() throws {
+        if let violation = probe.firstViolation ?? fetcher.violation { throw Violation(violation) }
+        try checkStates()
+        try checkModel()
+        try checkHooks()
+        _ = try checkFastPath()
+        let metrics = engine.metrics
+        switch engine.state {
+        case .signedOut, .identified:
+            if metrics.waiters > 0 {
+                throw Violation(
+                    "\(metrics.waiters) callers wait in \(engine.state.name) for an outcome that never comes: "
+                        + activity
+                )
+            }
+        case .switching, .renewing, .expired:
+            break
+        }
+        if metrics.fetchesStarted != fetcher.total {
+            throw Violation("the engine started \(metrics.fetchesStarted) fetches, the backend saw \(fetcher.total)")
+        }
+        if metrics.eventsPublished != probe.eventCount {
+            throw Violation("the engine counted \(metrics.eventsPublished) events, it published \(probe.eventCount)")
+        }
+    }
+
+    /// Invariant 4: the unbounded subscribers saw exactly the engine's sequence of states, each an edge of the table.
+    func checkStates() throws {
+        let states = subscribers[0].log.states
+        let published = probe.states
+        guard states.count == published.count + 1, states.first == .signedOut else {
+            throw Violation(
+                "invariant 4: the subscriber saw \(states.count) states, the engine published \(published.count + 1)")
+        }
+        while checkedStates < states.count {
+            let index = checkedStates
+            let (previous, state) = (states[index - 1], states[index])
+            if state != published[index - 1] {
+                throw Violation(
+                    "invariant 4: the subscriber saw \(state) where the engine published \(published[index - 1])")
+            }
+            if state == previous { throw Violation("invariant 4: \(state) was published twice in a row") }
+            if !StateEdges.isLegal(from: previous, to: state) {
+                throw Violation("invariant 4: illegal transition \(previous) → \(state)")
+            }
+            checkedStates += 1
+        }
+        if engine.state != states.last {
+            throw Violation("invariant 4: the engine is \(engine.state), its subscriber last saw \(states.last!)")
+        }
+        for subscriber in subscribers.dropFirst() where subscriber.active {
+            if subscriber.log.states != Array(states[subscriber.baseline...]) {
+                throw Violation("invariant 4: a subscriber since state \(subscriber.baseline) saw another sequence")
+            }
+        }
+        if subscribers.contains(where: { $0.log.dropped }) { throw Violation("an unbounded subscriber lost events") }
+    }
+
+    func checkModel() throws {
+        let state = engine.state
+        var expected: Bool
+        switch model.phase {
+        case .signedOut:
+            expected = state == .signedOut
+        case .awaitingFirst:
+            if case .expired(let expired) = state {
+                expected =
+                    expired
+                    == ExpiredIdentity(
+                        account: model.account!,
+                        reason: .unavailable,
+                        lastExpiresAt: nil,
+                        epoch: model.epoch
+                    )
+            } else {
+                expected = state == .switching(from: model.from, to: model.account)
+            }
+        case .established:
+            let installed = model.installed!
+            let identity = SessionIdentity(account: model.account!, credential: installed, epoch: model.epoch)
+            switch state {
+            case .identified(let current), .renewing(let current):
+                expected = current == identity && model.rejected != installed.signature
+            case .expired(let expired):
+                expected =
+                    expired.account == model.account && expired.epoch == model.epoch
+                    && expired.lastExpiresAt == installed.expiresAt
+            case .signedOut, .switching:
+                expected = false
+            }
+        }
+        if probe.changesHeldByWork != (0, 0) {
+            // The change waits for work that ignores cancellation: it stays switching until the work ends.
+            expected = state == .switching(from: model.from, to: model.account)
+        }
+        if !expected {
+            throw Violation(
+                "the engine is \(state) in epoch \(model.epoch); the model expects \(model.phase) for "
+                    + "\(model.account?.rawValue ?? "nil")\(model.installed.map { " with \($0)" } ?? "")"
+            )
+        }
+    }
+
+    /// Invariant 5: the hooks ran once per change, in order, each from the previous hook's account.
+    func checkHooks() throws {
+        let hooks = probe.hooks
+        // The hooks of changes held by work that has not ended yet have not run yet.
+        let held = probe.changesHeldByWork.calls + probe.changesHeldByWork.tasks
+        let plan = model.hookPlan.enumerated().map { position, entry in
+            (to: entry.to, optional: entry.optional || position >= model.hookPlan.count - held)
+        }
+        // Whether plan[i...] explains hooks[j...]: every entry that must run ran, in order, and nothing else did.
+        var explains = Array(repeating: Array(repeating: false, count: hooks.count + 1), count: plan.count + 1)
+        explains[plan.count][hooks.count] = true
+        for i in plan.indices.reversed() {
+            for j in (0...hooks.count).reversed() {
+                let skipped = plan[i].optional && explains[i + 1][j]
+                let ran = j < hooks.count && hooks[j].to == plan[i].to && explains[i + 1][j + 1]
+                explains[i][j] = skipped || ran
+            }
+        }
+        if !explains[0][0] {
+            let expected = plan.map { "\($0.to?.rawValue ?? "nil")\($0.optional ? "?" : "")" }
+            let ran = hooks.map { "\($0.from?.rawValue ?? "nil") → \($0.to?.rawValue ?? "nil")" }
+            throw Violation("invariant 5: the hooks ran as \(ran), the changes were \(expected)")
+        }
+        for (previous, hook) in zip([nil] + hooks.map(\.to), hooks) where hook.from != previous {
+            throw Violation(
+                "invariant 5: a hook ran from \(hook.from?.rawValue ?? "nil"), not from \(previous?.rawValue ?? "nil")")
+        }
+    }
+
+    /// Invariants 1 and 2 on the fast path: headers only of the current epoch's installed credential, only before it
+    /// expires, and otherwise an error that says why, never anonymous.
+    func checkFastPath() throws -> IdentityHeaders? {
+        let state = engine.state
+        let now = clock.now
+        let valid = engine.hasValidIdentity(at: now)
+        let usable = (state.isIdentified || state.isRenewing) && model.installed?.isValid(at: now) == true
+        do {
+            let headers = try engine.identityHeaders()
+            guard let credential = try? headers.credential() else {
+                throw Violation("invariant 2: the fast path handed out headers that are not a credential: \(headers)")
+            }
+            let origins = probe.origins(of: credential)
+            if !origins.contains(model.epoch) || credential != model.installed {
+                throw Violation(
+                    "invariant 1: the fast path handed out a credential of epochs \(origins.sorted()) in epoch "
+                        + "\(model.epoch) (\(state))"
+                )
+            }
+            if !credential.isValid(at: now) {
+                throw Violation(
+                    "invariant 2: the fast path handed out a credential that expired at \(credential.expiresAt)")
+            }
+            if !usable || !valid { throw Violation("the fast path handed out a credential in \(state)") }
+            return headers
+        } catch let error as SessionError {
+            let expected: SessionError.Code
+            switch state {
+            case .signedOut: expected = .signedOut
+            case .switching: expected = .switching
+            case .identified, .renewing, .expired: expected = .invalidIdentity
+            }
+            if error.code != expected { throw Violation("the fast path said \(error.code) in \(state)") }
+            if usable { throw Violation("the fast path refused a valid credential in \(state): \(error)") }
+            if valid { throw Violation("hasValidIdentity(at:) accepted what the fast path refused in \(state)") }
+            return nil
+        }
+    }
+}

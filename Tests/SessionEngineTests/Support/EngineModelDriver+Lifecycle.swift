@@ -1,0 +1,105 @@
+import Foundation
+import SessionEngineTestKit
+
+@testable import SessionEngine
+
+/// The end of a program: liveness once the backend recovers, the shutdown and its leak check, and the teardown of a
+/// program that failed.
+extension EngineModelDriver {
+    /// Invariant 7: once the backend succeeds, the engine is identified within the backoff cap (plus the minimum
+    /// interval and one 30-second timer slice) of virtual time.
+    func checkLiveness() async throws {
+        guard model.account != nil else { return }
+        recovering = true
+        fetcher.recover()
+        let retry = Self.configuration.retry
+        let bound = retry.cap + Self.configuration.minimumFetchInterval + .seconds(31)
+        let start = clock.uptime
+        let engine = self.engine
+        let identified = try await advance(by: bound) {
+            engine.state.isIdentified && (try? engine.identityHeaders()) != nil
+        }
+        if !identified {
+            throw Violation(
+                "invariant 7: not identified \(clock.uptime - start) after the backend began to succeed: "
+                    + "\(engine.state)"
+            )
+        }
+    }
+
+    /// Invariant 8: after shutdown no task, timer, waiter, scoped work or subscriber remains.
+    func shutDownAndCheckLeaks() async throws {
+        probe.shuttingDown = true
+        let done = await startShutdown()
+        var steps = 0
+        while true {
+            await engine.waitUntilIdle()
+            // Answers still on the wire arrive after shutdown and are discarded; work that ignores cancellation
+            // ends when its sleep does. Anything else left parked is a shutdown that hangs.
+            let onTheWire = fetcher.pendingRequests.filter(\.behaviour.ignoresCancellation)
+            for request in onTheWire { answer(request) }
+            if !onTheWire.isEmpty {
+                // The answers are on their way to the engine.
+            } else if probe.stubbornWork > 0 {
+                clock.advanceToNextDeadline()
+            } else if done.isOpen {
+                break
+            } else {
+                // Nothing is left to release: every call must have left the engine, the shutdown included.
+                guard engine.ledger!.callsInside == 0 else {
+                    throw Violation("invariant 8: shutdown never returned: \(activity)")
+                }
+                await done.value()
+            }
+            steps += 1
+            if steps > Self.teardownSteps { throw Violation("invariant 8: shutdown never returned: \(activity)") }
+        }
+        await engine.waitUntilIdle()
+        if engine.ledger!.callsInside > 0 { throw Violation("invariant 8: calls wait after shutdown: \(activity)") }
+        await probe.waitUntilCallsFinished()
+        for subscriber in subscribers { await subscriber.log.waitUntilFinished() }
+        if let violation = probe.firstViolation ?? fetcher.violation { throw Violation(violation) }
+        let metrics = engine.metrics
+        guard metrics.liveTasks == 0, metrics.subscribers == 0, metrics.waiters == 0, metrics.scopedWork == 0,
+            probe.outstanding == 0, engine.ledger!.runnable == 0
+        else {
+            throw Violation("invariant 8: after shutdown: \(activity)")
+        }
+        for subscriber in subscribers where subscriber.active && subscriber.log.states.last != .signedOut {
+            throw Violation("a subscriber's last state was \(String(describing: subscriber.log.states.last))")
+        }
+    }
+
+    /// Calls `shutdown()` and returns once the call is inside the engine, with a gate that opens when it returns.
+    private func startShutdown() async -> AsyncGate<Void> {
+        let engine = self.engine
+        let probe = self.probe
+        let done = AsyncGate<Void>()
+        let ledger = engine.ledger!
+        let entered = ledger.callsEntered + 1
+        Task {
+            await engine.shutdown()
+            if probe.runningWork > 0 || engine.metrics.scopedWork > 0 {
+                probe.violation("invariant 8: shutdown returned while scoped work ran")
+            }
+            done.open(())
+        }
+        await ledger.waitUntilEntered(entered)
+        return done
+    }
+
+    /// Ends a failed program without leaving tasks behind, as far as a broken engine allows.
+    func tearDown() async {
+        probe.shuttingDown = true
+        probe.releaseHooks()
+        let done = await startShutdown()
+        for _ in 0..<Self.teardownSteps {
+            await engine.waitUntilIdle()
+            if done.isOpen && engine.metrics.liveTasks == 0 { break }
+            probe.releaseHooks()
+            fetcher.failAll()
+            clock.advanceToNextDeadline()
+        }
+        for subscriber in subscribers { subscriber.task.cancel() }
+    }
+}
