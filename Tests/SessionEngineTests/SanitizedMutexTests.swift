@@ -1,4 +1,5 @@
 import CSessionEngineSanitizer
+import Foundation
 import Testing
 
 @testable import SessionEngine
@@ -9,7 +10,9 @@ import Testing
     @Test func annotationsAreLiveExactlyUnderTheThreadSanitizer() {
         let sanitizerBuild = se_sanitizer_thread_sanitizer_compiled() != 0
         #if os(Linux)
-            #expect(SanitizedMutex<Int>.annotatesForThreadSanitizer == sanitizerBuild)
+            let runtimeLoaded = dlsym(nil, "__tsan_init") != nil
+            #expect(sanitizerBuild == runtimeLoaded)
+            #expect(SanitizedMutex<Int>.annotatesForThreadSanitizer == runtimeLoaded)
         #else
             #expect(!SanitizedMutex<Int>.annotatesForThreadSanitizer)
         #endif
