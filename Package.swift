@@ -17,7 +17,16 @@ let package = Package(
         .executable(name: "SessionEngineBench", targets: ["SessionEngineBench"]),
     ],
     targets: [
-        .target(name: "SessionEngine", swiftSettings: strictSettings),
+        .target(
+            name: "SessionEngine",
+            dependencies: ["CSessionEngineSHA256", "CSessionEngineSanitizer"],
+            swiftSettings: strictSettings
+        ),
+        // SHA-256 compression on the CPU's SHA instructions (SHA-NI, ARMv8 SHA-2), chosen at run time.
+        .target(name: "CSessionEngineSHA256"),
+        // Inline thread-sanitizer annotations for the package's lock; nothing without the sanitizer.
+        .target(name: "CSessionEngineSanitizer"),
+        // Test support for hosts: a manual clock, a scripted fetcher, gates and waiting for an idle engine.
         .target(name: "SessionEngineTestKit", dependencies: ["SessionEngine"], swiftSettings: strictSettings),
         .executableTarget(
             name: "SessionEngineDemo",

@@ -1,4 +1,5 @@
 import Foundation
+import SessionEngine
 import Synchronization
 
 /// The rounds of one measurement, summarised by their median and spread.

@@ -1,12 +1,19 @@
+import CSessionEngineSHA256
+
 /// An incremental SHA-256 hash computation (FIPS 180-4).
 ///
 /// Feed the message with any number of `update` calls, then call ``finalize()`` once to obtain the
 /// ``SHA256Digest``. The value type holds only the eight chaining words, a fixed-size 64-byte pending block and a
 /// length counter, so hashing never allocates. Because the type is a value, copying a partially updated hasher
 /// forks the computation, which lets a shared prefix be absorbed once and reused.
+///
+/// The compression function runs on the CPU's SHA-256 instructions where it has them (see ``Implementation``) and
+/// in portable Swift otherwise.
 package struct SHA256: Sendable {
     /// The chaining state after the absorbed full blocks.
     var state: State
+    /// The compression function this hasher uses.
+    let implementation: Implementation
     /// Bytes received but not yet compressed; only the first `pendingCount` bytes are meaningful.
     var pending: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64)
     /// The number of meaningful bytes in `pending`, always below 64.
@@ -15,7 +22,11 @@ package struct SHA256: Sendable {
     var totalLength: UInt64
 
     /// Creates a hasher with the standard SHA-256 initial state and an empty message.
-    package init() {
+    ///
+    /// - Parameter implementation: The compression function to use; the process's ``Implementation/active`` one
+    ///   unless a test compares implementations.
+    package init(using implementation: Implementation = .active) {
+        self.implementation = implementation
         state = .initial
         pending = (0, 0, 0, 0, 0, 0, 0, 0)
         pendingCount = 0
@@ -42,12 +53,12 @@ package struct SHA256: Sendable {
                 return
             }
             let block = pending
-            withUnsafeBytes(of: block) { state.compress($0.baseAddress!, blocks: 1) }
+            withUnsafeBytes(of: block) { state.compress($0.baseAddress!, blocks: 1, using: implementation) }
             pendingCount = 0
         }
         let fullBlocks = (count - offset) / 64
         if fullBlocks > 0 {
-            state.compress(base + offset, blocks: fullBlocks)
+            state.compress(base + offset, blocks: fullBlocks, using: implementation)
             offset += fullBlocks * 64
         }
         let rest = count - offset
@@ -80,33 +91,98 @@ package struct SHA256: Sendable {
         let count = pendingCount
         let length = totalLength
         let block = pending
+        let implementation = implementation
         withUnsafeBytes(of: block) { bytes in
-            state.absorbFinalBlocks(UnsafeRawBufferPointer(rebasing: bytes[0..<count]), totalLength: length)
+            state.absorbFinalBlocks(
+                UnsafeRawBufferPointer(rebasing: bytes[0..<count]),
+                totalLength: length,
+                using: implementation
+            )
         }
         return SHA256Digest(state: state)
     }
 
     /// Returns the SHA-256 digest of a raw buffer in one shot.
-    package static func hash(_ buffer: UnsafeRawBufferPointer) -> SHA256Digest {
+    ///
+    /// - Parameters:
+    ///   - buffer: The message.
+    ///   - implementation: The compression function to use; the process's active one by default.
+    package static func hash(
+        _ buffer: UnsafeRawBufferPointer,
+        using implementation: Implementation = .active
+    ) -> SHA256Digest {
         var state = State.initial
-        state.absorbMessage(buffer, prefixLength: 0)
+        state.absorbMessage(buffer, prefixLength: 0, using: implementation)
         return SHA256Digest(state: state)
     }
 
     /// Returns the SHA-256 digest of a byte array in one shot.
-    package static func hash(_ bytes: [UInt8]) -> SHA256Digest {
-        bytes.withUnsafeBytes { hash($0) }
+    ///
+    /// - Parameters:
+    ///   - bytes: The message.
+    ///   - implementation: The compression function to use; the process's active one by default.
+    package static func hash(_ bytes: [UInt8], using implementation: Implementation = .active) -> SHA256Digest {
+        bytes.withUnsafeBytes { hash($0, using: implementation) }
     }
 
     /// Returns the SHA-256 digest of a string's UTF-8 encoding in one shot.
-    package static func hash(_ string: String) -> SHA256Digest {
+    ///
+    /// - Parameters:
+    ///   - string: The message.
+    ///   - implementation: The compression function to use; the process's active one by default.
+    package static func hash(_ string: String, using implementation: Implementation = .active) -> SHA256Digest {
         var string = string
-        return string.withUTF8 { hash(UnsafeRawBufferPointer($0)) }
+        return string.withUTF8 { hash(UnsafeRawBufferPointer($0), using: implementation) }
+    }
+}
+
+extension SHA256 {
+    /// An implementation of the SHA-256 compression function.
+    ///
+    /// The hardware one runs on the SHA extensions (SHA-NI) on x86_64 and on the ARMv8 SHA-2 instructions on arm64,
+    /// found at run time. The portable one is plain Swift: the fallback on other CPUs, and the reference the
+    /// hardware one is tested against. Setting the environment variable `SESSIONENGINE_PORTABLE_SHA256` to a value
+    /// other than an empty string or `0` before the first hash makes the portable one ``active``.
+    package enum Implementation: Sendable, Hashable, CustomStringConvertible {
+        /// The compression function in portable Swift.
+        case portable
+        /// The compression function on this CPU's SHA-256 instructions.
+        case hardware
+
+        /// The implementation the process uses: ``hardware`` when the CPU has the instructions and the environment
+        /// does not force the portable path, ``portable`` otherwise.
+        ///
+        /// After the first read this costs one relaxed atomic load.
+        @inline(__always)
+        package static var active: Implementation {
+            se_sha256_active_backend() == SE_SHA256_BACKEND_PORTABLE ? .portable : .hardware
+        }
+
+        /// Every implementation this CPU can run, the portable one first.
+        package static var available: [Implementation] {
+            se_sha256_hardware_backend() == SE_SHA256_BACKEND_PORTABLE ? [.portable] : [.portable, .hardware]
+        }
+
+        /// The instructions behind the implementation, such as `x86 SHA-NI`.
+        package var description: String {
+            switch self {
+            case .portable:
+                return "portable Swift"
+            case .hardware:
+                switch se_sha256_hardware_backend() {
+                case SE_SHA256_BACKEND_X86_SHA_NI: return "x86 SHA-NI"
+                case SE_SHA256_BACKEND_ARMV8_SHA2: return "ARMv8 SHA-2"
+                default: return "hardware (not available on this CPU)"
+                }
+            }
+        }
     }
 }
 
 extension SHA256 {
     /// The eight 32-bit chaining words of a SHA-256 computation.
+    ///
+    /// The words are stored in order with no padding, the `uint32_t[8]` the hardware compression reads and writes.
     struct State: Sendable {
         var a: UInt32
         var b: UInt32
@@ -132,14 +208,23 @@ extension SHA256 {
         /// - Parameters:
         ///   - message: The remaining message bytes.
         ///   - prefixLength: The number of bytes absorbed before `message`; a multiple of 64.
-        mutating func absorbMessage(_ message: UnsafeRawBufferPointer, prefixLength: UInt64) {
+        ///   - implementation: The compression function to use.
+        mutating func absorbMessage(
+            _ message: UnsafeRawBufferPointer,
+            prefixLength: UInt64,
+            using implementation: Implementation
+        ) {
             let count = message.count
             let fullBlocks = count / 64
             if fullBlocks > 0 {
-                compress(message.baseAddress!, blocks: fullBlocks)
+                compress(message.baseAddress!, blocks: fullBlocks, using: implementation)
             }
             let tail = UnsafeRawBufferPointer(rebasing: message[(fullBlocks * 64)...])
-            absorbFinalBlocks(tail, totalLength: prefixLength &+ UInt64(truncatingIfNeeded: count))
+            absorbFinalBlocks(
+                tail,
+                totalLength: prefixLength &+ UInt64(truncatingIfNeeded: count),
+                using: implementation
+            )
         }
 
         /// Compresses the last partial block with the padding and the message length (one or two blocks).
@@ -147,7 +232,12 @@ extension SHA256 {
         /// - Parameters:
         ///   - tail: The unabsorbed message bytes; fewer than 64.
         ///   - totalLength: The length of the whole message in bytes.
-        mutating func absorbFinalBlocks(_ tail: UnsafeRawBufferPointer, totalLength: UInt64) {
+        ///   - implementation: The compression function to use.
+        mutating func absorbFinalBlocks(
+            _ tail: UnsafeRawBufferPointer,
+            totalLength: UInt64,
+            using implementation: Implementation
+        ) {
             var block: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0, 0)
             let tailCount = tail.count
             withUnsafeMutableBytes(of: &block) { bytes in
@@ -156,16 +246,36 @@ extension SHA256 {
                 }
                 bytes[tailCount] = 0x80
                 if tailCount >= 56 {
-                    compress(UnsafeRawPointer(bytes.baseAddress!), blocks: 1)
+                    compress(UnsafeRawPointer(bytes.baseAddress!), blocks: 1, using: implementation)
                     bytes.initializeMemory(as: UInt8.self, repeating: 0)
                 }
                 bytes.storeBytes(of: (totalLength &<< 3).bigEndian, toByteOffset: 56, as: UInt64.self)
-                compress(UnsafeRawPointer(bytes.baseAddress!), blocks: 1)
+                compress(UnsafeRawPointer(bytes.baseAddress!), blocks: 1, using: implementation)
             }
         }
 
         /// Compresses `blocks` consecutive 64-byte blocks starting at `pointer`, which need not be aligned.
-        mutating func compress(_ pointer: UnsafeRawPointer, blocks: Int) {
+        ///
+        /// - Parameters:
+        ///   - pointer: The first block.
+        ///   - blocks: The number of blocks.
+        ///   - implementation: The compression function to use; ``Implementation/hardware`` only when it is
+        ///     among ``Implementation/available``.
+        @inline(__always)
+        mutating func compress(_ pointer: UnsafeRawPointer, blocks: Int, using implementation: Implementation) {
+            switch implementation {
+            case .hardware:
+                withUnsafeMutableBytes(of: &self) { words in
+                    se_sha256_compress_hardware(
+                        words.baseAddress!.assumingMemoryBound(to: UInt32.self), pointer, blocks)
+                }
+            case .portable:
+                compressPortably(pointer, blocks: blocks)
+            }
+        }
+
+        /// Compresses `blocks` consecutive 64-byte blocks starting at `pointer` in portable Swift.
+        mutating func compressPortably(_ pointer: UnsafeRawPointer, blocks: Int) {
             var pointer = pointer
             for _ in 0..<blocks {
                 compress(

@@ -1,44 +1,62 @@
-#if SESSIONENGINE_TSAN
-    import Synchronization
+import CSessionEngineSanitizer
+import Synchronization
 
-    // Built only with `-Xswiftc -DSESSIONENGINE_TSAN`, together with `--sanitize=thread` (see `.ci/run`).
-    //
-    // On Linux, `Synchronization.Mutex` locks with a futex inside the precompiled Synchronization library, which the
-    // thread sanitizer does not instrument: it sees the protected accesses but not the lock, and reports every one of
-    // them as a race. Under the sanitizer this type shadows `Mutex` in this module: it locks with the real `Mutex` and
-    // tells the sanitizer about the happens-before edge that lock provides, so only real races are reported.
+/// `Synchronization.Mutex` with thread-sanitizer annotations: the one lock of the package.
+///
+/// On Linux, `Synchronization.Mutex` locks with a futex inside the precompiled Synchronization library, which the
+/// thread sanitizer does not instrument: it sees the accesses a lock protects but not the lock, and reports every
+/// one of them as a race. This lock locks with a `Synchronization.Mutex` and tells the sanitizer about the
+/// happens-before edge the lock provides (`__tsan_acquire` after locking, `__tsan_release` before unlocking), through
+/// the inline functions of the `CSessionEngineSanitizer` C target. A build with `--sanitize=thread` gets the
+/// annotations with no extra flag; in any other build they reduce to a never-taken branch, so inside this module,
+/// where the lock is inlined, it costs what `Synchronization.Mutex` costs.
+///
+/// Inside SessionEngine the internal alias ``Mutex`` names this type, so the engine's code spells it `Mutex`. The
+/// package's other targets declare the same alias once, which shadows `Synchronization.Mutex` in their files that
+/// import both modules:
+///
+/// ```swift
+/// typealias Mutex<Value: ~Copyable> = SanitizedMutex<Value>
+/// ```
+///
+/// Across modules the compiler does not inline these `package` methods, so there a `withLock` costs a call more
+/// than `Synchronization.Mutex`: fine for tests, but benchmarks that measure a lock use `Synchronization.Mutex`.
+package struct SanitizedMutex<Value: ~Copyable>: ~Copyable {
+    /// The lock that does the locking.
+    let base: Synchronization.Mutex<Value>
 
-    @_silgen_name("__tsan_acquire")
-    private func sanitizerAcquire(_ address: UnsafeRawPointer)
+    /// Creates a lock protecting `initialValue`.
+    package init(_ initialValue: consuming sending Value) {
+        base = Synchronization.Mutex(initialValue)
+    }
 
-    @_silgen_name("__tsan_release")
-    private func sanitizerRelease(_ address: UnsafeRawPointer)
-
-    /// The identity the sanitizer tracks for one lock.
-    private final class SanitizerLockIdentity: Sendable {}
-
-    /// `Synchronization.Mutex` with thread-sanitizer annotations.
-    struct Mutex<Value: ~Copyable>: ~Copyable {
-        private let base: Synchronization.Mutex<Value>
-        private let identity = SanitizerLockIdentity()
-
-        /// Creates a lock protecting `initialValue`.
-        init(_ initialValue: consuming sending Value) {
-            base = Synchronization.Mutex(initialValue)
-        }
-
-        /// Runs `body` with exclusive access to the value.
-        borrowing func withLock<Result: ~Copyable, E: Error>(
-            _ body: (inout sending Value) throws(E) -> sending Result
-        ) throws(E) -> sending Result {
-            let address = UnsafeRawPointer(Unmanaged.passUnretained(identity).toOpaque())
-            return try base.withLock { (value: inout sending Value) throws(E) -> sending Result in
-                sanitizerAcquire(address)
-                defer { sanitizerRelease(address) }
-                return try body(&value)
-            }
+    /// Runs `body` with exclusive access to the protected value.
+    ///
+    /// - Parameter body: The critical section; it must not call `withLock` on the same lock.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws.
+    package borrowing func withLock<Result: ~Copyable, E: Error>(
+        _ body: (inout sending Value) throws(E) -> sending Result
+    ) throws(E) -> sending Result {
+        // The sanitizer only uses the address as the lock's identity and never reads through it. The lock cannot move
+        // while it is borrowed, and a move needs exclusive ownership, which orders it after every earlier critical
+        // section.
+        let identity = withUnsafePointer(to: self) { UnsafeRawPointer($0) }
+        return try base.withLock { (value: inout sending Value) throws(E) -> sending Result in
+            se_sanitizer_acquire(identity)
+            defer { se_sanitizer_release(identity) }
+            return try body(&value)
         }
     }
 
-    extension Mutex: Sendable where Value: ~Copyable {}
-#endif
+    /// Whether the locks tell a thread sanitizer about themselves in this process: true when the sanitizer's
+    /// runtime is linked (on Linux and other ELF platforms), false otherwise.
+    package static var annotatesForThreadSanitizer: Bool {
+        se_sanitizer_thread_annotations_enabled() != 0
+    }
+}
+
+extension SanitizedMutex: Sendable where Value: ~Copyable {}
+
+/// The package's lock under the name the engine's code uses; it shadows `Synchronization.Mutex` in this module.
+typealias Mutex<Value: ~Copyable> = SanitizedMutex<Value>
