@@ -11,6 +11,16 @@ struct Options {
     private(set) var values: [String: String] = [:]
     private(set) var flags: Set<String> = []
     private(set) var positional: [String] = []
+    /// The 1-based position of each positional argument on the command line, so errors can name it without its
+    /// text (a stray argument is often a secret pasted in the wrong place).
+    private(set) var positionalIndices: [Int] = []
+
+    /// A usage error for the first positional argument, naming its position and never its text.
+    var strayArgumentError: UsageError? {
+        positionalIndices.first.map {
+            UsageError(description: "unexpected argument at position \($0) (its text is not shown)")
+        }
+    }
 
     /// Parses `arguments`.
     ///
@@ -28,6 +38,7 @@ struct Options {
                     flags.insert("help")
                 } else {
                     positional.append(argument)
+                    positionalIndices.append(index)
                 }
                 continue
             }
@@ -48,7 +59,7 @@ struct Options {
                 guard value == nil else { throw UsageError(description: "--\(name) takes no value") }
                 flags.insert(name)
             } else {
-                throw UsageError(description: "unknown option --\(name)")
+                throw UsageError(description: "unknown option at position \(index) (its text is not shown)")
             }
         }
     }

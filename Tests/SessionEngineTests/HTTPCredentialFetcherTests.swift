@@ -48,6 +48,48 @@ struct HTTPCredentialFetcherTests {
         }
     }
 
+    @Test func theBackendNormalizesEmailsExactlyAsTheContractsJavaScript() async throws {
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let verifier = try backend.verifier(clock: clock)
+            // "\u{FEFF}\u{A0}ZoË@ExÄmple.COM\u{3000}": Python's strip() keeps U+FEFF; ECMAScript's trim() does not.
+            let zoe = try await backend.fetcher(clock: clock).fetchCredential(for: "zoe")
+            #expect(zoe.email == "zoë@exämple.com")
+            #expect(verifier.verify(headers: IdentityHeaders(zoe)).isValid)
+            #expect(
+                try IdentitySigner(projectID: LoopbackBackend.projectID, secret: LoopbackBackend.secret, clock: clock)
+                    .sign(email: "\u{FEFF}\u{A0}ZoË@ExÄmple.COM\u{3000}", properties: nil, expiresAt: zoe.expiresAt)
+                    == zoe)
+            // The final capital sigma lowercases to U+03C2, the others to U+03C3.
+            let odysseus = try await backend.fetcher(clock: clock).fetchCredential(for: "odysseus")
+            #expect(odysseus.email == "οδυσσευς@example.com")
+            #expect(verifier.verify(odysseus).isValid)
+        }
+    }
+
+    @Test func theHTTPSTransferFetchesAndRefusesAsThePlainOneDoes() async throws {
+        // The URLSession transfer, which serves https endpoints, forced onto the loopback backend.
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let bob = try await backend.fetcher(forcesURLSession: true, clock: clock).fetchCredential(for: "bob")
+            #expect(try backend.verifier(clock: clock).verify(headers: IdentityHeaders(bob)).isValid)
+            let ended = await fetchError(
+                backend.fetcher(query: "mode=status&code=403", forcesURLSession: true, clock: clock), "alice")
+            #expect(ended?.code == .backendSessionEnded)
+            let cacheable = await fetchError(
+                backend.fetcher(query: "mode=cacheable", forcesURLSession: true, clock: clock), "alice")
+            #expect(cacheable?.reason.contains("no-store") == true)
+            let started = ContinuousClock.now
+            let slow = await fetchError(
+                backend.fetcher(
+                    query: "mode=slow&delay=5", timeout: .milliseconds(500), forcesURLSession: true, clock: clock),
+                "alice"
+            )
+            #expect(slow?.reason == "the backend did not answer within 500 ms")
+            #expect(started.duration(to: .now) < .seconds(2))
+        }
+    }
+
     @Test func theEngineSignsInAndRenewsOverHTTP() async throws {
         try await withLoopbackBackend { backend in
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
@@ -219,72 +261,32 @@ func withLoopbackBackend(_ body: (LoopbackBackend) async throws -> Void) async t
     await backend.stop()
 }
 
-/// The Python backend in `Fixtures/backend`, running on a free loopback port.
-///
-/// The server binds port 0 and prints the port it got; it stops when its standard input closes, so it cannot outlive
-/// the test process.
-final class LoopbackBackend {
+/// The Python backend in `Fixtures/backend/identity_backend.py`, running on a free loopback port.
+final class LoopbackBackend: Sendable {
     static let projectID = "proj_loopback"
     static let secret = "loopback-secret-for-tests"
 
-    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-        .appendingPathComponent("Fixtures/backend/identity_backend.py")
-
-    /// `python3` on `PATH`, if any.
-    static let python: URL? = {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        return path.split(separator: ":").lazy
-            .map { URL(fileURLWithPath: String($0)).appendingPathComponent("python3") }
-            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
-    }()
-
     /// Whether the backend can run here.
     static var isAvailable: Bool {
-        python != nil && FileManager.default.fileExists(atPath: script.path)
+        PythonServer.python != nil
+            && FileManager.default.fileExists(
+                atPath: PythonServer.directory.appendingPathComponent("identity_backend.py").path)
     }
 
-    let port: Int
-    private let process: Process
-    private let input: Pipe
+    private let server: PythonServer
+    var port: Int { server.port }
 
-    private init(port: Int, process: Process, input: Pipe) {
-        self.port = port
-        self.process = process
-        self.input = input
+    private init(server: PythonServer) {
+        self.server = server
     }
 
     /// Starts the backend and waits until it has printed its port.
     static func start() async throws -> LoopbackBackend {
-        guard let python else { throw BackendFailure(description: "python3 is not on PATH") }
-        let process = Process()
-        process.executableURL = python
-        process.arguments = [script.path, "--exit-on-stdin-eof"]
-        var environment = ProcessInfo.processInfo.environment
-        environment["APPNORTH_PROJECT_ID"] = projectID
-        environment["APPNORTH_IDENTITY_SECRET"] = secret
-        process.environment = environment
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-        let reader = output.fileHandleForReading
-        let line = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
-            DispatchQueue.global().async {
-                var buffer = Data()
-                while !buffer.contains(UInt8(ascii: "\n")) {
-                    let chunk = reader.availableData
-                    if chunk.isEmpty { break }
-                    buffer.append(chunk)
-                }
-                continuation.resume(returning: String(decoding: buffer, as: UTF8.self))
-            }
-        }
-        guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            process.terminate()
-            throw BackendFailure(description: "the loopback backend did not print its port")
-        }
-        return LoopbackBackend(port: port, process: process, input: input)
+        let server = try await PythonServer.start(
+            "identity_backend.py",
+            environment: ["APPNORTH_PROJECT_ID": projectID, "APPNORTH_IDENTITY_SECRET": secret]
+        )
+        return LoopbackBackend(server: server)
     }
 
     /// The credential endpoint, with an optional query that selects the backend's behaviour.
@@ -297,10 +299,15 @@ final class LoopbackBackend {
         query: String = "",
         timeout: Duration = .seconds(5),
         requiresNoStore: Bool = true,
+        forcesURLSession: Bool = false,
         clock: ManualClock
     ) -> HTTPCredentialFetcher {
-        HTTPCredentialFetcher(endpoint: url(query), timeout: timeout, requiresNoStore: requiresNoStore) {
-            account, request in
+        HTTPCredentialFetcher(
+            endpoint: url(query),
+            timeout: timeout,
+            requiresNoStore: requiresNoStore,
+            forcesURLSession: forcesURLSession
+        ) { account, request in
             request.setValue("Bearer session-\(account.rawValue)", forHTTPHeaderField: "Authorization")
             request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
         }
@@ -313,15 +320,7 @@ final class LoopbackBackend {
 
     /// Stops the backend and waits for it to exit.
     func stop() async {
-        try? input.fileHandleForWriting.close()
-        let process = self.process
-        process.terminate()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                process.waitUntilExit()
-                continuation.resume()
-            }
-        }
+        await server.stop()
     }
 }
 

@@ -117,7 +117,15 @@ import Testing
             #expect(verifier.verify(headers: IdentityHeaders(decoded)) == .valid(credential))
         case (.failure(let error), nil, let expected?):
             #expect(error.code.rawValue == expected.code)
-            if let key = expected.key { #expect(error.key == key) }
+            if let key = expected.key {
+                if error.code == .invalidPropertyKey {
+                    // An invalid key may be anything a response holds: it is never quoted back.
+                    #expect(error.key == nil)
+                    if key.count >= 3 { #expect(!error.reason.contains(key)) }
+                } else {
+                    #expect(error.key == key)
+                }
+            }
             #expect(!error.reason.contains(vector.secret))
         case (.success, _, let expected?):
             Issue.record("accepted an input the reference rejects with \(expected.code)")

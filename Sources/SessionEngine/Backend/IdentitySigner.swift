@@ -7,8 +7,10 @@ import Foundation
 /// state is computed once at creation, so signing a credential costs two SHA-256 compressions plus the payload.
 ///
 /// Obtain the email from your authenticated backend session, never from the caller. Return the credential over
-/// HTTPS with `Cache-Control: no-store`, and never log it. The signer's ``description`` never shows the secret.
-public struct IdentitySigner: Sendable, CustomStringConvertible {
+/// HTTPS with `Cache-Control: no-store`, and never log it. The signer's ``description``, ``debugDescription`` and
+/// mirror never show the secret or its HMAC key state, which would forge a signature for any email as well as the
+/// secret itself.
+public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The longest lifetime the contract allows: 24 hours.
     public static let maximumLifetime: Duration = .seconds(24 * 60 * 60)
     /// ``maximumLifetime`` in seconds, converted once rather than on every signature.
@@ -108,6 +110,19 @@ public struct IdentitySigner: Sendable, CustomStringConvertible {
     /// The project ID and lifetime; never the secret.
     public var description: String {
         "IdentitySigner(projectID: \(projectID), lifetime: \(lifetime), secret: <redacted>)"
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror with the project ID and lifetime only: the key state is secret-equivalent, so `dump(_:)` must not
+    /// reach it.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: ["projectID": projectID, "lifetime": lifetime, "secret": "<redacted>"],
+            displayStyle: .struct
+        )
     }
 
     /// The lowercase hexadecimal HMAC-SHA256 of `payload` under this signer's secret.

@@ -8,8 +8,9 @@ import Foundation
 /// from now. The result names the first check that failed.
 ///
 /// ``rotateSecret(to:)`` replaces the secret, after which every earlier signature fails, as a rotation in the
-/// service does. The verifier's ``description`` never shows the secret.
-public struct IdentityVerifier: Sendable, CustomStringConvertible {
+/// service does. The verifier's ``description``, ``debugDescription`` and mirror never show the secret or its HMAC
+/// key state.
+public struct IdentityVerifier: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The internal project ID expected in every payload.
     public let projectID: String
     /// The longest remaining lifetime accepted.
@@ -92,6 +93,19 @@ public struct IdentityVerifier: Sendable, CustomStringConvertible {
     /// The project ID; never the secret.
     public var description: String { "IdentityVerifier(projectID: \(projectID), secret: <redacted>)" }
 
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror with the project ID and maximum lifetime only: the key state is secret-equivalent, so `dump(_:)`
+    /// must not reach it.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: ["projectID": projectID, "maximumLifetime": maximumLifetime, "secret": "<redacted>"],
+            displayStyle: .struct
+        )
+    }
+
     private static func key(_ secret: String) throws(CredentialError) -> HMACSHA256 {
         guard !secret.isEmpty else {
             throw CredentialError(.emptySecret, reason: "the signing secret is empty")
@@ -115,7 +129,13 @@ public enum IdentityVerification: Sendable, Hashable {
 }
 
 /// Which check of ``IdentityVerifier`` failed, and why.
-public struct IdentityVerificationFailure: Error, Sendable, Hashable, CustomStringConvertible {
+///
+/// ``signedPayload`` holds the email and the canonical properties, which may be personal data: ``description``,
+/// ``debugDescription`` and the mirror leave it out. Print it deliberately, as the `verify` tool does, when
+/// comparing payloads.
+public struct IdentityVerificationFailure: Error, Sendable, Hashable, CustomStringConvertible,
+    CustomDebugStringConvertible, CustomReflectable
+{
     /// A check the verifier performs.
     public enum Check: String, Sendable, Hashable, CustomStringConvertible {
         /// The headers are missing or do not decode to a valid credential.
@@ -155,4 +175,18 @@ public struct IdentityVerificationFailure: Error, Sendable, Hashable, CustomStri
 
     /// `INVALID_IDENTITY (check): reason`.
     public var description: String { "\(Self.serviceCode) (\(check)): \(reason)" }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror with the check and the reason; the signed payload is shown as `<redacted>`.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "check": check, "reason": reason, "signedPayload": signedPayload == nil ? "none" : "<redacted>",
+            ],
+            displayStyle: .struct
+        )
+    }
 }

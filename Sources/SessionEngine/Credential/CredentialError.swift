@@ -53,6 +53,10 @@ public struct CredentialError: Error, Sendable, Hashable, CustomStringConvertibl
         public static let invalidProjectID = Code("invalidProjectID")
         /// The signing secret is empty.
         public static let emptySecret = Code("emptySecret")
+        /// A property value holds an escaped lone surrogate (`\\udc00`), which the reference backend signs as the
+        /// escape itself and a Swift string cannot hold: such a credential can never verify, so it is refused for
+        /// good rather than retried.
+        public static let unpairedSurrogate = Code("unpairedSurrogate")
 
         /// The ``rawValue``.
         public var description: String { rawValue }

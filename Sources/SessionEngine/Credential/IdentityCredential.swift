@@ -102,17 +102,58 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
 
     /// Decodes and validates the backend's JSON response `{"email","expiresAt","signature","properties"?}`.
     ///
+    /// The JSON is read strictly (see the contract's "Security" section): a key repeated in any object, a
+    /// byte-order mark, invalid UTF-8 or an `expiresAt` that is not an integer is refused, so the credential cannot
+    /// mean one thing here and another to a JavaScript service, whose `JSON.parse` keeps the last of two equal keys.
+    /// Unknown fields are ignored. An escaped lone surrogate in the email is decoded as U+FFFD, as the reference
+    /// backend's UTF-8 encoder signs it; in a property value it is refused with
+    /// ``CredentialError/Code/unpairedSurrogate``, because the reference backend signs the escape itself.
+    ///
     /// - Parameter json: The UTF-8 JSON bytes.
     /// - Throws: ``CredentialError``: ``CredentialError/Code/malformedJSON`` for input that is not that object, or
     ///   the broken rule.
     public init(json: Data) throws(CredentialError) {
+        let parsed: JSONValue
         do {
-            self = try JSONDecoder().decode(IdentityCredential.self, from: json)
-        } catch let error as CredentialError {
-            throw error
+            parsed = try StrictJSON.parse(Array(json))
         } catch {
-            throw CredentialError(.malformedJSON, reason: Self.describe(error))
+            throw CredentialError(.malformedJSON, reason: "the input is not valid JSON: \(error.problem)")
         }
+        guard case .object(let members) = parsed else {
+            throw CredentialError(.malformedJSON, reason: "the top level is not a JSON object")
+        }
+        var email: String?
+        var expiresAt: Int64?
+        var signature: String?
+        var properties: IdentityProperties?
+        for member in members {
+            let (key, value) = (member.key, member.value)
+            switch (key, value) {
+            case ("email", .string(let text, _)):
+                email = text
+            case ("expiresAt", .number(let text)):
+                guard let seconds = Int64(text) else {
+                    throw CredentialError(.malformedJSON, reason: "'expiresAt' must be an integer that fits Int64")
+                }
+                expiresAt = seconds
+            case ("signature", .string(let text, _)):
+                signature = text
+            case ("properties", .object(let object)):
+                properties = try IdentityProperties(members: object)
+            case ("email", _), ("expiresAt", _), ("signature", _), ("properties", _):
+                throw CredentialError(.malformedJSON, reason: "'\(key)' has the wrong type")
+            default:
+                continue
+            }
+        }
+        guard let email else { throw Self.missing("email") }
+        guard let expiresAt else { throw Self.missing("expiresAt") }
+        guard let signature else { throw Self.missing("signature") }
+        try self.init(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+    }
+
+    private static func missing(_ field: String) -> CredentialError {
+        CredentialError(.malformedJSON, reason: "the required field '\(field)' is missing")
     }
 
     private enum CodingKeys: String, CodingKey {
@@ -147,7 +188,7 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     public var description: String {
         var text = "IdentityCredential(\(version), email: \(email), expiresAt: \(expiresAt), signature: <redacted>"
         if let properties {
-            text += ", properties: \(properties.values.keys.sorted(by: IdentityProperties.canonicalOrder))"
+            text += ", properties: \(properties.keys)"
         }
         return text + ")"
     }
@@ -161,7 +202,7 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
             self,
             children: [
                 "email": email, "expiresAt": expiresAt, "signature": "<redacted>",
-                "properties": properties?.description as Any,
+                "properties": properties.map { "keys \($0.keys)" } ?? "none",
             ],
             displayStyle: .struct
         )

@@ -7,7 +7,11 @@
 ///
 /// The canonical JSON is byte-identical to the reference backend's `JSON.stringify` of the object with its keys
 /// sorted by UTF-16 code units. An empty set is valid and still selects the `v2` payload (`{}`).
-public struct IdentityProperties: Sendable, Hashable, Codable, CustomStringConvertible {
+///
+/// Property values may be personal data: ``description``, ``debugDescription`` and the mirror show the keys only.
+public struct IdentityProperties: Sendable, Hashable, Codable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     /// The largest number of keys a set may hold.
     public static let maximumCount = 20
     /// The longest key, in characters.
@@ -75,9 +79,18 @@ public struct IdentityProperties: Sendable, Hashable, Codable, CustomStringConve
     /// The value for a key, if present.
     public subscript(key: String) -> IdentityProperty? { values[key] }
 
+    /// The keys in canonical order.
+    public var keys: [String] { values.keys.sorted(by: Self.canonicalOrder) }
+
     /// The keys in canonical order. Values are left out, as they may be personal data.
-    public var description: String {
-        "IdentityProperties(keys: \(values.keys.sorted(by: Self.canonicalOrder)))"
+    public var description: String { "IdentityProperties(keys: \(keys))" }
+
+    /// The same as ``description``: values are left out.
+    public var debugDescription: String { description }
+
+    /// A mirror that shows the keys only, so `dump(_:)` does not reveal the values or the canonical JSON.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["keys": keys], displayStyle: .struct)
     }
 
     /// Decodes and validates a JSON object of properties.
@@ -114,10 +127,10 @@ public struct IdentityProperties: Sendable, Hashable, Codable, CustomStringConve
 
     private static func validate(key: String, value: IdentityProperty) throws(CredentialError) {
         guard isValidKey(key) else {
+            // The key is not quoted: it may come from a response, and an invalid key can hold anything.
             throw CredentialError(
                 .invalidPropertyKey,
-                key: key,
-                reason: "property key \(quoted(key)) must start with a letter and hold only letters, digits, "
+                reason: "a property key must start with a letter and hold only letters, digits, "
                     + "'_', '.' or '-', up to \(maximumKeyLength) characters"
             )
         }
@@ -161,19 +174,7 @@ public struct IdentityProperties: Sendable, Hashable, Codable, CustomStringConve
     }
 }
 
-/// Quotes untrusted text for an error message: printable ASCII kept, everything else escaped, at most 80 characters.
-func quoted(_ text: String) -> String {
-    var result = "'"
-    for (index, scalar) in text.unicodeScalars.enumerated() {
-        if index == 80 {
-            result += "..."
-            break
-        }
-        if scalar.value >= 0x20 && scalar.value < 0x7F && scalar != "'" && scalar != "\\" {
-            result.unicodeScalars.append(scalar)
-        } else {
-            result += scalar.escaped(asASCII: true)
-        }
-    }
-    return result + "'"
+/// Quotes a property key that passed the key rule (`^[A-Za-z][A-Za-z0-9_.-]{0,63}$`) for an error message.
+func quoted(_ key: String) -> String {
+    "'\(key)'"
 }

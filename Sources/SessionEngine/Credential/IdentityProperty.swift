@@ -3,7 +3,11 @@
 /// The contract allows strings of at most 200 UTF-16 code units, finite numbers and booleans. Objects, arrays and
 /// null are not representable; decoding them from JSON fails with ``CredentialError/Code/invalidPropertyValue``.
 /// The limits are enforced by ``IdentityProperties``, which holds a validated set of them.
-public enum IdentityProperty: Sendable, Hashable, Codable {
+///
+/// A value may be personal data: ``description``, ``debugDescription`` and the mirror show its kind only.
+public enum IdentityProperty: Sendable, Hashable, Codable, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     /// A string of at most 200 UTF-16 code units.
     case string(String)
     /// A finite number, serialized as JavaScript serializes it.
@@ -42,5 +46,22 @@ public enum IdentityProperty: Sendable, Hashable, Codable {
         case .number(let value): try container.encode(value)
         case .boolean(let value): try container.encode(value)
         }
+    }
+
+    /// The kind of value, never the value: `string(<redacted>)`, `number(<redacted>)` or `boolean(<redacted>)`.
+    public var description: String {
+        switch self {
+        case .string: "string(<redacted>)"
+        case .number: "number(<redacted>)"
+        case .boolean: "boolean(<redacted>)"
+        }
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror that shows the kind of value only.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["value": description], displayStyle: .enum)
     }
 }

@@ -4,21 +4,33 @@ public import Foundation
     public import FoundationNetworking
 #endif
 
-/// Fetches credentials from the host's backend endpoint over HTTP.
+/// Fetches credentials from the host's backend endpoint over HTTPS.
 ///
-/// Each fetch sends one request to ``endpoint`` with `Accept: application/json`, after the host's `authenticate`
-/// closure has added the account's authentication (a session cookie, a bearer token). The response must have a 2xx
-/// status and, unless the host opts out, `Cache-Control: no-store`; its body is decoded with
-/// ``IdentityCredential/init(json:)`` and so validated against every rule of the contract.
+/// Each fetch sends one request to ``endpoint`` with `Accept: application/json` and `Accept-Encoding: identity`,
+/// after the host's `authenticate` closure has added the account's authentication (a session cookie, a bearer
+/// token). The response must have a 2xx status and, unless the host opts out, `Cache-Control: no-store`; its body is
+/// decoded with ``IdentityCredential/init(json:)`` and so validated against every rule of the contract.
+///
+/// What the fetcher refuses, and why:
+/// - an endpoint that is not `https`, unless it is plain `http` to a loopback host (`127.0.0.0/8`, `::1`,
+///   `localhost`) or the host passed `allowsInsecureHTTP: true`: the host's authentication would cross the network
+///   in clear. The refusal comes before `authenticate` runs and before any connection;
+/// - a response with a `Content-Encoding` other than `identity` (a decompression bomb), a `Content-Length` over
+///   ``maximumResponseSize``, or a body that grows past it: the transfer is stopped at the limit, so a hostile or
+///   broken backend cannot exhaust the host's memory;
+/// - a response slower than ``timeout``: the transfer is cancelled and the fetch fails at the deadline, whatever the
+///   backend keeps sending;
+/// - a redirect: it is never followed, so the authentication goes only to ``endpoint``.
 ///
 /// Failures map onto the engine's classes of error: 401 and 403 end the backend session
 /// (``SessionError/backendSessionEnded(_:)``, terminal: the engine signs out), while 5xx, other non-2xx statuses,
 /// timeouts and connection failures are transient (``SessionError/Code/fetchFailed``, retried with backoff). A
-/// response that is not a valid credential fails with ``SessionError/Code/invalidCredential``, also transient.
-/// No error, log or description ever holds the response body, the credential or the host's authentication.
+/// response that is not a valid credential fails with ``SessionError/Code/invalidCredential``. No error, log or
+/// description ever holds the response body, the credential, the URL or the host's authentication.
 ///
-/// The fetcher uses its own ephemeral `URLSession` with no cache and no cookie storage, and does not follow
-/// redirects, so the host's authentication is only ever sent to ``endpoint``. Serve the endpoint over HTTPS.
+/// `https` endpoints use an ephemeral `URLSession` with no cache and no cookie storage whose body streams to a
+/// delegate that enforces the limits; plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which reads
+/// at most the limit from a socket it owns.
 ///
 /// ```swift
 /// let fetcher = HTTPCredentialFetcher(endpoint: URL(string: "https://api.example.com/appnorth/identity")!) {
@@ -27,9 +39,11 @@ public import Foundation
 /// }
 /// let engine = SessionEngine(fetcher: fetcher)
 /// ```
-public struct HTTPCredentialFetcher: CredentialFetcher {
-    /// The largest response body accepted; a credential with the largest allowed properties is far smaller.
-    public static let maximumResponseSize = 64 * 1024
+public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
+    /// The largest response body accepted, in bytes; a credential with the largest allowed properties is far smaller.
+    public static let maximumResponseSize = ResponsePolicy.maximumBodySize
 
     /// The backend endpoint that issues credentials.
     public let endpoint: URL
@@ -37,22 +51,26 @@ public struct HTTPCredentialFetcher: CredentialFetcher {
     public let timeout: Duration
     /// Whether a response without `Cache-Control: no-store` is refused.
     public let requiresNoStore: Bool
-    private let session: URLSession
+    /// Whether plain `http` is allowed to hosts that are not loopback.
+    public let allowsInsecureHTTP: Bool
+    private let forcesURLSession: Bool
     private let authenticate: @Sendable (AccountID, inout URLRequest) async throws -> Void
 
     /// Creates a fetcher for the host's credential endpoint.
     ///
     /// The request is a `GET` with `Accept: application/json`; `authenticate` may change anything about it,
-    /// including the method and body. It is called once per fetch, so it can supply a token that was refreshed
-    /// since the last fetch.
+    /// including the method and body, except `Accept-Encoding` (always `identity`). It is called once per fetch, so
+    /// it can supply a token that was refreshed since the last fetch.
     ///
     /// - Parameters:
-    ///   - endpoint: The backend URL that issues a credential for the authenticated session.
+    ///   - endpoint: The backend URL that issues a credential for the authenticated session: `https`, or plain
+    ///     `http` to a loopback host.
     ///   - timeout: How long one fetch may take in total; a slower response fails transiently.
     ///   - requiresNoStore: Whether to refuse a response without `Cache-Control: no-store`, as the contract
     ///     requires; set it to `false` only for a backend you cannot change.
-    ///   - session: The URL session to use; `nil` creates an ephemeral one without cache, cookie storage or
-    ///     redirects. A session you supply must not cache responses.
+    ///   - allowsInsecureHTTP: Whether to allow plain `http` to a host that is not loopback. The host's
+    ///     authentication and the credential then cross the network in clear; use it only on a network you
+    ///     trust completely, such as a private link to a sidecar.
     ///   - authenticate: Adds the account's authentication to the request. Throw
     ///     ``SessionError/backendSessionEnded(_:)`` when the account has no backend session any more; any other
     ///     error is treated as transient.
@@ -60,13 +78,33 @@ public struct HTTPCredentialFetcher: CredentialFetcher {
         endpoint: URL,
         timeout: Duration = .seconds(10),
         requiresNoStore: Bool = true,
-        session: URLSession? = nil,
+        allowsInsecureHTTP: Bool = false,
+        authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
+    ) {
+        self.init(
+            endpoint: endpoint,
+            timeout: timeout,
+            requiresNoStore: requiresNoStore,
+            allowsInsecureHTTP: allowsInsecureHTTP,
+            forcesURLSession: false,
+            authenticate: authenticate
+        )
+    }
+
+    /// Creates a fetcher that may send plain `http` through `URLSession`, to test the `https` transfer on loopback.
+    package init(
+        endpoint: URL,
+        timeout: Duration = .seconds(10),
+        requiresNoStore: Bool = true,
+        allowsInsecureHTTP: Bool = false,
+        forcesURLSession: Bool,
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
     ) {
         self.endpoint = endpoint
         self.timeout = max(timeout, .milliseconds(1))
         self.requiresNoStore = requiresNoStore
-        self.session = session ?? Self.makeSession()
+        self.allowsInsecureHTTP = allowsInsecureHTTP
+        self.forcesURLSession = forcesURLSession
         self.authenticate = authenticate
     }
 
@@ -74,136 +112,86 @@ public struct HTTPCredentialFetcher: CredentialFetcher {
     ///
     /// - Parameter account: The account whose backend session authenticates the request.
     /// - Returns: The validated credential from the response body.
-    /// - Throws: ``SessionError``: ``SessionError/Code/backendSessionEnded`` for 401 or 403,
-    ///   ``SessionError/Code/fetchFailed`` for other statuses, a missing `no-store`, a timeout or a connection
-    ///   failure, ``SessionError/Code/invalidCredential`` for a body that is not a valid credential; what
-    ///   `authenticate` throws; `CancellationError` when the calling task is cancelled.
+    /// - Throws: ``SessionError``: ``SessionError/Code/fetchFailed`` (not transient) for an endpoint that is
+    ///   neither `https` nor allowed plain `http`, before any connection; ``SessionError/Code/backendSessionEnded``
+    ///   for 401 or 403; ``SessionError/Code/fetchFailed`` for other statuses, a missing `no-store`, a compressed or
+    ///   oversized body, a timeout or a connection failure; ``SessionError/Code/invalidCredential`` for a body that
+    ///   is not a valid credential; what `authenticate` throws; `CancellationError` when the calling task is
+    ///   cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        _ = try EndpointPolicy.check(endpoint, allowsInsecureHTTP: allowsInsecureHTTP)
         var request = URLRequest(url: endpoint)
         request.httpMethod = "GET"
         request.cachePolicy = .reloadIgnoringLocalCacheData
         request.setValue("application/json", forHTTPHeaderField: "Accept")
-        // A backstop for the transport; the deadline below is the one that counts. Some URL session
-        // implementations honour only whole seconds, so it is rounded up and kept above the deadline.
+        // A backstop for the transport; the deadline of the transfer is the one that counts.
         request.timeoutInterval = (timeout.timeInterval + 1).rounded(.up)
         try await authenticate(account, &request)
-        let (data, response) = try await send(request)
-        return try Self.credential(from: data, response: response, requiresNoStore: requiresNoStore)
-    }
-
-    /// Sends the request and waits for the whole response, or fails when ``timeout`` passes first.
-    private func send(_ request: URLRequest) async throws -> (Data, URLResponse) {
-        let session = self.session
-        let timeout = self.timeout
-        do {
-            return try await withThrowingTaskGroup(of: (Data, URLResponse)?.self) { group in
-                group.addTask { try await session.data(for: request) }
-                group.addTask {
-                    try await Task.sleep(for: timeout, clock: .continuous)
-                    return nil
-                }
-                defer { group.cancelAll() }
-                guard let first = try await group.next(), let result = first else {
-                    throw SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
-                }
-                return result
-            }
-        } catch let error as SessionError {
-            throw error
-        } catch let error as URLError {
-            if error.code == .cancelled || Task.isCancelled { throw CancellationError() }
-            throw SessionError.fetchFailed(Self.describe(error, timeout: timeout))
-        } catch is CancellationError {
-            throw CancellationError()
-        } catch {
-            if Task.isCancelled { throw CancellationError() }
-            throw SessionError.fetchFailed("the request failed with \(type(of: error))")
-        }
-    }
-
-    /// Checks the response and decodes the credential from its body.
-    static func credential(
-        from data: Data,
-        response: URLResponse,
-        requiresNoStore: Bool
-    ) throws(SessionError) -> IdentityCredential {
-        guard let response = response as? HTTPURLResponse else {
-            throw SessionError.fetchFailed("the backend's answer is not an HTTP response")
-        }
-        let status = response.statusCode
-        switch status {
-        case 200...299:
-            break
-        case 401, 403:
-            throw SessionError.backendSessionEnded("the backend answered \(status); the account's session has ended")
-        case 500...599:
-            throw SessionError.fetchFailed("the backend answered \(status)")
-        default:
-            throw SessionError.fetchFailed("the backend answered \(status) instead of a credential")
-        }
-        if requiresNoStore, !hasNoStore(response.value(forHTTPHeaderField: "Cache-Control")) {
-            throw SessionError.fetchFailed(
-                "the backend's response lacks Cache-Control: no-store, so the credential could be cached"
+        // `authenticate` may have changed the URL: the final request is checked again.
+        let isPlain = try EndpointPolicy.check(request.url, allowsInsecureHTTP: allowsInsecureHTTP)
+        let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
+        let result: HTTPTransferResult
+        if isPlain && !forcesURLSession {
+            result = try await PlainHTTPTransfer.perform(
+                try PlainHTTPRequest(request),
+                timeout: timeout,
+                requiresNoStore: requiresNoStore,
+                timeoutError: timeoutError
+            )
+        } else {
+            result = try await URLSessionTransfer.shared.perform(
+                request,
+                timeout: timeout,
+                requiresNoStore: requiresNoStore,
+                timeoutError: timeoutError
             )
         }
-        guard data.count <= maximumResponseSize else {
-            throw SessionError.fetchFailed("the backend's response is larger than \(maximumResponseSize) bytes")
-        }
+        if Task.isCancelled { throw CancellationError() }
+        return try Self.credential(from: result.body)
+    }
+
+    /// Decodes the credential from a response body that passed the transfer's checks.
+    package static func credential(from body: [UInt8]) throws(SessionError) -> IdentityCredential {
         do {
-            return try IdentityCredential(json: data)
+            return try IdentityCredential(json: Data(body))
         } catch {
             throw SessionError(
                 .invalidCredential,
                 reason: "the backend's response is not a valid credential: \(error.reason)",
-                isTransient: true
+                isTransient: error.code != .unpairedSurrogate
             )
         }
     }
 
     /// Whether a `Cache-Control` value holds the `no-store` directive.
     package static func hasNoStore(_ value: String?) -> Bool {
-        guard let value else { return false }
-        return value.split(separator: ",").contains { directive in
-            directive.trimmingCharacters(in: .whitespaces).lowercased() == "no-store"
-        }
+        ResponsePolicy.hasNoStore(value)
     }
 
-    private static func describe(_ error: URLError, timeout: Duration) -> String {
-        switch error.code {
-        case .timedOut:
-            return "the backend did not answer within \(describe(timeout)) (URLError \(error.code.rawValue))"
-        case .cannotConnectToHost, .cannotFindHost, .networkConnectionLost, .notConnectedToInternet,
-            .dnsLookupFailed, .secureConnectionFailed:
-            return "the backend could not be reached (URLError \(error.code.rawValue))"
-        default:
-            return "the request failed (URLError \(error.code.rawValue))"
-        }
+    /// The endpoint's scheme and host, the timeout and the policy; never the path, the query or the authentication.
+    public var description: String {
+        let origin = "\(endpoint.scheme ?? "?")://\(endpoint.host ?? "?")"
+        return "HTTPCredentialFetcher(endpoint: \(origin), timeout: \(Self.describe(timeout)), "
+            + "requiresNoStore: \(requiresNoStore), allowsInsecureHTTP: \(allowsInsecureHTTP))"
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror with the same fields as ``description``; the authentication closure and the session are left out.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "endpoint": "\(endpoint.scheme ?? "?")://\(endpoint.host ?? "?")", "timeout": timeout,
+                "requiresNoStore": requiresNoStore, "allowsInsecureHTTP": allowsInsecureHTTP,
+            ],
+            displayStyle: .struct
+        )
     }
 
     private static func describe(_ duration: Duration) -> String {
         let milliseconds = Int((duration.timeInterval * 1000).rounded())
         return milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(milliseconds) ms"
-    }
-
-    private static func makeSession() -> URLSession {
-        let configuration = URLSessionConfiguration.ephemeral
-        configuration.urlCache = nil
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        configuration.httpCookieStorage = nil
-        configuration.httpShouldSetCookies = false
-        return URLSession(configuration: configuration, delegate: RefuseRedirects(), delegateQueue: nil)
-    }
-}
-
-/// Stops the fetcher's session from following redirects, so the host's authentication goes only to the endpoint.
-private final class RefuseRedirects: NSObject, URLSessionTaskDelegate, Sendable {
-    func urlSession(
-        _ session: URLSession,
-        task: URLSessionTask,
-        willPerformHTTPRedirection response: HTTPURLResponse,
-        newRequest request: URLRequest,
-        completionHandler: @escaping @Sendable (URLRequest?) -> Void
-    ) {
-        completionHandler(nil)
     }
 }

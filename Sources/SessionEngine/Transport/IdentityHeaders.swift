@@ -11,10 +11,18 @@
 /// | `X-AppNorth-Identity-Signature` | 64 lowercase hex characters |
 /// | `X-AppNorth-Identity-Properties` | `v2` only: the canonical properties JSON, as unpadded base64url of its UTF-8 |
 ///
-/// ``description`` redacts the signature.
-public struct IdentityHeaders: Sendable, Hashable, Sequence, CustomStringConvertible {
+/// ``description``, ``debugDescription`` and the mirror redact the signature and the properties, and so do those of
+/// each ``Field``.
+public struct IdentityHeaders: Sendable, Hashable, Sequence, CustomStringConvertible, CustomDebugStringConvertible,
+    CustomReflectable
+{
     /// One header: a name and a printable-ASCII value.
-    public struct Field: Sendable, Hashable {
+    ///
+    /// ``description``, ``debugDescription`` and the mirror show the value of every header but the signature and
+    /// the properties, which they show as `<redacted>`.
+    public struct Field: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible,
+        CustomReflectable
+    {
         /// The header name, such as `X-AppNorth-Identity-Email`.
         public let name: String
         /// The header value; printable ASCII only.
@@ -28,6 +36,28 @@ public struct IdentityHeaders: Sendable, Hashable, Sequence, CustomStringConvert
         public init(name: String, value: String) {
             self.name = name
             self.value = value
+        }
+
+        /// Whether the value is secret-equivalent (the signature) or may be personal data (the properties).
+        var isRedacted: Bool {
+            let lowered = name.lowercased()
+            return lowered != IdentityHeaders.versionName.lowercased()
+                && lowered != IdentityHeaders.emailName.lowercased()
+                && lowered != IdentityHeaders.expiresAtName.lowercased()
+        }
+
+        /// The value as it may be shown: `<redacted>` for the signature, the properties and any unknown header.
+        var shownValue: String { isRedacted ? "<redacted>" : value }
+
+        /// `Name: value`, with the signature and properties redacted.
+        public var description: String { "\(name): \(shownValue)" }
+
+        /// The same as ``description``.
+        public var debugDescription: String { description }
+
+        /// A mirror that redacts the value as ``description`` does.
+        public var customMirror: Mirror {
+            Mirror(self, children: ["name": name, "value": shownValue], displayStyle: .struct)
         }
     }
 
@@ -91,19 +121,27 @@ public struct IdentityHeaders: Sendable, Hashable, Sequence, CustomStringConvert
 
     /// Decodes and validates the credential the headers carry.
     ///
+    /// Decoding is canonical-only: every header must be exactly what ``init(_:)`` writes for some credential. The
+    /// expiry must be the canonical decimal (no sign, no leading zero) and the properties the canonical JSON of
+    /// their own values, byte for byte (sorted keys, no white space, JavaScript's number form, no repeated key), so
+    /// a client cannot make the verifier accept one text while a service behind it reads another.
+    ///
     /// - Returns: The credential.
     /// - Throws: ``CredentialError``: ``CredentialError/Code/missingHeader``,
-    ///   ``CredentialError/Code/invalidHeader`` (a repeated header, a value that is not printable ASCII or does not
-    ///   decode), ``CredentialError/Code/unsupportedVersion``, or the credential's broken rule.
+    ///   ``CredentialError/Code/invalidHeader`` (a repeated header, a value that is not printable ASCII, does not
+    ///   decode or is not canonical), ``CredentialError/Code/unsupportedVersion``, or the credential's broken rule.
     public func credential() throws(CredentialError) -> IdentityCredential {
         let version = try value(Self.versionName)
         let email = try HeaderEncoding.percentDecode(try value(Self.emailName), header: Self.emailName)
         let expiresText = try value(Self.expiresAtName)
-        guard expiresText.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let expiresAt = Int64(expiresText) else {
+        // Only the canonical decimal: no sign, no leading zero, so one expiry has one spelling.
+        guard expiresText.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let expiresAt = Int64(expiresText),
+            String(expiresAt) == expiresText
+        else {
             throw CredentialError(
                 .invalidHeader,
                 key: Self.expiresAtName,
-                reason: "\(Self.expiresAtName) must be decimal Unix seconds"
+                reason: "\(Self.expiresAtName) must be canonical decimal Unix seconds"
             )
         }
         let signature = try value(Self.signatureName)
@@ -114,7 +152,7 @@ public struct IdentityHeaders: Sendable, Hashable, Sequence, CustomStringConvert
             properties = nil
         case ("v2", let text?):
             let json = try HeaderEncoding.base64URLDecode(text, header: Self.propertiesName)
-            properties = try IdentityProperties.decode(json: json)
+            properties = try IdentityProperties.decode(canonicalJSON: json)
         case ("v1", _?):
             throw CredentialError(
                 .unsupportedVersion,
@@ -133,12 +171,17 @@ public struct IdentityHeaders: Sendable, Hashable, Sequence, CustomStringConvert
         return try IdentityCredential(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
     }
 
-    /// The headers with the signature redacted.
+    /// The headers with the signature and the properties redacted.
     public var description: String {
-        let shown = fields.map { field in
-            field.name == Self.signatureName ? "\(field.name): <redacted>" : "\(field.name): \(field.value)"
-        }
-        return "IdentityHeaders(\(shown.joined(separator: ", ")))"
+        "IdentityHeaders(\(fields.map(\.description).joined(separator: ", ")))"
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror over the fields, each redacted as ``Field/description`` is.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["fields": fields], displayStyle: .struct)
     }
 
     private func value(_ name: String) throws(CredentialError) -> String {

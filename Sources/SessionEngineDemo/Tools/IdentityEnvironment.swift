@@ -1,5 +1,13 @@
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The backend configuration that `sign` and `verify` read, as the contract's handler does: the secret only from
 /// `APPNORTH_IDENTITY_SECRET`, the project ID from `--project-id` or `APPNORTH_PROJECT_ID`.
 enum IdentityEnvironment {
@@ -7,10 +15,19 @@ enum IdentityEnvironment {
     static let projectVariable = "APPNORTH_PROJECT_ID"
 
     /// The secret from the environment; never printed.
+    ///
+    /// The raw bytes are read, not `ProcessInfo`'s decoded string, which silently turns invalid UTF-8 into U+FFFD:
+    /// a secret that is not valid UTF-8 would then sign with a different key than the backend's. It is refused.
     static func secret() throws(Options.UsageError) -> String {
-        guard let secret = ProcessInfo.processInfo.environment[secretVariable], !secret.isEmpty else {
+        guard let raw = getenv(secretVariable), raw.pointee != 0 else {
             throw Options.UsageError(
                 description: "set \(secretVariable) in the environment (it is never read from arguments)")
+        }
+        guard let secret = String(validatingCString: raw) else {
+            throw Options.UsageError(
+                description: "\(secretVariable) is not valid UTF-8; the contract keys HMAC with the secret's UTF-8 "
+                    + "bytes, so it would sign with another key than the backend's"
+            )
         }
         return secret
     }

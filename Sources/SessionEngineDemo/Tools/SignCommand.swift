@@ -34,9 +34,7 @@ enum SignCommand {
                 print(usage)
                 return 0
             }
-            guard options.positional.isEmpty else {
-                throw Options.UsageError(description: "unexpected argument \(options.positional[0])")
-            }
+            if let stray = options.strayArgumentError { throw stray }
             let secret = try IdentityEnvironment.secret()
             let lifetime = try options.integer("lifetime", in: 1...86_400, default: 900)
             var signers = Signers(secret: secret, lifetime: .seconds(lifetime))
@@ -69,7 +67,7 @@ enum SignCommand {
         do {
             var properties: IdentityProperties?
             if let json = options["properties"] {
-                properties = try JSONDecoder().decode(IdentityProperties.self, from: Data(json.utf8))
+                properties = try IdentityProperties(json: Data(json.utf8))
             }
             let credential = try signers.sign(
                 projectID: projectID,

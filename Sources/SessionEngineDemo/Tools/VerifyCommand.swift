@@ -11,7 +11,7 @@ enum VerifyCommand {
         APPNORTH_PROJECT_ID. Reads one credential per line from standard input, or one from --credential.
 
           --credential JSON    the credential to check instead of standard input
-          --now UNIX           check expiry at this Unix time instead of now
+          --now UNIX           check expiry at this Unix time (0 to 253402300799) instead of now
 
         For each credential it prints "valid", or "invalid" with the check that failed: malformed,
         signatureMismatch, expired or lifetimeTooLong. For a signature mismatch it prints the exact payload it
@@ -24,27 +24,23 @@ enum VerifyCommand {
     static func run(_ arguments: [String]) -> Int32 {
         let verifier: IdentityVerifier
         let inputs: [String]
-        let now: Date
+        let now: Int64
         do {
             let options = try Options(arguments, valued: ["credential", "project-id", "now"], flags: ["help"])
             if options.has("help") {
                 print(usage)
                 return 0
             }
-            guard options.positional.isEmpty else {
-                throw Options.UsageError(description: "unexpected argument \(options.positional[0])")
-            }
+            if let stray = options.strayArgumentError { throw stray }
             let secret = try IdentityEnvironment.secret()
             let projectID = try IdentityEnvironment.requiredProjectID(options)
-            now =
-                try options["now"].map { text throws(Options.UsageError) in
-                    guard let seconds = Int64(text) else {
-                        throw Options.UsageError(description: "--now must be whole Unix seconds")
-                    }
-                    return Date(timeIntervalSince1970: TimeInterval(seconds))
-                } ?? Date()
+            now = try options.integer("now", in: 0...latestNow, default: Int64(Date().timeIntervalSince1970))
             do {
-                verifier = try IdentityVerifier(projectID: projectID, secret: secret, clock: FixedClock(now: now))
+                verifier = try IdentityVerifier(
+                    projectID: projectID,
+                    secret: secret,
+                    clock: FixedClock(now: Date(timeIntervalSince1970: TimeInterval(now)))
+                )
             } catch {
                 throw Options.UsageError(description: error.description)
             }
@@ -75,8 +71,18 @@ enum VerifyCommand {
         return allValid ? 0 : 1
     }
 
+    /// The latest `--now` accepted: the last second of the year 9999.
+    static let latestNow: Int64 = 253_402_300_799
+
+    /// `later - earlier` in seconds, saturating instead of trapping when an `Int64` cannot hold it.
+    static func seconds(from earlier: Int64, to later: Int64) -> Int64 {
+        let (difference, overflow) = later.subtractingReportingOverflow(earlier)
+        guard overflow else { return difference }
+        return later > earlier ? .max : .min
+    }
+
     /// Verifies one credential line and describes the outcome.
-    static func report(_ input: String, verifier: IdentityVerifier, now: Date) -> (valid: Bool, text: [String]) {
+    static func report(_ input: String, verifier: IdentityVerifier, now: Int64) -> (valid: Bool, text: [String]) {
         let credential: IdentityCredential
         do {
             credential = try IdentityCredential(json: Data(input.utf8))
@@ -85,8 +91,8 @@ enum VerifyCommand {
         }
         switch verifier.verify(credential) {
         case .valid(let credential):
-            let remaining = TimeInterval(credential.expiresAt) - now.timeIntervalSince1970
-            return (true, ["valid: \(credential), expires in \(describe(seconds: Int64(remaining)))"])
+            let remaining = seconds(from: now, to: credential.expiresAt)
+            return (true, ["valid: \(credential), expires in \(describe(seconds: remaining))"])
         case .invalid(let failure):
             var text = ["invalid (\(failure.check)): \(failure.reason)"]
             switch failure.check {
@@ -101,11 +107,11 @@ enum VerifyCommand {
                     )
                 }
             case .expired:
-                let ago = now.timeIntervalSince1970 - TimeInterval(credential.expiresAt)
-                text.append("  expiresAt \(credential.expiresAt) was \(describe(seconds: Int64(ago))) ago")
+                let ago = seconds(from: credential.expiresAt, to: now)
+                text.append("  expiresAt \(credential.expiresAt) was \(describe(seconds: ago)) ago")
             case .lifetimeTooLong:
-                let ahead = TimeInterval(credential.expiresAt) - now.timeIntervalSince1970
-                text.append("  expiresAt \(credential.expiresAt) is \(describe(seconds: Int64(ahead))) from now")
+                let ahead = seconds(from: now, to: credential.expiresAt)
+                text.append("  expiresAt \(credential.expiresAt) is \(describe(seconds: ahead)) from now")
             case .malformed:
                 break
             }

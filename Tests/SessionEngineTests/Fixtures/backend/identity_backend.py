@@ -2,8 +2,8 @@
 """A loopback backend that issues verified-identity credentials, for tests and the demo.
 
 It implements the contract's "Authenticated backend identity handler" with the Python standard library only:
-the email comes from the authenticated session (never from the caller), is normalized with trim() and
-lower(), and the v1 or v2 payload is signed with HMAC-SHA256 under APPNORTH_IDENTITY_SECRET. Every response
+the email comes from the authenticated session (never from the caller), is normalized exactly as the
+contract's JavaScript does (trim() with ECMAScript's white-space set, then toLowerCase()), and the v1 or v2 payload is signed with HMAC-SHA256 under APPNORTH_IDENTITY_SECRET. Every response
 carries Cache-Control: no-store. An unknown or missing session gets 401.
 
 Usage:
@@ -58,6 +58,10 @@ SESSIONS = {
     "session-frank": ("frank@example.com", {"plan": "free"}),
     "session-grace": ("grace@example.com", None),
     "session-heidi": ("heidi@example.com", None),
+    # White space only ECMAScript trims (U+FEFF, U+3000) around letters only full Unicode lowercases.
+    "session-zoe": ("\ufeff\u00a0Zo\u00cb@Ex\u00c4mple.COM\u3000", None),
+    # A final sigma: toLowerCase writes U+03C2 for the last capital sigma, U+03C3 for the others.
+    "session-odysseus": ("\u039f\u0394\u03a5\u03a3\u03a3\u0395\u03a5\u03a3@Example.com", None),
 }
 for number in range(len(NAMES) + 1, 1001):
     SESSIONS["session-user%d" % number] = ("user%d@example.com" % number, None)
@@ -85,8 +89,27 @@ def canonical_properties(properties):
     return json.dumps(properties, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+# ECMAScript's WhiteSpace and LineTerminator code points: exactly what String.prototype.trim() removes. Python's
+# own strip() differs: it also strips U+001C-U+001F and U+0085, and keeps U+FEFF.
+ECMASCRIPT_WHITE_SPACE = (
+    "\u0009\u000a\u000b\u000c\u000d\u0020\u00a0\u1680"
+    + "".join(chr(code) for code in range(0x2000, 0x200B))
+    + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def normalize_email(raw_email):
+    """email.trim().toLowerCase() as JavaScript computes it.
+
+    str.lower() applies the same full lowercase mapping as toLowerCase(), Final_Sigma included (Python treats a
+    scalar that is both cased and case-ignorable as ignorable, as ICU does); Scripts/differential.mjs checks this
+    function against Node.
+    """
+    return raw_email.strip(ECMASCRIPT_WHITE_SPACE).lower()
+
+
 def issue(state, raw_email, properties, now, lifetime):
-    email = raw_email.strip().lower()
+    email = normalize_email(raw_email)
     expires_at = int(now) + lifetime
     if properties is None:
         payload = "v1\n%s\n%d\n%s" % (state.project_id, expires_at, email)

@@ -1,0 +1,176 @@
+import Dispatch
+import Foundation
+import Synchronization
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// The fetcher's `https` transfer: a `URLSession` data task whose body streams to a delegate that enforces the
+/// limits.
+///
+/// The delegate checks the head (status, `no-store`, `Content-Encoding`, `Content-Length`) as soon as it arrives,
+/// counts the body as it streams and cancels the task the moment a limit is passed; a deadline cancels it as well.
+/// The caller is resumed at once in every case, never after the task winds down. Nothing is buffered by the session
+/// itself: a data task without a completion handler hands each piece to the delegate and keeps none.
+///
+/// On Apple platforms cancelling the response stops the transfer before any body is read. On Linux, `URLSession`
+/// (libcurl underneath) decompresses whatever the server sends and delivers data for a short while after
+/// `cancel()`; the delegate drops that data, so the fetcher's memory stays bounded, but the bytes still cross the
+/// network. Plain-HTTP endpoints use ``PlainHTTPTransfer``, which has no such delay.
+///
+/// One transfer (one session) serves every fetcher of the process: creating and tearing down a session per fetcher
+/// costs seconds on Linux, and the delegate keeps each task's state apart.
+final class URLSessionTransfer: Sendable {
+    /// The transfer every fetcher uses.
+    static let shared = URLSessionTransfer()
+
+    private let session: URLSession
+    private let delegate: Delegate
+
+    private init() {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.httpCookieStorage = nil
+        configuration.httpShouldSetCookies = false
+        configuration.httpAdditionalHeaders = ["Accept-Encoding": "identity"]
+        let delegate = Delegate()
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        self.delegate = delegate
+        self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: queue)
+    }
+
+    /// Sends the request and reads a response that passes ``ResponsePolicy``.
+    ///
+    /// - Throws: ``SessionError`` for every refusal and failure, `CancellationError` when the caller is cancelled.
+    func perform(
+        _ request: URLRequest,
+        timeout: Duration,
+        requiresNoStore: Bool,
+        timeoutError: SessionError
+    ) async throws -> HTTPTransferResult {
+        var request = request
+        request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
+        let control = TransferControl()
+        let task = session.dataTask(with: request)
+        delegate.register(task, control: control, requiresNoStore: requiresNoStore)
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                control.install(continuation)
+                DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
+                    if control.finish(.failure(timeoutError)) { task.cancel() }
+                }
+                task.resume()
+            }
+        } onCancel: {
+            if control.finish(.failure(CancellationError())) { task.cancel() }
+        }
+    }
+
+    /// Routes each task's callbacks to its fetch and stops the task the moment its fetch is decided.
+    private final class Delegate: NSObject, URLSessionDataDelegate, Sendable {
+        private struct Entry {
+            let control: TransferControl
+            let requiresNoStore: Bool
+        }
+
+        private let entries = Mutex<[Int: Entry]>([:])
+
+        func register(_ task: URLSessionTask, control: TransferControl, requiresNoStore: Bool) {
+            entries.withLock { $0[task.taskIdentifier] = Entry(control: control, requiresNoStore: requiresNoStore) }
+        }
+
+        private func entry(_ task: URLSessionTask) -> Entry? {
+            entries.withLock { $0[task.taskIdentifier] }
+        }
+
+        func urlSession(
+            _ session: URLSession,
+            dataTask: URLSessionDataTask,
+            didReceive response: URLResponse,
+            completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+        ) {
+            guard let entry = entry(dataTask), !entry.control.isFinished else {
+                completionHandler(.cancel)
+                return
+            }
+            guard let response = response as? HTTPURLResponse else {
+                entry.control.finish(.failure(SessionError.fetchFailed("the backend's answer is not an HTTP response")))
+                completionHandler(.cancel)
+                dataTask.cancel()
+                return
+            }
+            let head = HTTPResponseHead(
+                status: response.statusCode,
+                fields: response.allHeaderFields.compactMap { name, value in
+                    guard let name = name as? String, let value = value as? String else { return nil }
+                    return (name, value)
+                }
+            )
+            do {
+                _ = try ResponsePolicy.check(head, requiresNoStore: entry.requiresNoStore)
+                entry.control.receive(head: head)
+                completionHandler(.allow)
+            } catch {
+                entry.control.finish(.failure(error))
+                completionHandler(.cancel)
+                dataTask.cancel()
+            }
+        }
+
+        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+            guard let entry = entry(dataTask), !entry.control.isFinished else { return }
+            if !entry.control.receive(data, limit: ResponsePolicy.maximumBodySize) {
+                entry.control.finish(.failure(ResponsePolicy.tooLarge(declared: false)))
+                dataTask.cancel()
+            }
+        }
+
+        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+            guard let entry = entries.withLock({ $0.removeValue(forKey: task.taskIdentifier) }) else { return }
+            guard !entry.control.isFinished else { return }
+            if let error {
+                entry.control.finish(.failure(Self.describe(error)))
+            } else if let result = entry.control.received() {
+                entry.control.finish(.success(result))
+            } else if let response = task.response as? HTTPURLResponse {
+                // A redirect that was not followed completes without a response callback on some platforms.
+                let head = HTTPResponseHead(status: response.statusCode, fields: [])
+                do {
+                    _ = try ResponsePolicy.check(head, requiresNoStore: false)
+                    entry.control.finish(.failure(SessionError.fetchFailed("the backend's answer has no body")))
+                } catch {
+                    entry.control.finish(.failure(error))
+                }
+            } else {
+                entry.control.finish(.failure(SessionError.fetchFailed("the backend's answer is not an HTTP response")))
+            }
+        }
+
+        func urlSession(
+            _ session: URLSession,
+            task: URLSessionTask,
+            willPerformHTTPRedirection response: HTTPURLResponse,
+            newRequest request: URLRequest,
+            completionHandler: @escaping @Sendable (URLRequest?) -> Void
+        ) {
+            // Redirects are never followed, so the host's authentication goes only to the endpoint.
+            completionHandler(nil)
+        }
+
+        private static func describe(_ error: any Error) -> SessionError {
+            guard let error = error as? URLError else {
+                return SessionError.fetchFailed("the request failed with \(type(of: error))")
+            }
+            switch error.code {
+            case .cannotConnectToHost, .cannotFindHost, .networkConnectionLost, .notConnectedToInternet,
+                .dnsLookupFailed, .secureConnectionFailed:
+                return SessionError.fetchFailed("the backend could not be reached (URLError \(error.code.rawValue))")
+            default:
+                return SessionError.fetchFailed("the request failed (URLError \(error.code.rawValue))")
+            }
+        }
+    }
+}

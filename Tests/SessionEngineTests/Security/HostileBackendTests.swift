@@ -1,0 +1,140 @@
+import Foundation
+import SessionEngine
+import Synchronization
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// `HTTPCredentialFetcher` against backends that attack it: bodies too large, endless, compressed or slow.
+///
+/// Every attack must fail within the fetcher's timeout plus 2 s, and the process's resident memory must not grow by
+/// 64 MiB while it runs. The server is `Fixtures/backend/hostile_backend.py`, started by the suite on loopback and
+/// shared by its tests, which run one at a time so that each memory measurement is its own.
+@Suite(
+    .serialized,
+    .enabled(if: PythonServer.python != nil, "python3 is not on PATH, so the hostile backend cannot start"),
+    .timeLimit(.minutes(1))
+)
+struct HostileBackendTests {
+    /// One attack: a path of the hostile server and what the fetcher must say.
+    struct Attack: Sendable, CustomTestStringConvertible {
+        let path: String
+        let reason: String
+
+        var testDescription: String { path }
+    }
+
+    static let attacks = [
+        Attack(path: "/huge", reason: "Content-Length is larger than 65536 bytes"),
+        Attack(path: "/huge-unsized", reason: "larger than 65536 bytes; the transfer was stopped"),
+        Attack(path: "/endless", reason: "larger than 65536 bytes; the transfer was stopped"),
+        Attack(path: "/big-chunk", reason: "larger than 65536 bytes; the transfer was stopped"),
+        Attack(path: "/gzip-bomb", reason: "compressed body"),
+        Attack(path: "/trickle", reason: "did not answer within 1 s"),
+        Attack(path: "/slow-headers", reason: "did not answer within 1 s"),
+    ]
+
+    static let timeout: Duration = .seconds(1)
+    static let memoryBound = 64 << 20
+
+    /// The hostile server, started once for the suite; it exits with the test process.
+    static let server = Task { try await PythonServer.start("hostile_backend.py") }
+
+    static func fetcher(_ path: String, timeout: Duration = timeout, forcesURLSession: Bool = false) async throws
+        -> HTTPCredentialFetcher
+    {
+        let port = try await server.value.port
+        return HTTPCredentialFetcher(
+            endpoint: URL(string: "http://127.0.0.1:\(port)\(path)")!,
+            timeout: timeout,
+            forcesURLSession: forcesURLSession
+        ) { _, request in
+            request.setValue("Bearer hostile-test-token", forHTTPHeaderField: "Authorization")
+        }
+    }
+
+    @Test(.enabled(if: MemoryProbe.isAvailable, "resident memory is read from /proc"), arguments: attacks)
+    func aHostileBackendFailsWithinTheTimeoutAndBoundedMemory(_ attack: Attack) async throws {
+        let fetcher = try await Self.fetcher(attack.path)
+        let started = ContinuousClock.now
+        let (outcome, growth) = await MemoryProbe.peakGrowth {
+            do {
+                return Result<IdentityCredential, any Error>.success(try await fetcher.fetchCredential(for: "alice"))
+            } catch {
+                return .failure(error)
+            }
+        }
+        let elapsed = started.duration(to: .now)
+        print("hostile \(attack.path): failed after \(elapsed), resident memory grew by \(growth >> 10) KiB")
+        guard case .failure(let error as SessionError) = outcome else {
+            Issue.record("\(attack.path) did not fail with a SessionError: \(outcome)")
+            return
+        }
+        #expect(error.code == .fetchFailed)
+        #expect(error.reason.contains(attack.reason), "\(error.reason)")
+        #expect(!error.reason.contains("xxxx"), "the response body leaked into the error")
+        #expect(elapsed < Self.timeout + .seconds(2), "the fetch outlived its timeout")
+        #expect(growth < Self.memoryBound, "resident memory grew by \(growth >> 20) MiB")
+    }
+
+    @Test func cancellingTheCallerStopsTheTransferAtOnce() async throws {
+        let fetcher = try await Self.fetcher("/trickle", timeout: .seconds(30))
+        let started = ContinuousClock.now
+        let fetch = Task { try await fetcher.fetchCredential(for: "alice") }
+        try await Task.sleep(for: .milliseconds(200))
+        fetch.cancel()
+        await #expect(throws: CancellationError.self) { try await fetch.value }
+        #expect(started.duration(to: .now) < .seconds(2), "the cancelled fetch waited for the backend")
+    }
+
+    // MARK: - Schemes
+
+    @Test func plainHTTPToANonLoopbackHostIsRefusedBeforeAnyConnection() async throws {
+        let calls = Mutex(0)
+        for endpoint in [
+            "http://api.example.com/identity", "http://10.0.0.8/identity", "http://127.0.0.1.example.com/identity",
+            "ftp://127.0.0.1/identity", "http://localhost.example.com/identity",
+        ] {
+            let fetcher = HTTPCredentialFetcher(endpoint: URL(string: endpoint)!) { _, _ in
+                calls.withLock { $0 += 1 }
+            }
+            do {
+                _ = try await fetcher.fetchCredential(for: "alice")
+                Issue.record("\(endpoint) was not refused")
+            } catch let error as SessionError {
+                #expect(error.code == .fetchFailed)
+                #expect(error.isTransient == false)
+                #expect(!error.reason.contains("example.com"), "the refusal quotes the URL")
+            }
+        }
+        // Refused before `authenticate` ran, so no token was even computed, let alone sent.
+        #expect(calls.withLock { $0 } == 0)
+
+        // `authenticate` cannot move the request to a plain-HTTP host either.
+        let moved = HTTPCredentialFetcher(endpoint: URL(string: "https://127.0.0.1:9/identity")!) { _, request in
+            request.url = URL(string: "http://api.example.com/identity")
+        }
+        await #expect(throws: SessionError.self) { try await moved.fetchCredential(for: "alice") }
+    }
+
+    @Test func loopbackHostsAndTheOptInAreTheOnlyPlainHTTPAllowed() throws {
+        for host in [
+            "127.0.0.1", "127.255.3.9", "localhost", "LOCALHOST", "localhost.", "::1", "[::1]", "0:0:0:0:0:0:0:1",
+        ] {
+            #expect(EndpointPolicy.isLoopback(host), "\(host)")
+        }
+        for host in [
+            "128.0.0.1", "127.0.0.1.example.com", "localhost.example.com", "0.0.0.0", "::", "::2", "127.0.0",
+            "127.0.0.256", "::ffff:127.0.0.1", "example.com",
+        ] {
+            #expect(!EndpointPolicy.isLoopback(host), "\(host)")
+        }
+        let remote = URL(string: "http://api.example.com/identity")!
+        #expect(throws: SessionError.self) { try EndpointPolicy.check(remote, allowsInsecureHTTP: false) }
+        #expect(try EndpointPolicy.check(remote, allowsInsecureHTTP: true))
+        #expect(try !EndpointPolicy.check(URL(string: "https://api.example.com/identity")!, allowsInsecureHTTP: false))
+        #expect(try EndpointPolicy.check(URL(string: "http://[::1]:8080/identity")!, allowsInsecureHTTP: false))
+    }
+}
