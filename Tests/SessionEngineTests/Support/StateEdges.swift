@@ -6,16 +6,31 @@ import SessionEngine
 /// A state may also be followed by an equal state only if nothing was published (no event), so the checks treat
 /// `from == to` as "no transition" and any other pair as an edge that must be listed here.
 enum StateEdges {
-    static let table: [String: Set<String>] = [
-        "signedOut": ["switching"],
-        "switching": ["switching", "identified", "expired", "signedOut"],
-        "identified": ["renewing", "expired", "switching"],
-        "renewing": ["identified", "expired", "switching"],
-        "expired": ["identified", "switching"],
+    /// A state's case, without its data.
+    enum Kind: Hashable, CaseIterable {
+        case signedOut, switching, identified, renewing, expired
+
+        init(_ state: SessionState) {
+            switch state {
+            case .signedOut: self = .signedOut
+            case .switching: self = .switching
+            case .identified: self = .identified
+            case .renewing: self = .renewing
+            case .expired: self = .expired
+            }
+        }
+    }
+
+    static let table: [Kind: Set<Kind>] = [
+        .signedOut: [.switching],
+        .switching: [.switching, .identified, .expired, .signedOut],
+        .identified: [.renewing, .expired, .switching],
+        .renewing: [.identified, .expired, .switching],
+        .expired: [.identified, .switching],
     ]
 
     /// Whether `from` may be followed by `to`: the same state (no transition) or an edge of the table.
     static func isLegal(from: SessionState, to: SessionState) -> Bool {
-        from == to || table[from.name, default: []].contains(to.name)
+        from == to || table[Kind(from), default: []].contains(Kind(to))
     }
 }

@@ -1,0 +1,115 @@
+import Foundation
+
+/// Account changes and shutdown: each begins an epoch; the owner prepares it and reports it prepared.
+extension SessionStateMachine {
+    /// An account change was requested: sign-in (`target` non-nil from `signedOut`), switch, or sign-out (`nil`).
+    ///
+    /// A new epoch begins at once: the running fetch and timer are cancelled and the previous epochs' scoped work is
+    /// cancelled, so nothing of the previous account is handed out from here on. The owner then drains the work,
+    /// runs the account-change hooks and calls ``changePrepared(epoch:at:)``.
+    mutating func changeAccount(to target: AccountID?, at now: SessionInstant) -> ChangeDecision {
+        switch state {
+        case .shutDown:
+            // Nothing changes after shutdown.
+            return .shutDown
+        case .signedOut:
+            // Signing out when signed out changes nothing; signing in begins the first epoch of an account.
+            guard target != nil else { return .alreadyCurrent(epoch: epoch) }
+        case .switching(let change):
+            // A shutdown under way refuses changes; a second change supersedes the first.
+            if change.shutsDown { return .shutDown }
+            guard change.target?.account != target else { return .alreadyCurrent(epoch: epoch) }
+        case .identified(let session), .renewing(let session), .expired(let session):
+            // Leaving an account: its fetch, timer and work are cancelled.
+            guard session.account != target else { return .alreadyCurrent(epoch: epoch) }
+        }
+        let actions = beginChange(to: target, shutsDown: false, waitersFail: Self.accountChanged)
+        return .began(epoch: epoch, actions)
+    }
+
+    /// The host asked the engine to shut down.
+    ///
+    /// A shutdown is an account change to no account that runs no hooks: the running fetch, the timer and every
+    /// piece of scoped work are cancelled at once, waiting callers fail with `SHUT_DOWN`, and once the work has
+    /// drained the machine reaches `shutDown` and returns ``Action/finishShutdown``. A sign-out under way becomes
+    /// the shutdown, so its hooks still run.
+    mutating func shutdownRequested(at now: SessionInstant) -> ChangeDecision {
+        switch state {
+        case .shutDown:
+            // Already shut down.
+            return .shutDown
+        case .switching(var change) where change.target == nil:
+            // A sign-out (or a shutdown) is under way: it shuts the engine down once it is prepared.
+            if change.shutsDown { return .shutDown }
+            change.shutsDown = true
+            state = .switching(change)
+            return .began(epoch: epoch, [.failAllWaiters(Self.shutDownError)])
+        case .signedOut, .switching, .identified, .renewing, .expired:
+            // Leave whatever is current, without hooks.
+            let actions = beginChange(to: nil, shutsDown: true, waitersFail: Self.shutDownError)
+            return .began(epoch: epoch, actions + [.failAllWaiters(Self.shutDownError)])
+        }
+    }
+
+    /// Begins a new epoch for a change to `target`: the running fetch, the timer and the previous epochs' work are
+    /// cancelled and the previous epoch's callers fail, so nothing of the account being left is handed out from here.
+    mutating func beginChange(to target: AccountID?, shutsDown: Bool, waitersFail error: SessionError)
+        -> [Action]
+    {
+        var actions: [Action] = []
+        if fetchInFlight != nil { actions.append(.cancelFetch) }
+        let from = currentAccount
+        epoch += 1
+        timer = nil
+        actions.append(.cancelTimer)
+        actions.append(.cancelWork(before: epoch, account: from))
+        actions.append(.resolveWaiters(epoch: epoch - 1, kinds: [.identity, .nextOutcome], .failed(error)))
+        actions.append(.prepareChange(epoch: epoch))
+        var change = Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch)
+        change.shutsDown = shutsDown
+        change.runsHooks = !shutsDown
+        state = .switching(change)
+        return actions
+    }
+
+    /// The owner drained the previous work of the change that began `epoch` and asks which hooks to run.
+    ///
+    /// - Returns: The change the hooks report, from the account the previous hooks entered; `nil` when a later
+    ///   change superseded this one (its hooks will report the whole change) or the change is a shutdown that
+    ///   began a change of its own.
+    mutating func hooksDue(epoch changeEpoch: UInt64) -> AccountChange? {
+        guard case .switching(let change) = state, change.epoch == changeEpoch, !change.prepared, change.runsHooks
+        else {
+            // Superseded, already prepared, or a shutdown of its own: no hooks.
+            return nil
+        }
+        let hooks = AccountChange(from: hookedAccount, to: change.target?.account)
+        hookedAccount = change.target?.account
+        return hooks
+    }
+
+    /// The owner drained the previous work and ran the hooks for the change that began `epoch`.
+    mutating func changePrepared(epoch preparedEpoch: UInt64, at now: SessionInstant) -> [Action] {
+        guard case .switching(var change) = state, change.epoch == preparedEpoch, !change.prepared else {
+            // A later change superseded this one, or it was already prepared: nothing to do.
+            return []
+        }
+        if change.shutsDown {
+            // Every piece of work has drained: the engine is shut down.
+            state = .shutDown
+            return [.failAllWaiters(Self.shutDownError), .finishShutdown]
+        }
+        guard var target = change.target else {
+            // Sign-out complete. A caller that asked for a renewal while the sign-out was under way waits on this
+            // epoch, and no fetch will ever resolve it: tell it the engine is signed out.
+            state = .signedOut
+            return [.resolveWaiters(epoch: preparedEpoch, kinds: [.identity, .nextOutcome], .failed(Self.signedOut))]
+        }
+        change.prepared = true
+        var actions: [Action] = []
+        startFetch(&target, reason: .firstCredential, at: now, actions: &actions)
+        change.target = target
+        state = .switching(change)
+        return actions
+    }
+}

@@ -1,0 +1,143 @@
+import Foundation
+
+/// Timers, renewals callers ask for, and rejections the host reports.
+extension SessionStateMachine {
+    /// A timer fired.
+    mutating func timerFired(_ id: TimerID, at now: SessionInstant) -> [Action] {
+        guard let timer, timer.id == id else {
+            // A timer that was replaced or cancelled: ignore it.
+            return []
+        }
+        self.timer = nil
+        switch state {
+        case .signedOut, .switching, .shutDown:
+            // Account changes and shutdown cancel timers; a firing here is stale.
+            return []
+        case .identified(var session):
+            guard let credential = session.credential, let renewAt = session.renewAt else { return [] }
+            var actions: [Action] = []
+            if !credential.isValid(at: now.wall) {
+                // The wall clock passed expiry before renewal began (a jump or a suspended machine).
+                session.expiredReason = .expired
+                startFetch(&session, reason: .renewal, at: now, actions: &actions)
+                state = .expired(session)
+            } else if now.wall >= renewAt {
+                // Proactive renewal.
+                startFetch(&session, reason: .renewal, at: now, actions: &actions)
+                state = .renewing(session)
+            } else {
+                // Not due yet (the wall clock went back): sleep again.
+                state = .identified(session)
+            }
+            return actions + rearm(session)
+        case .renewing(var session):
+            var actions: [Action] = []
+            if let credential = session.credential, !credential.isValid(at: now.wall) {
+                // Expired while renewing: identified work is blocked from now on.
+                session.expiredReason = .expired
+                state = .expired(session)
+            }
+            resumeWaitingFetch(&session, at: now, actions: &actions)
+            replace(session)
+            return actions + rearm(session)
+        case .expired(var session):
+            var actions: [Action] = []
+            resumeWaitingFetch(&session, at: now, actions: &actions)
+            state = .expired(session)
+            return actions + rearm(session)
+        }
+    }
+
+    /// A caller asked for a fresh credential.
+    mutating func renewRequested(at now: SessionInstant) -> RenewDecision {
+        switch state {
+        case .signedOut:
+            return .fail(Self.signedOut)
+        case .shutDown:
+            return .fail(Self.shutDownError)
+        case .switching(let change) where change.shutsDown:
+            // No fetch will ever resolve a caller during a shutdown.
+            return .fail(Self.shutDownError)
+        case .switching:
+            // The first fetch of the new account will resolve the caller.
+            return .wait(epoch: epoch, [])
+        case .identified(var session):
+            // Renew now, unless a fetch started within the minimum interval already installed this credential.
+            if let credential = session.credential, credential.isValid(at: now.wall),
+                let last = session.lastFetchStart, now.uptime - last < configuration.minimumFetchInterval
+            {
+                return .current(credential)
+            }
+            var actions: [Action] = []
+            startFetch(&session, reason: .renewal, at: now, actions: &actions)
+            state = .renewing(session)
+            return .wait(epoch: session.epoch, actions + rearm(session))
+        case .renewing(let session):
+            // A fetch is running or scheduled: share it.
+            return .wait(epoch: session.epoch, [])
+        case .expired(var session):
+            // Share the running or scheduled fetch; start one if none is planned.
+            var actions: [Action] = []
+            if session.fetch == .idle {
+                startFetch(&session, reason: .renewal, at: now, actions: &actions)
+                state = .expired(session)
+                actions += rearm(session)
+            }
+            return .wait(epoch: session.epoch, actions)
+        }
+    }
+
+    /// The host reported that the service rejected `credential`.
+    ///
+    /// The first rejection of the installed credential renews it once (concurrent reports of the same credential
+    /// share that renewal). A rejection of a credential that was itself renewed because of a rejection leaves the
+    /// state `expired` and retries only after backoff, so a misconfigured backend cannot cause a loop.
+    mutating func credentialRejected(_ credential: IdentityCredential, at now: SessionInstant) -> [Action] {
+        guard var session = currentSession, let installed = session.credential,
+            installed.signature == credential.signature, session.rejectedSignature != credential.signature
+        else {
+            // Not the installed credential (an older one, another epoch's) or already reported: nothing to do.
+            return []
+        }
+        var actions: [Action] = []
+        session.rejectedSignature = credential.signature
+        if case .expired = state {
+            // The identity is already blocked (it expired first): the rejection changes what is renewed, not what
+            // hosts see, so the published state keeps its reason instead of republishing `expired` as `expired`.
+        } else {
+            session.expiredReason = .rejected
+        }
+        if session.renewedAfterRejection {
+            session.rejectionStreak += 1
+            let delay = backoff(failures: session.rejectionStreak, session: session, at: now)
+            if case .inFlight = session.fetch {
+            } else {
+                session.fetch = .waiting(until: now.uptime + delay, .retryAfterRejection)
+            }
+            let report = RejectionReport(
+                account: session.account,
+                expiresAt: credential.expiresAt,
+                renewing: false,
+                retryIn: delay
+            )
+            actions.append(.emit(.credentialRejected(report), epoch: session.epoch))
+        } else {
+            let report = RejectionReport(
+                account: session.account,
+                expiresAt: credential.expiresAt,
+                renewing: true,
+                retryIn: nil
+            )
+            actions.append(.emit(.credentialRejected(report), epoch: session.epoch))
+            switch session.fetch {
+            case .inFlight(let id, _):
+                // A renewal is already running: its credential counts as the renewal after rejection.
+                session.fetch = .inFlight(id, .rejection)
+            case .waiting, .idle:
+                startFetch(&session, reason: .rejection, at: now, actions: &actions)
+            }
+        }
+        state = .expired(session)
+        return actions + rearm(session)
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+
+/// Scheduling: when fetches start, the timer the state needs, renewal times and backoff.
+extension SessionStateMachine {
+    /// How long the running fetch has taken by `now`.
+    func fetchDuration(_ session: AccountSession, at now: SessionInstant) -> Duration {
+        session.lastFetchStart.map { max(.zero, now.uptime - $0) } ?? .zero
+    }
+
+    /// Starts a fetch now, or plans it for when the minimum interval since the last start has passed.
+    mutating func startFetch(
+        _ session: inout AccountSession,
+        reason: FetchReason,
+        at now: SessionInstant,
+        actions: inout [Action]
+    ) {
+        if case .inFlight = session.fetch { return }
+        if let last = session.lastFetchStart, now.uptime - last < configuration.minimumFetchInterval {
+            session.fetch = .waiting(until: last + configuration.minimumFetchInterval, reason)
+            return
+        }
+        lastID += 1
+        session.fetch = .inFlight(lastID, reason)
+        session.lastFetchStart = now.uptime
+        actions.append(
+            .startFetch(
+                FetchRequest(id: lastID, account: session.account, epoch: session.epoch, attempt: session.failures + 1)
+            )
+        )
+    }
+
+    /// Starts the planned fetch if its time has come.
+    mutating func resumeWaitingFetch(
+        _ session: inout AccountSession,
+        at now: SessionInstant,
+        actions: inout [Action]
+    ) {
+        guard case .waiting(let until, let reason) = session.fetch, now.uptime >= until else { return }
+        session.fetch = .idle
+        startFetch(&session, reason: reason, at: now, actions: &actions)
+    }
+
+    /// Arms the timer the session needs in its current state: renewal or expiry time, and a planned fetch's time.
+    mutating func rearm(_ session: AccountSession) -> [Action] {
+        var wall: Date?
+        var uptime: Duration?
+        switch state {
+        case .identified:
+            if let credential = session.credential, let renewAt = session.renewAt {
+                wall = min(renewAt, credential.expirationDate)
+            }
+        case .renewing:
+            wall = session.credential?.expirationDate
+        case .expired, .switching, .signedOut, .shutDown:
+            break
+        }
+        if case .waiting(let until, _) = session.fetch { uptime = until }
+        guard wall != nil || uptime != nil else {
+            guard timer != nil else { return [] }
+            timer = nil
+            return [.cancelTimer]
+        }
+        return [.scheduleTimer(arm(wall: wall, uptime: uptime))]
+    }
+
+    mutating func arm(wall: Date?, uptime: Duration?) -> TimerSpec {
+        lastID += 1
+        let spec = TimerSpec(id: lastID, wallDeadline: wall, uptimeDeadline: uptime)
+        timer = spec
+        return spec
+    }
+
+    /// Writes the session back into the state it is in.
+    mutating func replace(_ session: AccountSession) {
+        switch state {
+        case .identified: state = .identified(session)
+        case .renewing: state = .renewing(session)
+        case .expired: state = .expired(session)
+        case .switching(var change):
+            change.target = session
+            state = .switching(change)
+        case .signedOut, .shutDown: break
+        }
+    }
+
+    /// When to renew a credential installed at `now`: after `fraction ± jitter` of its lifetime, leaving at least
+    /// the minimum lead before expiry and waiting at least the minimum fetch interval.
+    mutating func renewalTime(for credential: IdentityCredential, at now: SessionInstant) -> Date {
+        let lifetime = max(0, credential.expirationDate.timeIntervalSince(now.wall))
+        let policy = configuration.renewal
+        let offset = (random.nextUnit() * 2 - 1) * policy.jitter
+        var delay = lifetime * (policy.fraction + offset)
+        delay = min(delay, lifetime - policy.minimumLead.timeInterval)
+        delay = max(delay, configuration.minimumFetchInterval.timeInterval)
+        return now.wall.addingTimeInterval(delay)
+    }
+
+    /// Full-jitter exponential backoff, never shorter than what the minimum fetch interval still requires.
+    mutating func backoff(failures: Int, session: AccountSession, at now: SessionInstant) -> Duration {
+        let ceiling = configuration.retry.ceiling(afterFailures: failures)
+        var delay = Duration.seconds(ceiling.timeInterval * random.nextUnit())
+        if let last = session.lastFetchStart {
+            delay = max(delay, last + configuration.minimumFetchInterval - now.uptime)
+        }
+        return max(delay, .milliseconds(1))
+    }
+}

@@ -1,0 +1,277 @@
+import Foundation
+
+/// The pure decision-maker of ``SessionEngine``.
+///
+/// It holds the state and data valid in each state, takes one input per method, and returns the actions its owner
+/// must perform. It reads no clock (time arrives as ``SessionInstant`` values), starts no task, takes no lock and
+/// never suspends, so every transition can be tested as a value. Random numbers for jitter come from its own seeded
+/// generator, so a run is reproducible from its seed.
+///
+/// `Design/state-machine.md` holds the transition table this type implements.
+struct SessionStateMachine: Sendable {
+    /// Why a fetch was started; a fetch started because the service rejected a credential makes the credential it
+    /// installs "renewed after rejection", whose own rejection is not renewed again at once.
+    enum FetchReason: Sendable, Hashable {
+        /// The first credential of an account session.
+        case firstCredential
+        /// A proactive renewal, a renewal after expiry, or one a caller asked for.
+        case renewal
+        /// The service rejected the installed credential: renew once, at once.
+        case rejection
+        /// The credential renewed after a rejection was rejected too: retry only after backoff.
+        case retryAfterRejection
+    }
+
+    /// Where an account session's fetching stands.
+    enum FetchPhase: Sendable, Hashable {
+        /// No fetch is running or planned.
+        case idle
+        /// A fetch is running.
+        case inFlight(FetchID, FetchReason)
+        /// A fetch starts when the monotonic clock reaches `until`.
+        case waiting(until: Duration, FetchReason)
+    }
+
+    /// The data of an account session: valid in `identified`, `renewing`, `expired` and a prepared `switching`.
+    struct AccountSession: Sendable, Hashable {
+        let account: AccountID
+        let epoch: UInt64
+        /// The installed credential; `nil` until the first one is installed.
+        var credential: IdentityCredential?
+        /// The normalized email of the account's first credential: every renewal must name the same user.
+        var pinnedEmail: String?
+        /// When the installed credential is renewed.
+        var renewAt: Date?
+        var fetch: FetchPhase = .idle
+        /// Consecutive failed fetches, for the backoff ceiling.
+        var failures = 0
+        /// Consecutive rejections of credentials renewed because of a rejection, for their backoff ceiling.
+        var rejectionStreak = 0
+        /// The monotonic time the last fetch started, for the minimum interval.
+        var lastFetchStart: Duration?
+        /// The credential the service last rejected, so one credential is renewed at most once.
+        var rejectedSignature: String?
+        /// Whether the installed credential was fetched because its predecessor was rejected.
+        var renewedAfterRejection = false
+        /// Why the session is `expired`, when it is.
+        var expiredReason: ExpiredIdentity.Reason?
+
+        init(account: AccountID, epoch: UInt64) {
+            self.account = account
+            self.epoch = epoch
+        }
+
+        var identity: SessionIdentity? {
+            credential.map { SessionIdentity(account: account, credential: $0, epoch: epoch) }
+        }
+    }
+
+    /// An account change under way.
+    struct Change: Sendable, Hashable {
+        /// The account being left, for display.
+        let from: AccountID?
+        /// The account being switched to; `nil` when signing out.
+        var target: AccountSession?
+        let epoch: UInt64
+        /// Whether work is drained and hooks have run, so the first fetch may start.
+        var prepared = false
+        /// Whether the engine shuts down once the change is prepared.
+        var shutsDown = false
+        /// Whether the change runs the account-change hooks; a shutdown that begins a change of its own does not.
+        var runsHooks = true
+    }
+
+    enum State: Sendable, Hashable {
+        /// No account.
+        case signedOut
+        /// An account change is under way.
+        case switching(Change)
+        /// A valid credential and nothing to do until its renewal time.
+        case identified(AccountSession)
+        /// A valid credential and a renewal under way.
+        case renewing(AccountSession)
+        /// No usable credential; renewal continues in the background.
+        case expired(AccountSession)
+        /// The engine has shut down; every input is refused or ignored.
+        case shutDown
+    }
+
+    /// The outcome of a fetch that the owner hands to the callers waiting for it.
+    enum Outcome: Sendable {
+        case installed(IdentityCredential)
+        case failed(SessionError)
+    }
+
+    /// Which callers an outcome resolves.
+    enum WaiterKind: Sendable, Hashable {
+        /// Callers that want the next credential installed in the epoch (sign-in, switch); a transient failure does
+        /// not resolve them.
+        case identity
+        /// Callers that want the next fetch's outcome, success or failure (`renew()`, a retry after rejection).
+        case nextOutcome
+    }
+
+    /// A side effect for the owner to perform, in order, after the state has been updated.
+    enum Action: Sendable {
+        /// Start the fetch.
+        case startFetch(FetchRequest)
+        /// Cancel the running fetch task.
+        case cancelFetch
+        /// Replace the timer with this one.
+        case scheduleTimer(TimerSpec)
+        /// Cancel the timer.
+        case cancelTimer
+        /// Cancel every piece of scoped work of epochs before this one.
+        case cancelWork(before: UInt64, account: AccountID?)
+        /// Publish an event other than a state change.
+        case emit(SessionEvent.Kind, epoch: UInt64)
+        /// Resolve the waiting callers of an epoch.
+        case resolveWaiters(epoch: UInt64, kinds: Set<WaiterKind>, Outcome)
+        /// Prepare the change that began `epoch`, after the changes before it: drain the previous epochs' scoped
+        /// work, run the account-change hooks (see ``hooksDue(epoch:)``), then report ``changePrepared(epoch:at:)``.
+        case prepareChange(epoch: UInt64)
+        /// Fail every waiting caller, of any epoch.
+        case failAllWaiters(SessionError)
+        /// The engine has shut down: finish the event streams and wake everyone waiting for the shutdown.
+        case finishShutdown
+    }
+
+    /// What ``changeAccount(to:at:)`` and ``shutdownRequested(at:)`` decided.
+    enum ChangeDecision: Sendable {
+        /// The target is already the current account (or the one being switched to): nothing changes.
+        case alreadyCurrent(epoch: UInt64)
+        /// A change began with a new epoch.
+        case began(epoch: UInt64, [Action])
+        /// The engine has shut down, or is shutting down.
+        case shutDown
+    }
+
+    /// What ``renewRequested(at:)`` decided.
+    enum RenewDecision: Sendable {
+        /// Return this credential: a fetch started less than the minimum interval ago installed it.
+        case current(IdentityCredential)
+        /// Wait for the epoch's next fetch outcome, after performing the actions.
+        case wait(epoch: UInt64, [Action])
+        /// Fail at once.
+        case fail(SessionError)
+    }
+
+    struct Configuration: Sendable {
+        var renewal: RenewalPolicy
+        var retry: RetryPolicy
+        var minimumFetchInterval: Duration
+        var clockSkewTolerance: Duration
+
+        init(_ configuration: SessionConfiguration) {
+            renewal = configuration.renewal
+            retry = configuration.retry
+            minimumFetchInterval = configuration.minimumFetchInterval
+            clockSkewTolerance = configuration.clockSkewTolerance
+        }
+    }
+
+    /// The state; only the machine's inputs change it.
+    var state: State = .signedOut
+    /// The current epoch; it grows with every account change.
+    var epoch: UInt64 = 0
+    /// The last fetch or timer identity handed out.
+    var lastID: UInt64 = 0
+    /// The timer the owner should have running, if any.
+    var timer: TimerSpec?
+    /// The account the last account-change hooks entered: the next hooks leave it.
+    var hookedAccount: AccountID?
+    /// The seeded generator behind every jitter.
+    var random: SplitMix64
+    let configuration: Configuration
+
+    init(configuration: SessionConfiguration, seed: UInt64) {
+        self.configuration = Configuration(configuration)
+        self.random = SplitMix64(seed: seed)
+    }
+
+    // MARK: - Observed state
+
+    /// The state as hosts see it.
+    var publicState: SessionState {
+        switch state {
+        case .signedOut, .shutDown:
+            return .signedOut
+        case .switching(let change):
+            if change.shutsDown && change.from == nil { return .signedOut }
+            return .switching(from: change.from, to: change.target?.account)
+        case .identified(let session):
+            return session.identity.map(SessionState.identified) ?? .signedOut
+        case .renewing(let session):
+            return session.identity.map(SessionState.renewing) ?? .signedOut
+        case .expired(let session):
+            return .expired(
+                ExpiredIdentity(
+                    account: session.account,
+                    reason: session.expiredReason ?? .expired,
+                    lastExpiresAt: session.credential?.expiresAt,
+                    epoch: session.epoch
+                )
+            )
+        }
+    }
+
+    /// The credential identified work may use, if the state allows any (still subject to the expiry check).
+    var usableCredential: IdentityCredential? {
+        switch state {
+        case .identified(let session), .renewing(let session): session.credential
+        case .signedOut, .switching, .expired, .shutDown: nil
+        }
+    }
+
+    /// Whether the engine has shut down.
+    var isShutDown: Bool {
+        if case .shutDown = state { return true }
+        return false
+    }
+
+    /// The account the engine is signed in to or switching to.
+    var currentAccount: AccountID? {
+        switch state {
+        case .signedOut, .shutDown: nil
+        case .switching(let change): change.target?.account
+        case .identified(let session), .renewing(let session), .expired(let session): session.account
+        }
+    }
+
+    /// The epoch whose renewal, started because `credential` was rejected, callers may wait for; `nil` when no such
+    /// renewal is running or planned.
+    func rejectionRenewalEpoch(for credential: IdentityCredential) -> UInt64? {
+        guard let session = currentSession, session.rejectedSignature == credential.signature else { return nil }
+        switch session.fetch {
+        case .inFlight(_, .rejection), .waiting(_, .rejection): return session.epoch
+        default: return nil
+        }
+    }
+
+    /// Whether a fetch is running.
+    var fetchInFlight: FetchID? {
+        guard let session = activeSession, case .inFlight(let id, _) = session.fetch else { return nil }
+        return id
+    }
+
+    /// The account session that can fetch: the current one, or a prepared switch's target.
+    var activeSession: AccountSession? {
+        switch state {
+        case .signedOut, .shutDown: nil
+        case .switching(let change): change.prepared ? change.target : nil
+        case .identified(let session), .renewing(let session), .expired(let session): session
+        }
+    }
+
+    static let accountChanged = SessionError(.accountChanged, reason: "the account changed")
+    static let signedOut = SessionError(.signedOut, reason: "no account is signed in")
+    static let shutDownError = SessionError(.shutDown, reason: "the session engine has shut down")
+
+    /// The current account session outside a switch.
+    var currentSession: AccountSession? {
+        switch state {
+        case .signedOut, .switching, .shutDown: nil
+        case .identified(let session), .renewing(let session), .expired(let session): session
+        }
+    }
+}

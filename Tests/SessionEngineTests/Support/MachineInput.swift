@@ -1,0 +1,103 @@
+import Foundation
+
+@testable import SessionEngine
+
+/// One input to the machine, as its owner would deliver it.
+enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
+    case signIn(AccountID)
+    case signOut
+    case prepare
+    case prepareStale
+    case succeed(lifetime: Int)
+    case succeedExpired
+    case succeedTooLong
+    case succeedOtherEmail
+    case failTransiently
+    case failTerminally
+    case staleResult
+    case fireTimer
+    case advanceToTimer
+    case fireStaleTimer
+    case renew
+    case rejectInstalled
+    case rejectOlder
+    case advance(seconds: Int)
+    case jumpWall(seconds: Int)
+    case shutdown
+
+    /// Every input once, with representative values, for the exhaustive check.
+    static let alphabet: [MachineInput] = [
+        .signIn("alice"), .signIn("bob"), .signOut, .prepare, .prepareStale, .succeed(lifetime: 900),
+        .succeed(lifetime: 30), .succeedExpired, .succeedTooLong, .succeedOtherEmail, .failTransiently,
+        .failTerminally, .staleResult, .fireTimer, .advanceToTimer, .fireStaleTimer, .renew, .rejectInstalled,
+        .rejectOlder, .advance(seconds: 1), .advance(seconds: 600), .jumpWall(seconds: 7200),
+        .jumpWall(seconds: -7200), .shutdown,
+    ]
+
+    static let generator: Gen<MachineInput> = .frequency([
+        (4, Gen.element(of: ["alice", "bob", "carol"]).map { .signIn($0) }),
+        (1, .constant(.signOut)),
+        (5, .constant(.prepare)),
+        (1, .constant(.prepareStale)),
+        (6, Gen.element(of: [30, 300, 900, 3600]).map { .succeed(lifetime: $0) }),
+        (1, .constant(.succeedExpired)),
+        (1, .constant(.succeedTooLong)),
+        (1, .constant(.succeedOtherEmail)),
+        (3, .constant(.failTransiently)),
+        (1, .constant(.failTerminally)),
+        (1, .constant(.staleResult)),
+        (2, .constant(.fireTimer)),
+        (5, .constant(.advanceToTimer)),
+        (1, .constant(.fireStaleTimer)),
+        (3, .constant(.renew)),
+        (3, .constant(.rejectInstalled)),
+        (1, .constant(.rejectOlder)),
+        (3, Gen.element(of: [1, 4, 30, 600]).map { .advance(seconds: $0) }),
+        (1, Gen.element(of: [-7200, -60, 60, 7200]).map { .jumpWall(seconds: $0) }),
+        (1, .constant(.shutdown)),
+    ])
+
+    var isStale: Bool {
+        switch self {
+        case .prepareStale, .staleResult, .fireStaleTimer, .rejectOlder: true
+        default: false
+        }
+    }
+
+    var simplerForms: [[MachineInput]] {
+        switch self {
+        case .signIn(let account) where account != "alice": [[.signIn("alice")]]
+        case .succeed(let lifetime) where lifetime != 900: [[.succeed(lifetime: 900)]]
+        case .succeedExpired, .succeedTooLong, .succeedOtherEmail, .failTerminally: [[.failTransiently]]
+        case .shutdown: [[.signOut]]
+        case .advance(let seconds) where seconds > 1: [[.advance(seconds: seconds / 2)]]
+        case .jumpWall(let seconds) where abs(seconds) > 1: [[.jumpWall(seconds: seconds / 2)]]
+        default: []
+        }
+    }
+
+    var description: String {
+        switch self {
+        case .signIn(let account): ".signIn(\"\(account.rawValue)\")"
+        case .succeed(let lifetime): ".succeed(lifetime: \(lifetime))"
+        case .advance(let seconds): ".advance(seconds: \(seconds))"
+        case .jumpWall(let seconds): ".jumpWall(seconds: \(seconds))"
+        case .signOut: ".signOut"
+        case .prepare: ".prepare"
+        case .prepareStale: ".prepareStale"
+        case .succeedExpired: ".succeedExpired"
+        case .succeedTooLong: ".succeedTooLong"
+        case .succeedOtherEmail: ".succeedOtherEmail"
+        case .failTransiently: ".failTransiently"
+        case .failTerminally: ".failTerminally"
+        case .staleResult: ".staleResult"
+        case .fireTimer: ".fireTimer"
+        case .advanceToTimer: ".advanceToTimer"
+        case .fireStaleTimer: ".fireStaleTimer"
+        case .renew: ".renew"
+        case .rejectInstalled: ".rejectInstalled"
+        case .rejectOlder: ".rejectOlder"
+        case .shutdown: ".shutdown"
+        }
+    }
+}
