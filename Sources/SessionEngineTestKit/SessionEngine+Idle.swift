@@ -40,6 +40,28 @@ extension SessionEngine {
         return task
     }
 
+    /// Starts `count` calls at once, each in a task of its own, and returns once all of them have entered the engine
+    /// and the engine is idle again.
+    ///
+    /// Unlike calls started one by one with ``startCall(_:)``, these race: the engine may receive them in any order.
+    /// Each call must begin with one of the engine's asynchronous methods, as with ``startCall(_:)``.
+    ///
+    /// - Precondition: The engine runs on a ``ManualClock``.
+    /// - Parameters:
+    ///   - count: How many calls to start.
+    ///   - call: The call, given the engine and the call's index.
+    /// - Returns: The tasks running the calls, in the order they were started.
+    public nonisolated func startCalls<T: Sendable>(
+        _ count: Int,
+        _ call: @escaping @Sendable (SessionEngine, Int) async throws -> T
+    ) async -> [Task<T, any Error>] {
+        let ledger = requireLedger()
+        let entered = ledger.callsEntered + UInt64(max(0, count))
+        let tasks = (0..<max(0, count)).map { index in Task { try await call(self, index) } }
+        await ledger.waitUntilIdle(callsEntered: entered)
+        return tasks
+    }
+
     private nonisolated func requireLedger() -> ActivityLedger {
         guard let ledger else { preconditionFailure("waiting for an idle engine needs an engine on a ManualClock") }
         return ledger

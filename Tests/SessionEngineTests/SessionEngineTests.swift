@@ -81,7 +81,8 @@ struct SessionEngineTests {
         let request = await harness.fetcher.nextRequest()
         #expect(request.account == "alice")
         harness.fetcher.respond(to: request, with: .success(harness.credential(for: "alice")))
-        await eventually { harness.engine.state.isIdentified }
+        await harness.engine.waitUntilIdle()
+        #expect(harness.engine.state.isIdentified)
     }
 
     @Test func renewalTimesOfAFleetAreSpreadByJitter() async throws {
@@ -103,9 +104,9 @@ struct SessionEngineTests {
         try await harness.signIn("alice")
         harness.clock.advance(by: .seconds(10))
         let engine = harness.engine
-        let callers = (0..<1000).map { _ in Task { try await engine.renew() } }
+        let callers = await engine.startCalls(1000) { engine, _ in try await engine.renew() }
         let request = await harness.fetcher.nextRequest()
-        await eventually { engine.metrics.waiters == 1000 }
+        #expect(engine.metrics.waiters == 1000)
         let fresh = harness.credential(for: "alice", lifetime: 1200)
         harness.fetcher.respond(to: request, with: .success(fresh))
         for caller in callers {
@@ -119,10 +120,10 @@ struct SessionEngineTests {
         try await harness.signIn("alice")
         harness.clock.advance(by: .seconds(10))
         let engine = harness.engine
-        let cancelled = Task { try await engine.renew() }
+        let cancelled = await engine.startCall { try await $0.renew() }
         let request = await harness.fetcher.nextRequest()
-        let patient = Task { try await engine.renew() }
-        await eventually { engine.metrics.waiters == 2 }
+        let patient = await engine.startCall { try await $0.renew() }
+        #expect(engine.metrics.waiters == 2)
         cancelled.cancel()
         await #expect(throws: CancellationError.self) { try await cancelled.value }
         #expect(harness.fetcher.cancelledCount == 0)
@@ -190,7 +191,8 @@ struct SessionEngineTests {
         let renewal = Task { try await engine.renew() }
         await harness.answerNext(with: .failure(SessionError.backendSessionEnded()))
         await #expect(throws: SessionError.backendSessionEnded()) { try await renewal.value }
-        await eventually { harness.engine.state == .signedOut }
+        await harness.engine.waitUntilIdle()
+        #expect(harness.engine.state == .signedOut)
         #expect(changes.values == [AccountChange(from: nil, to: "alice"), AccountChange(from: "alice", to: nil)])
     }
 
@@ -205,7 +207,8 @@ struct SessionEngineTests {
         } catch let error as SessionError {
             #expect(error.code == .backendSessionEnded)
         }
-        await eventually { harness.engine.state == .signedOut }
+        await harness.engine.waitUntilIdle()
+        #expect(harness.engine.state == .signedOut)
     }
 
     @Test func signInWaitsThroughTransientFailuresAsUnavailable() async throws {
@@ -213,7 +216,8 @@ struct SessionEngineTests {
         let engine = harness.engine
         let signIn = Task { try await engine.signIn("alice") }
         await harness.answerNext(with: .failure(URLError(.cannotConnectToHost)))
-        await eventually { harness.engine.state.expiredReason == .unavailable }
+        await harness.engine.waitUntilIdle()
+        #expect(harness.engine.state.expiredReason == .unavailable)
         do {
             _ = try harness.engine.identityHeaders()
             Issue.record("headers without a credential")
@@ -260,7 +264,8 @@ struct SessionEngineTests {
         #expect(kept, "renewal keeps trying in the background")
         harness.fetcher.setResponder(harness.signingResponder())
         _ = await harness.advance(upTo: .seconds(120)) { engine.state.isIdentified }
-        await eventually { engine.state.isIdentified }
+        await engine.waitUntilIdle()
+        #expect(engine.state.isIdentified)
         #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "alice@example.com")
     }
 
@@ -283,7 +288,8 @@ struct SessionEngineTests {
         await harness.clock.waitForSleepers(count: 1)
         harness.clock.jumpWallClock(by: .seconds(7200))
         harness.clock.advance(by: .seconds(30))
-        await eventually { harness.engine.state.isExpired }
+        await harness.engine.waitUntilIdle()
+        #expect(harness.engine.state.isExpired)
         #expect(harness.engine.state.expiredReason == .expired)
         let request = await harness.fetcher.nextRequest()
         #expect(request.id == 2, "renewal starts at once")
@@ -372,7 +378,8 @@ struct SessionEngineTests {
         // The backend's answer arrives after the sign-out: it must be discarded.
         fetcher.open(with: try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_001_800))
         await #expect(throws: SessionError.self) { try await renewal.value }
-        await eventually { engine.metrics.liveTasks == 0 }
+        await engine.waitUntilIdle()
+        #expect(engine.metrics.liveTasks == 0)
         #expect(engine.state == .signedOut)
         do {
             _ = try engine.identityHeaders()
@@ -445,20 +452,18 @@ struct SessionEngineTests {
         await engine.addAccountChangeHook { _ in journal.append("hook2") }
         try await harness.signIn("alice")
         let clock = harness.clock
-        let work = (0..<3).map { index in
-            Task {
-                try await engine.withIdentity { credential -> String in
-                    do {
-                        try await clock.sleep(for: .seconds(3600))
-                    } catch {
-                        journal.append("work\(index) cancelled as \(credential.email)")
-                        throw error
-                    }
-                    return "finished"
+        let work = await engine.startCalls(3) { engine, index in
+            try await engine.withIdentity { credential -> String in
+                do {
+                    try await clock.sleep(for: .seconds(3600))
+                } catch {
+                    journal.append("work\(index) cancelled as \(credential.email)")
+                    throw error
                 }
+                return "finished"
             }
         }
-        await eventually { engine.metrics.scopedWork == 3 }
+        #expect(engine.metrics.scopedWork == 3)
         var events = engine.events(bufferLimit: .max).makeAsyncIterator()
         async let switched: Void = engine.switchAccount(to: "bob")
         let request = await harness.fetcher.nextRequest()
@@ -599,12 +604,13 @@ struct SessionEngineTests {
             _ = unused
         }
         #expect(engine.metrics.subscribers == 0)
+        let events = engine.events()
         let consumer = Task {
             var count = 0
-            for await _ in engine.events() { count += 1 }
+            for await _ in events { count += 1 }
             return count
         }
-        await eventually { engine.metrics.subscribers == 1 }
+        #expect(engine.metrics.subscribers == 1)
         consumer.cancel()
         _ = await consumer.value
         #expect(engine.metrics.subscribers == 0)
@@ -638,21 +644,24 @@ struct SessionEngineTests {
         try await harness.signIn("alice")
         let engine = harness.engine
         let clock = harness.clock
-        let work = Task { try await engine.withIdentity { _ in try await clock.sleep(for: .seconds(3600)) } }
-        await eventually { engine.metrics.scopedWork == 1 }
+        let work = await engine.startCall {
+            try await $0.withIdentity { _ in try await clock.sleep(for: .seconds(3600)) }
+        }
+        #expect(engine.metrics.scopedWork == 1)
+        let events = engine.events()
         let stream = Task {
             var last: SessionEvent?
-            for await event in engine.events() { last = event }
+            for await event in events { last = event }
             return last
         }
-        await eventually { engine.metrics.subscribers == 1 }
-        let runner = Task { try await engine.run() }
-        await Task.yield()
+        #expect(engine.metrics.subscribers == 1)
+        let runner = await engine.startCall { try await $0.run() }
         runner.cancel()
         try await runner.value
         await #expect(throws: SessionError.self) { try await work.value }
         #expect(await stream.value?.kind == .stateChanged(.signedOut))
-        await eventually { engine.metrics.liveTasks == 0 }
+        await engine.waitUntilIdle()
+        #expect(engine.metrics.liveTasks == 0)
         let metrics = engine.metrics
         #expect(metrics.liveTasks == 0 && metrics.subscribers == 0)
         #expect(metrics.waiters == 0 && metrics.scopedWork == 0)

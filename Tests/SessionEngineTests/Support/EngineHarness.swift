@@ -66,44 +66,20 @@ struct EngineHarness {
         return request
     }
 
-    /// Advances the clock in steps to each sleeping timer's deadline until `condition` holds or `limit` has passed.
+    /// Advances the clock to each sleeping timer's deadline in turn until `condition` holds or `limit` has passed.
     ///
-    /// After each step it lets the engine react until the condition holds or a timer is asleep again, so the check
-    /// sees the engine's reaction to the previous step. Conditions should read state the engine sets synchronously
-    /// (its state, its diagnostics), not state its tasks set later.
+    /// Before each check it waits until the engine is idle, so the check sees the engine's whole reaction to the
+    /// previous step.
     func advance(upTo limit: Duration, until condition: () -> Bool) async -> Bool {
         let start = clock.uptime
         while true {
-            await settle(until: condition)
+            await engine.waitUntilIdle()
             if condition() { return true }
             let elapsed = clock.uptime - start
-            guard elapsed < limit, let deadline = clock.nextDeadline else { return false }
-            clock.advance(by: min(max(deadline - clock.uptime, .zero), limit - elapsed))
+            guard elapsed < limit, clock.nextDeadline != nil else { return false }
+            clock.advanceToNextDeadline(limit: limit - elapsed)
         }
     }
-
-    /// Lets other tasks run until `condition` holds or something sleeps on the clock.
-    func settle(until condition: () -> Bool = { false }) async {
-        for _ in 0..<100_000 {
-            if condition() || clock.sleeperCount > 0 { return }
-            await Task.yield()
-        }
-    }
-}
-
-/// Yields until `condition` holds; fails the test after many rounds. Used only to let other tasks run, never to wait
-/// on real time.
-func eventually(
-    _ comment: Comment? = nil,
-    rounds: Int = 200_000,
-    sourceLocation: SourceLocation = #_sourceLocation,
-    _ condition: () -> Bool
-) async {
-    for _ in 0..<rounds {
-        if condition() { return }
-        await Task.yield()
-    }
-    Issue.record(comment ?? "condition never held", sourceLocation: sourceLocation)
 }
 
 extension SessionEvents.Iterator {

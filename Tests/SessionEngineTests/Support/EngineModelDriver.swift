@@ -69,8 +69,10 @@ final class EngineModelDriver {
             try! IdentityVerifier(projectID: Self.projectID, secret: Self.secret(0), clock: clock))
     }
 
-    func debugTrace(_ line: String) {
-        guard let path = ProcessInfo.processInfo.environment["MODEL_DEBUG"] else { return }
+    /// Appends a line to the file `SESSIONENGINE_MODEL_TRACE` names, if it names one: each program and step as it
+    /// starts, for finding a program that hangs.
+    func trace(_ line: String) {
+        guard let path = ProcessInfo.processInfo.environment["SESSIONENGINE_MODEL_TRACE"] else { return }
         if let handle = FileHandle(forWritingAtPath: path) {
             handle.seekToEndOfFile()
             handle.write(Data((line + "\n").utf8))
@@ -89,14 +91,13 @@ final class EngineModelDriver {
     /// - Returns: The first broken invariant, or `nil`.
     func run(_ program: [EngineOperation]) async -> PropertyFailure? {
         await start()
-        debugTrace("program \(program)")
+        trace("program \(program)")
         var step = 0
         do {
             for operation in program {
                 step += 1
-                debugTrace("step \(step) \(operation) | \(activity)")
+                trace("step \(step) \(operation) | \(activity)")
                 try await perform(operation)
-                debugTrace("  performed | \(activity)")
                 try await settle()
                 try check()
             }
@@ -105,7 +106,7 @@ final class EngineModelDriver {
             try await shutDownAndCheckLeaks()
             return nil
         } catch {
-            debugTrace("failed: \(error)")
+            trace("failed: \(error)")
             let events = probe.recentEvents.map { "\n      \($0)" }.joined()
             await tearDown()
             let place = step <= program.count ? "step \(step) \(program[step - 1])" : "after the program"
@@ -390,15 +391,14 @@ final class EngineModelDriver {
             }
         }
         let last = probe.lastSequence
-        debugTrace("    subscribers to \(last)")
         for subscriber in subscribers where subscriber.active { await subscriber.log.waitUntilReceived(last) }
     }
 
     /// Waits until the engine is idle with no live fetch due.
     private func settleLive() async {
-        debugTrace("    settleLive | \(activity)")
         repeat { await engine.waitUntilIdle() } while answerLiveRequests()
-        debugTrace("    settled | \(activity)")
+        // Calls that have left the engine finish their checks before the program goes on: a check reads the clock.
+        await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
     }
 
     var activity: String {
@@ -424,7 +424,6 @@ final class EngineModelDriver {
             var next = target
             if let deadline = clock.nextDeadline { next = min(next, deadline) }
             if let due = nextDue { next = min(next, due) }
-            debugTrace("    advance by \(next - now)")
             clock.advance(by: max(.zero, next - now))
             stops += 1
             if stops > 5000 { throw Violation("the engine woke more than 5000 times in \(total)") }

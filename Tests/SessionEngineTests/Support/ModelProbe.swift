@@ -13,8 +13,8 @@ final class ModelProbe: Sendable {
         var violations: [String] = []
         /// Calls to the engine started and not yet returned.
         var outstanding = 0
-        /// Resumed once no call is outstanding.
-        var callWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Resumed once at most `count` calls are outstanding.
+        var callWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
         var calls: [Int: String] = [:]
         var nextCall = 0
         /// Scoped work bodies sleeping on the clock; each blocks exactly one outstanding call.
@@ -126,20 +126,27 @@ final class ModelProbe: Sendable {
         let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.outstanding -= 1
             state.calls.removeValue(forKey: ticket)
-            guard state.outstanding == 0 else { return [] }
-            defer { state.callWaiters.removeAll() }
-            return state.callWaiters
+            var ready: [CheckedContinuation<Void, Never>] = []
+            state.callWaiters.removeAll { waiter in
+                guard state.outstanding <= waiter.count else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
         }
         for continuation in ready { continuation.resume() }
     }
 
-    /// Waits until every call the program started has returned to the program; only for when none is inside the
-    /// engine any more, whose returns are then on their way.
-    func waitUntilCallsFinished() async {
+    /// Waits until at most `count` calls of the program are outstanding.
+    ///
+    /// A call that has left the engine is still outstanding until the program's code after it (its checks) has run.
+    /// Waiting with `count` set to the calls still inside an idle engine lets those checks run before the program
+    /// moves the clock on; they are on their way, so the wait ends.
+    func waitUntilCallsFinished(leaving count: Int = 0) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
-                if state.outstanding == 0 { return true }
-                state.callWaiters.append(continuation)
+                if state.outstanding <= count { return true }
+                state.callWaiters.append((count, continuation))
                 return false
             }
             if now { continuation.resume() }
