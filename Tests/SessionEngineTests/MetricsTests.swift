@@ -1,9 +1,9 @@
 import Foundation
+import SessionEngineTestKit
 import Synchronization
 import Testing
 
 @testable import SessionEngine
-import SessionEngineTestKit
 
 @Suite struct MetricsTests {
     /// A scenario whose every outcome is scripted: each counter, gauge and latency is known, and so is the time of
@@ -126,11 +126,12 @@ import SessionEngineTestKit
             guard case .renewed(_, let fetch) = event.kind else { return nil }
             return (event, fetch)
         }
-        #expect(renewals.map(\.1) == [
-            FetchAttempt(number: 1, duration: .seconds(2)),
-            FetchAttempt(number: 2, duration: .seconds(3)),
-            FetchAttempt(number: 1, duration: .zero),
-        ])
+        #expect(
+            renewals.map(\.1) == [
+                FetchAttempt(number: 1, duration: .seconds(2)),
+                FetchAttempt(number: 2, duration: .seconds(3)),
+                FetchAttempt(number: 1, duration: .zero),
+            ])
         #expect(renewals.first?.0.time.uptime == .seconds(2))
         #expect(renewals.first?.0.epoch == 1)
         let failures = events.compactMap { event -> (SessionEvent, FetchFailure)? in

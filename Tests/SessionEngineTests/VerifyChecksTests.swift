@@ -16,9 +16,9 @@ struct VerifyChecksTests {
     @Test func check1AnIdentifiedActionWithABackendIssuedCredentialIsAccepted() async throws {
         let world = VerifyWorld()
         try await world.engine.signIn("alice")
-        let reply = try await world.identified(.submitAction)
+        let reply = try await world.identified(.submitAction("vote"))
         #expect(reply == .accepted(email: "alice@example.com"))
-        #expect(world.service.log.map(\.accepted) == [true])
+        #expect(world.service.requests().map(\.accepted) == [true])
     }
 
     // MARK: - 2. Change one signed field, then test an expired credential; both must fail
@@ -31,7 +31,7 @@ struct VerifyChecksTests {
         let world = VerifyWorld()
         try await world.engine.signIn("bob")
         let headers = try world.engine.identityHeaders()
-        #expect(world.service.handle(.submitAction, headers: headers) == .accepted(email: "bob@example.com"))
+        #expect(world.service.handle(.submitAction("vote"), headers: headers) == .accepted(email: "bob@example.com"))
         let changed: String
         switch header {
         case IdentityHeaders.emailName: changed = "mallory@example.com"
@@ -42,7 +42,7 @@ struct VerifyChecksTests {
         let tampered = IdentityHeaders(
             requestHeaders: headers.map { (name: $0.name, value: $0.name == header ? changed : $0.value) }
         )
-        let reply = world.service.handle(.submitAction, headers: tampered)
+        let reply = world.service.handle(.submitAction("vote"), headers: tampered)
         // Dropping to v1 with the properties header still present is malformed; every other change breaks the
         // signature.
         #expect(reply == .refused(header == IdentityHeaders.versionName ? .malformed : .signatureMismatch))
@@ -58,23 +58,23 @@ struct VerifyChecksTests {
         #expect(world.engine.state.expiredReason == .expired)
 
         // The service refuses the backend-issued credential once it has expired.
-        #expect(world.service.handle(.submitAction, headers: IdentityHeaders(issued)) == .refused(.expired))
+        #expect(world.service.handle(.submitAction("vote"), headers: IdentityHeaders(issued)) == .refused(.expired))
 
         // The engine never sends it: identified work fails locally with INVALID_IDENTITY.
-        let sent = world.service.log.count
-        await #expect(throws: SessionError.self) { try await world.identified(.submitAction) }
+        let sent = world.service.requestCount
+        await #expect(throws: SessionError.self) { try await world.identified(.submitAction("vote")) }
         do {
             _ = try world.engine.identityHeaders()
             Issue.record("an expired credential was handed out")
         } catch {
             #expect(error.code.rawValue == "INVALID_IDENTITY")
         }
-        #expect(world.service.log.count == sent, "nothing reached the service")
+        #expect(world.service.requestCount == sent, "nothing reached the service")
 
         world.backend.outage(false)
         let recovered = await world.harness.advance(upTo: .seconds(10 * 60)) { world.engine.state.isIdentified }
         #expect(recovered)
-        #expect(try await world.identified(.submitAction) == .accepted(email: "alice@example.com"))
+        #expect(try await world.identified(.submitAction("vote")) == .accepted(email: "alice@example.com"))
     }
 
     // MARK: - 3. Sign out; another account cannot see the previous account's private report or chat
@@ -105,9 +105,9 @@ struct VerifyChecksTests {
         #expect(clock.sleeperCount == 2)
         clock.advance(by: .seconds(300))
         await engine.waitUntilIdle()
-        #expect(world.service.log.count == 3, "the poll read the inbox once")
+        #expect(world.service.requestCount == 3, "the poll read the inbox once")
 
-        let marker = world.service.log.count
+        let marker = world.service.requestCount
         await engine.signOut()
         try await engine.signIn("bob")
 
@@ -118,7 +118,7 @@ struct VerifyChecksTests {
             #expect(error.code == .accountChanged)
         }
         #expect(cleared.values.map(\.to) == ["alice", nil, "bob"])
-        let late = world.service.log.dropFirst(marker).filter { $0.claimedEmail == "alice@example.com" }
+        let late = world.service.requests(after: marker).filter { $0.claimedEmail == "alice@example.com" }
         #expect(late.isEmpty, "alice's work reached the service after the switch")
 
         #expect(try await world.identified(.readInbox) == .inbox(reports: [], chat: []))
@@ -135,21 +135,23 @@ struct VerifyChecksTests {
         world.harness.clock.advance(by: .seconds(10))
 
         world.backend.rotate(to: "rotated-secret")
-        world.service.rotate(to: "rotated-secret")
-        #expect(world.service.handle(.submitAction, headers: IdentityHeaders(old)) == .refused(.signatureMismatch))
+        try world.service.rotateSecret(to: "rotated-secret")
+        #expect(
+            world.service.handle(.submitAction("vote"), headers: IdentityHeaders(old)) == .refused(.signatureMismatch))
 
         let fetches = world.engine.metrics.fetchesStarted
         let attempts = Recorder<IdentityCredential>()
         let reply = try await world.engine.withIdentity { credential in
             attempts.append(credential)
-            return try world.call(.submitAction, with: credential)
+            return try world.call(.submitAction("vote"), with: credential)
         }
         #expect(reply == .accepted(email: "alice@example.com"))
         #expect(attempts.values.count == 2)
         #expect(attempts.values.first == old)
         #expect(world.engine.metrics.fetchesStarted == fetches + 1, "the engine renews exactly once")
         #expect(world.engine.state.isIdentified)
-        #expect(world.service.handle(.submitAction, headers: IdentityHeaders(old)) == .refused(.signatureMismatch))
+        #expect(
+            world.service.handle(.submitAction("vote"), headers: IdentityHeaders(old)) == .refused(.signatureMismatch))
     }
 }
 
@@ -168,7 +170,7 @@ struct VerifyWorld {
         let backend = SigningBackend(projectID: Self.projectID, secret: "verify-secret", clock: clock)
         self.backend = backend
         harness = EngineHarness(clock: clock, responder: { try backend.issue(for: $0) })
-        service = ServiceStandIn(projectID: Self.projectID, secret: "verify-secret", clock: clock)
+        service = try! ServiceStandIn(projectID: Self.projectID, secret: "verify-secret", clock: clock)
     }
 
     /// Sends a request with the engine's credential; the service's refusal asks the engine to renew once.
@@ -231,90 +233,6 @@ final class SigningBackend: Sendable {
     func rotate(to secret: String) {
         let signer = try! IdentitySigner(projectID: projectID, secret: secret, clock: clock)
         state.withLock { $0.signer = signer }
-    }
-}
-
-/// The service: verifies identity headers and answers only to the account the verified credential names.
-final class ServiceStandIn: Sendable {
-    enum Operation: Sendable {
-        case submitAction
-        case postReport(String)
-        case readReport(Int)
-        case postChat(String)
-        case readInbox
-    }
-
-    enum Reply: Sendable, Hashable {
-        case accepted(email: String)
-        case reportPosted(Int)
-        case report(String)
-        case notFound
-        case inbox(reports: [Int], chat: [String])
-        case refused(IdentityVerificationFailure.Check)
-    }
-
-    struct Logged: Sendable {
-        let claimedEmail: String?
-        let accepted: Bool
-    }
-
-    private struct State {
-        var verifier: IdentityVerifier
-        var reports: [(owner: String, text: String)] = []
-        var chat: [String: [String]] = [:]
-        var log: [Logged] = []
-    }
-
-    private let state: Mutex<State>
-
-    init(projectID: String, secret: String, clock: ManualClock) {
-        state = Mutex(State(verifier: try! IdentityVerifier(projectID: projectID, secret: secret, clock: clock)))
-    }
-
-    /// Every request received, in order.
-    var log: [Logged] { state.withLock { $0.log } }
-
-    func rotate(to secret: String) {
-        state.withLock { try! $0.verifier.rotateSecret(to: secret) }
-    }
-
-    func handle(_ operation: Operation, headers: IdentityHeaders) -> Reply {
-        state.withLock { state in
-            let verification = state.verifier.verify(headers: headers)
-            let claimed = HeaderClaim.email(headers)
-            state.log.append(Logged(claimedEmail: claimed, accepted: verification.isValid))
-            switch verification {
-            case .invalid(let failure):
-                return .refused(failure.check)
-            case .valid(let credential):
-                let email = credential.email
-                switch operation {
-                case .submitAction:
-                    return .accepted(email: email)
-                case .postReport(let text):
-                    state.reports.append((owner: email, text: text))
-                    return .reportPosted(state.reports.count)
-                case .readReport(let id):
-                    guard id >= 1, id <= state.reports.count, state.reports[id - 1].owner == email else {
-                        return .notFound
-                    }
-                    return .report(state.reports[id - 1].text)
-                case .postChat(let text):
-                    state.chat[email, default: []].append(text)
-                    return .accepted(email: email)
-                case .readInbox:
-                    let reports = state.reports.indices.filter { state.reports[$0].owner == email }.map { $0 + 1 }
-                    return .inbox(reports: reports, chat: state.chat[email] ?? [])
-                }
-            }
-        }
-    }
-}
-
-/// The email identity headers claim, verified or not.
-enum HeaderClaim {
-    static func email(_ headers: IdentityHeaders) -> String? {
-        (try? headers.credential())?.email ?? headers[IdentityHeaders.emailName]?.removingPercentEncoding
     }
 }
 

@@ -85,10 +85,3 @@ extension MetricsRecorder.State {
         }
     }
 }
-
-extension SessionState {
-    fileprivate var isExpired: Bool {
-        if case .expired = self { return true }
-        return false
-    }
-}

@@ -94,17 +94,18 @@ extension Scenario {
     }
 
     /// Sends one identified request through ``ClockDriver/perform(_:)``.
-    func send(_ operation: DemoService.Operation) async -> Result<DemoService.Reply, any Error> {
+    func send(_ operation: ServiceStandIn.Operation) async -> Result<ServiceStandIn.Reply, any Error> {
         await driver.perform { _ in try await self.identified(operation) }
     }
 
     /// Sends an identified request with the engine's current credential; a refusal asks the engine to renew once.
-    func identified(_ operation: DemoService.Operation) async throws -> DemoService.Reply {
+    func identified(_ operation: ServiceStandIn.Operation) async throws -> ServiceStandIn.Reply {
         try await engine.withIdentity { credential in try self.call(operation, with: credential) }
     }
 
     /// Sends one request; throws ``SessionError/credentialRejected`` when the service answers `INVALID_IDENTITY`.
-    func call(_ operation: DemoService.Operation, with credential: IdentityCredential) throws -> DemoService.Reply {
+    func call(_ operation: ServiceStandIn.Operation, with credential: IdentityCredential) throws -> ServiceStandIn.Reply
+    {
         let reply = service.handle(operation, headers: IdentityHeaders(credential))
         if case .refused = reply { throw SessionError.credentialRejected }
         return reply
@@ -124,7 +125,7 @@ extension Scenario {
     }
 
     /// A short description of a service reply for the timeline.
-    static func describe(_ reply: DemoService.Reply) -> String {
+    static func describe(_ reply: ServiceStandIn.Reply) -> String {
         switch reply {
         case .refused(let check): "INVALID_IDENTITY, \(check)"
         case .accepted: "accepted"

@@ -23,7 +23,7 @@ final class Scenario: Sendable {
     let options: ScenarioOptions
     let clock: ManualClock
     let backend: any ScenarioBackend
-    let service: DemoService
+    let service: ServiceStandIn
     let engine: SessionEngine
     let timeline: Timeline
     let driver: ClockDriver
@@ -47,7 +47,7 @@ final class Scenario: Sendable {
         } else {
             backend = try EmbeddedBackend(projectID: projectID, secret: secret, clock: clock)
         }
-        service = try DemoService(projectID: projectID, secret: secret, clock: clock)
+        service = try ServiceStandIn(projectID: projectID, secret: secret, clock: clock)
         let timeline = Timeline(json: options.json, clock: clock)
         self.timeline = timeline
         // The observer tells the timeline, in the step that publishes each event, how far it has to catch up.

@@ -102,33 +102,6 @@ extension SessionEvents.Iterator {
     }
 }
 
-extension SessionState {
-    var isIdentified: Bool {
-        if case .identified = self { return true }
-        return false
-    }
-
-    var isRenewing: Bool {
-        if case .renewing = self { return true }
-        return false
-    }
-
-    var isExpired: Bool {
-        if case .expired = self { return true }
-        return false
-    }
-
-    var isSwitching: Bool {
-        if case .switching = self { return true }
-        return false
-    }
-
-    var expiredReason: ExpiredIdentity.Reason? {
-        if case .expired(let expired) = self { return expired.reason }
-        return nil
-    }
-}
-
 /// A fetcher that ignores cancellation: it answers only when its gate opens, like a backend whose response is
 /// already on the wire.
 final class GatedFetcher: CredentialFetcher {

@@ -1,11 +1,16 @@
-import SessionEngine
+public import SessionEngine
 import Synchronization
 
 /// A stand-in for the service: it checks identity headers with ``IdentityVerifier`` and keeps each account's
 /// private reports and chat, answering only to the account the verified credential names.
-final class DemoService: Sendable {
+///
+/// Hosts' tests use it to prove the contract's Verify steps end to end: an identified action is accepted with a real
+/// credential and refused with a changed or expired one, another account cannot read the previous account's private
+/// report or chat, and a secret rotation refuses every earlier credential. It logs every request with the email the
+/// headers claim, so a test can prove that nothing of a previous account reached the service after a switch.
+public final class ServiceStandIn: Sendable {
     /// What a request asks for.
-    enum Operation: Sendable {
+    public enum Operation: Sendable {
         /// An identified community action, such as a vote.
         case submitAction(String)
         /// Files a private report.
@@ -19,22 +24,29 @@ final class DemoService: Sendable {
     }
 
     /// The service's answer.
-    enum Reply: Sendable, Hashable {
+    public enum Reply: Sendable, Hashable {
+        /// The request was accepted for the account with this email.
         case accepted(email: String)
+        /// The report was filed under this ID.
         case reportPosted(id: Int)
+        /// The report's text.
         case report(String)
+        /// No report of this account has the ID: another account's report reads the same.
         case notFound
+        /// The account's reports and chat.
         case inbox(reports: [Int], chat: [String])
         /// `INVALID_IDENTITY`, with the check that failed.
         case refused(IdentityVerificationFailure.Check)
     }
 
     /// One request as the service logged it.
-    struct LoggedRequest: Sendable {
-        let sequence: Int
+    public struct LoggedRequest: Sendable, Hashable {
+        /// The request's position, from 1.
+        public let sequence: Int
         /// The email the identity headers claim, whether or not they verified.
-        let claimedEmail: String?
-        let accepted: Bool
+        public let claimedEmail: String?
+        /// Whether the headers verified.
+        public let accepted: Bool
     }
 
     private struct Report {
@@ -52,25 +64,43 @@ final class DemoService: Sendable {
 
     private let state: Mutex<State>
 
-    init(projectID: String, secret: String, clock: any SessionClock) throws {
+    /// Creates a service that accepts credentials signed with `secret` for `projectID`.
+    ///
+    /// - Parameters:
+    ///   - projectID: The project the credentials must name.
+    ///   - secret: The identity secret.
+    ///   - clock: The clock that decides expiry.
+    /// - Throws: ``CredentialError`` for an invalid project ID or an empty secret.
+    public init(projectID: String, secret: String, clock: any SessionClock) throws {
         state = Mutex(State(verifier: try IdentityVerifier(projectID: projectID, secret: secret, clock: clock)))
     }
 
     /// How many requests the service has received.
-    var requestCount: Int { state.withLock { $0.log.count } }
+    public var requestCount: Int { state.withLock { $0.log.count } }
 
     /// The requests received after the `sequence`th.
-    func requests(after sequence: Int) -> [LoggedRequest] {
+    ///
+    /// - Parameter sequence: How many requests to skip; 0 for all.
+    /// - Returns: The requests, oldest first.
+    public func requests(after sequence: Int = 0) -> [LoggedRequest] {
         state.withLock { Array($0.log.dropFirst(sequence)) }
     }
 
     /// Rotates the secret: every credential signed before fails from now on.
-    func rotateSecret(to secret: String) throws {
+    ///
+    /// - Parameter secret: The new secret.
+    /// - Throws: ``CredentialError`` for an empty secret.
+    public func rotateSecret(to secret: String) throws {
         try state.withLock { state throws in try state.verifier.rotateSecret(to: secret) }
     }
 
     /// Handles one identified request.
-    func handle(_ operation: Operation, headers: IdentityHeaders) -> Reply {
+    ///
+    /// - Parameters:
+    ///   - operation: What the request asks for.
+    ///   - headers: The request's identity headers.
+    /// - Returns: The answer; ``Reply/refused(_:)`` with the failed check when the headers do not verify.
+    public func handle(_ operation: Operation, headers: IdentityHeaders) -> Reply {
         state.withLock { state in
             let claimed = (try? headers.credential())?.email ?? headers[IdentityHeaders.emailName]
             let verification = state.verifier.verify(headers: headers)
