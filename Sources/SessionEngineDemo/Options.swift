@@ -72,7 +72,8 @@ struct Options {
     ///   - known: The command's other flag names (without `--`).
     init(command arguments: [String], valued: Set<String>, flags known: Set<String>) throws(UsageError) {
         try self.init(arguments, valued: valued, flags: known.union(["help"]))
-        guard positional.isEmpty else { throw UsageError(description: "unexpected argument \(positional[0])") }
+        // A stray argument is often a secret pasted in the wrong place: name its position, never its text.
+        if let stray = strayArgumentError { throw stray }
     }
 
     /// The value of `--name`, if given.

@@ -26,15 +26,14 @@ enum SignCommand {
     static func run(_ arguments: [String]) -> Int32 {
         do {
             let options = try Options(
-                arguments,
+                command: arguments,
                 valued: ["email", "properties", "lifetime", "expires-at", "project-id"],
-                flags: ["batch", "help"]
+                flags: ["batch"]
             )
             if options.has("help") {
                 print(usage)
                 return 0
             }
-            if let stray = options.strayArgumentError { throw stray }
             let secret = try IdentityEnvironment.secret()
             let lifetime = try options.integer("lifetime", in: 1...86_400, default: 900)
             var signers = Signers(secret: secret, lifetime: .seconds(lifetime))

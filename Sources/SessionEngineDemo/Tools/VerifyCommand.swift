@@ -26,12 +26,11 @@ enum VerifyCommand {
         let inputs: [String]
         let now: Int64
         do {
-            let options = try Options(arguments, valued: ["credential", "project-id", "now"], flags: ["help"])
+            let options = try Options(command: arguments, valued: ["credential", "project-id", "now"], flags: [])
             if options.has("help") {
                 print(usage)
                 return 0
             }
-            if let stray = options.strayArgumentError { throw stray }
             let secret = try IdentityEnvironment.secret()
             let projectID = try IdentityEnvironment.requiredProjectID(options)
             now = try options.integer("now", in: 0...latestNow, default: Int64(Date().timeIntervalSince1970))
