@@ -147,19 +147,6 @@ func renew(_ engine: SessionEngine, within limit: Duration) async -> RenewOutcom
     }
 }
 
-/// A value behind a lock, shared between tasks.
-final class Locked<Value: Sendable>: Sendable {
-    private let mutex: Mutex<Value>
-
-    init(_ value: Value) {
-        mutex = Mutex(value)
-    }
-
-    func withLock<Result: Sendable>(_ body: (inout Value) -> Result) -> Result {
-        mutex.withLock { body(&$0) }
-    }
-}
-
 /// A count of arrivals shared between tasks, which a task can wait on until enough have arrived.
 final class Arrivals: Sendable {
     private struct State {

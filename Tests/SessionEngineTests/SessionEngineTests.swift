@@ -692,14 +692,8 @@ struct SessionEngineTests {
     }
 }
 
-/// Collects values from many tasks.
-final class Recorder<Value: Sendable>: Sendable {
-    private let storage = Mutex<[Value]>([])
-
-    func append(_ value: Value) { storage.withLock { $0.append(value) } }
-
-    var values: [Value] { storage.withLock { $0 } }
-}
+/// Values recorded in order, shared between tasks.
+typealias Recorder<Element: Sendable> = Locked<[Element]>
 
 /// Uses one fetcher for the first fetches, then another, and optionally back.
 final class SwitchingFetcher: CredentialFetcher {

@@ -1,4 +1,5 @@
 import SessionEngine
+import SessionEngineTestKit
 
 extension Scenario {
     /// An account's poll: scoped work that reads the account's private reports and chat every five minutes.
