@@ -45,7 +45,8 @@ struct DaemonOperationsTests {
         try await shutdown.value
         try await run.value
         #expect(engine.state == .signedOut)
-        #expect(changes.withLock { $0 } == [AccountChange(from: nil, to: "alice"), AccountChange(from: "alice", to: nil)])
+        #expect(
+            changes.withLock { $0 } == [AccountChange(from: nil, to: "alice"), AccountChange(from: "alice", to: nil)])
         #expect(engine.metrics.scopedWorkCancelled == 0)
         await #expect(throws: SessionError.self) { try await engine.signIn("bob") }
         await engine.waitUntilIdle()
@@ -105,7 +106,8 @@ struct DaemonOperationsTests {
         // Past the minimum interval, renew() fetches.
         harness.clock.advance(by: .seconds(60))
         let renewal = await engine.startCall { engine in try await engine.renew() }
-        let busy = SessionError(.fetchFailed, reason: "the backend answered 429", isTransient: true, retryAfter: .seconds(120))
+        let busy = SessionError(
+            .fetchFailed, reason: "the backend answered 429", isTransient: true, retryAfter: .seconds(120))
         await harness.answerNext(with: .failure(busy))
         await #expect(throws: SessionError.self) { try await renewal.value }
         let event = await events.next { if case .fetchFailed = $0.kind { true } else { false } }

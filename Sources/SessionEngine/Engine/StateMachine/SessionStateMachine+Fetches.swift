@@ -119,7 +119,9 @@ extension SessionStateMachine {
         let applied = Self.magnitude(measured) > tolerance ? measured : .zero
         let previous = serverClockOffset
         serverClockOffset = applied
-        guard (applied == .zero) != (previous == .zero) || Self.magnitude(applied - previous) > tolerance else { return [] }
+        guard (applied == .zero) != (previous == .zero) || Self.magnitude(applied - previous) > tolerance else {
+            return []
+        }
         let report = ClockSkewReport(
             account: session.account,
             localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),

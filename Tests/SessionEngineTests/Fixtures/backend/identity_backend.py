@@ -17,7 +17,7 @@ outlives the process that started it (the tests use this).
 Endpoints:
     GET /identity            the handler; authenticate with "Authorization: Bearer session-<name>" or
                              "Cookie: session=session-<name>"; requires "Accept: application/json" (else 406).
-    POST /admin/outage?on=1  every /identity request answers 503 until ?on=0.
+    POST /admin/outage?on=1  every /identity request answers 503 with "Retry-After: 120" until ?on=0.
     POST /admin/rotate       rotates the secret: generation n signs with "<secret>:rotated:<n>".
 
 Behaviour per request, for tests (query parameters of /identity):
@@ -196,7 +196,8 @@ class Handler(BaseHTTPRequestHandler):
         with state.lock:
             outage = state.outage
         if outage:
-            self.send_json(503, {"error": "unavailable"})
+            # A backend under maintenance tells its clients when to come back.
+            self.send_json(503, {"error": "unavailable"}, extra_headers=[("Retry-After", "120")])
             return
         if mode == "status":
             extra = []
