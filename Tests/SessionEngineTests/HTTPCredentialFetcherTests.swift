@@ -74,7 +74,10 @@ struct HTTPCredentialFetcherTests {
             let bob = try await backend.fetcher(forcesURLSession: true, clock: clock).fetchCredential(for: "bob")
             #expect(try backend.verifier(clock: clock).verify(headers: IdentityHeaders(bob)).isValid)
             let ended = await fetchError(
-                backend.fetcher(query: "mode=status&code=403", forcesURLSession: true, clock: clock), "alice")
+                backend.fetcher(
+                    query: "mode=status&code=403&error=session_ended", forcesURLSession: true, clock: clock),
+                "alice"
+            )
             #expect(ended?.code == .backendSessionEnded)
             let cacheable = await fetchError(
                 backend.fetcher(query: "mode=cacheable", forcesURLSession: true, clock: clock), "alice")
@@ -126,7 +129,8 @@ struct HTTPCredentialFetcherTests {
     @Test func anUnknownSessionOr403EndsTheBackendSession() async throws {
         try await withLoopbackBackend { backend in
             let clock = ManualClock()
-            for (account, query) in [("nobody", ""), ("alice", "mode=status&code=403")] as [(AccountID, String)] {
+            let cases: [(AccountID, String)] = [("nobody", ""), ("alice", "mode=status&code=403&error=session_ended")]
+            for (account, query) in cases {
                 let error = await fetchError(backend.fetcher(query: query, clock: clock), account)
                 #expect(error?.code == .backendSessionEnded)
                 #expect(error?.isTransient == false)
@@ -236,7 +240,7 @@ struct HTTPCredentialFetcherTests {
     }
 
     /// The error a fetch fails with, or `nil` (recorded as an issue) when it succeeds or throws something else.
-    private func fetchError(_ fetcher: HTTPCredentialFetcher, _ account: AccountID) async -> SessionError? {
+    func fetchError(_ fetcher: HTTPCredentialFetcher, _ account: AccountID) async -> SessionError? {
         do {
             let credential = try await fetcher.fetchCredential(for: account)
             Issue.record("the fetch succeeded with \(credential)")
@@ -294,22 +298,28 @@ final class LoopbackBackend: Sendable {
         URL(string: "http://127.0.0.1:\(port)/identity" + (query.isEmpty ? "" : "?" + query))!
     }
 
-    /// A fetcher that authenticates as the account's session and lets the backend sign on `clock`.
+    /// A fetcher that authenticates as the account's session and lets the backend sign on `clock`, moved by
+    /// `backendOffset` seconds (the backend's clock minus the host's); the fetcher measures its offset on `clock`.
     func fetcher(
         query: String = "",
         timeout: Duration = .seconds(5),
         requiresNoStore: Bool = true,
         forcesURLSession: Bool = false,
+        classifier: HTTPFailureClassifier = .standard,
+        backendOffset: Int64 = 0,
         clock: ManualClock
     ) -> HTTPCredentialFetcher {
         HTTPCredentialFetcher(
             endpoint: url(query),
             timeout: timeout,
             requiresNoStore: requiresNoStore,
-            forcesURLSession: forcesURLSession
+            forcesURLSession: forcesURLSession,
+            classifier: classifier,
+            clock: clock
         ) { account, request in
             request.setValue("Bearer session-\(account.rawValue)", forHTTPHeaderField: "Authorization")
-            request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
+            let backendNow = Int64(clock.now.timeIntervalSince1970) + backendOffset
+            request.setValue(String(backendNow), forHTTPHeaderField: "X-Demo-Clock")
         }
     }
 

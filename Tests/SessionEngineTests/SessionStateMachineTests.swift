@@ -48,6 +48,12 @@ import Testing
             "shutDown idle",
         ]
         #expect(required.subtracting(covered).isEmpty, "not reached: \(required.subtracting(covered).sorted())")
+        // The daemon inputs reach their own shapes: a backend clock offset applied, a graceful shutdown under way, a
+        // handed-over credential kept for a change, a fetch held back by the backend's Retry-After.
+        #expect(seen.contains { $0.skewed && $0.name == "identified" })
+        #expect(seen.contains { $0.graceful && $0.name == "identified" })
+        #expect(seen.contains { $0.pushedPending })
+        #expect(seen.contains { $0.heldByServer && $0.phase.hasPrefix("waiting") })
         print(
             "state machine (exhaustive): \(seen.count) state shapes, \(checked) transitions checked, \(covered.count) phases"
         )

@@ -4,6 +4,10 @@
 /// the account changes. Throw ``SessionError/backendSessionEnded(_:)`` when the backend says the session is gone
 /// (terminal: the engine signs out); any other error is treated as transient and retried with backoff.
 /// The engine validates every credential before installing it.
+///
+/// A fetcher that knows more about the backend than the credential implements ``fetch(_:)`` as well: the backend's
+/// clock offset (``FetchedCredential/serverClockOffset``), which the engine uses when the clocks disagree. A delay
+/// the backend asked for travels with the error, in ``SessionError/retryAfter``.
 public protocol CredentialFetcher: Sendable {
     /// Fetches a credential for the account.
     ///
@@ -22,6 +26,18 @@ public protocol CredentialFetcher: Sendable {
     /// - Returns: The credential the backend issued.
     /// - Throws: ``SessionError/backendSessionEnded(_:)`` for a terminal failure, anything else for a transient one.
     func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential
+
+    /// Fetches a credential and reports what the fetcher learned about the backend.
+    ///
+    /// The engine calls this method; the default implementation calls ``fetchCredential(_:)`` and
+    /// reports no clock offset. ``HTTPCredentialFetcher`` implements it to report the offset it estimates from the
+    /// response's `Date` header and the round trip.
+    ///
+    /// - Parameter request: The fetch: its account, epoch and attempt.
+    /// - Returns: The credential, and the backend's clock offset when the fetcher measured it.
+    /// - Throws: ``SessionError/backendSessionEnded(_:)`` for a terminal failure, anything else for a transient one;
+    ///   a ``SessionError`` with ``SessionError/retryAfter`` set when the backend asked for a delay.
+    func fetch(_ request: FetchRequest) async throws -> FetchedCredential
 }
 
 extension CredentialFetcher {
@@ -32,6 +48,40 @@ extension CredentialFetcher {
     /// - Throws: What ``fetchCredential(for:)`` throws.
     public func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
         try await fetchCredential(for: request.account)
+    }
+}
+
+extension CredentialFetcher {
+    /// Calls ``fetchCredential(_:)`` and reports no clock offset.
+    ///
+    /// - Parameter request: The fetch the engine starts.
+    /// - Returns: The credential, without a clock offset.
+    /// - Throws: What ``fetchCredential(_:)`` throws.
+    public func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
+        FetchedCredential(try await fetchCredential(request))
+    }
+}
+
+/// A fetched credential and what the fetcher learned about the backend with it.
+public struct FetchedCredential: Sendable, Hashable {
+    /// The credential the backend issued; the engine validates it before installing it.
+    public var credential: IdentityCredential
+    /// The backend's clock minus this process's wall clock, when the fetcher measured it (for example from the
+    /// HTTP `Date` header and the round trip); `nil` when it did not.
+    ///
+    /// Once its magnitude exceeds ``SessionConfiguration/clockSkewTolerance`` the engine decides expiry and
+    /// schedules renewals on the backend's time. A fetcher that does not measure it leaves the engine on the local
+    /// clock (or on the last offset another fetch reported).
+    public var serverClockOffset: Duration?
+
+    /// Creates a result.
+    ///
+    /// - Parameters:
+    ///   - credential: The credential the backend issued.
+    ///   - serverClockOffset: The backend's clock minus this process's, if measured.
+    public init(_ credential: IdentityCredential, serverClockOffset: Duration? = nil) {
+        self.credential = credential
+        self.serverClockOffset = serverClockOffset
     }
 }
 

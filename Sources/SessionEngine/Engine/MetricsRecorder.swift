@@ -46,19 +46,27 @@ final class MetricsRecorder: Sendable {
                 }
                 state.state = new
             case .renewed(let identity, let fetch):
-                state.metrics.fetchesSucceeded += 1
+                if fetch.pushed {
+                    state.metrics.credentialsPushed += 1
+                } else {
+                    state.metrics.fetchesSucceeded += 1
+                    state.record(fetch.duration)
+                }
                 state.metrics.credentialsInstalled += 1
                 if state.installedEpoch == identity.epoch { state.metrics.renewals += 1 }
                 state.installedEpoch = identity.epoch
-                state.record(fetch.duration)
+                if let offset = fetch.serverClockOffset { state.metrics.clockOffset = offset }
             case .fetchFailed(let failure):
                 state.metrics.fetchesFailed[failure.error.code, default: 0] += 1
+                if failure.serverRetryAfter != nil { state.metrics.serverDirectedDelays += 1 }
                 state.record(failure.fetch.duration)
+            case .clockSkewSuspected(let report):
+                state.metrics.appliedClockOffset = report.serverClockOffset
             case .credentialRejected:
                 state.metrics.rejections += 1
             case .workCancelled(_, let count):
                 state.metrics.scopedWorkCancelled += count
-            case .clockSkewSuspected, .eventsDropped:
+            case .eventsDropped:
                 break
             }
         }

@@ -17,7 +17,16 @@ public struct SessionConfiguration: Sendable {
     public var minimumFetchInterval: Duration
     /// How far a fetched credential's lifetime may exceed 24 hours before it is refused, to absorb small clock
     /// differences between the backend and this process.
+    ///
+    /// It is also the threshold for the backend's clock offset: once a fetcher reports an offset larger than this
+    /// (see ``FetchedCredential/serverClockOffset``), the engine decides expiry and schedules renewals on the
+    /// backend's time instead of the local wall clock.
     public var clockSkewTolerance: Duration
+    /// The longest delay a backend's `Retry-After` can impose before the next fetch, whatever it asks for.
+    ///
+    /// It is independent of ``RetryPolicy/cap``: a backend asking for 120 s gets 120 s even when the backoff cap is
+    /// 30 s. A longer request is shortened to this maximum. The default is 10 minutes.
+    public var maximumRetryAfter: Duration
     /// How many undelivered events a subscriber may hold before the oldest are dropped (see ``SessionEvents``).
     public var eventBufferLimit: Int
     /// The seed of the jitter's random numbers; `nil` seeds from the system's random source.
@@ -35,7 +44,9 @@ public struct SessionConfiguration: Sendable {
     ///   - renewal: When a credential is renewed.
     ///   - retry: How transient failures are retried.
     ///   - minimumFetchInterval: The least time between two fetch starts in one account session.
-    ///   - clockSkewTolerance: How far past 24 hours a lifetime may reach.
+    ///   - clockSkewTolerance: How far past 24 hours a lifetime may reach, and the backend clock offset beyond
+    ///     which the engine runs on the backend's time.
+    ///   - maximumRetryAfter: The longest delay a backend's `Retry-After` can impose.
     ///   - eventBufferLimit: How many undelivered events a subscriber may hold; at least 1.
     ///   - randomSeed: The jitter's seed; `nil` for a random one.
     ///   - log: Receives log records.
@@ -44,6 +55,7 @@ public struct SessionConfiguration: Sendable {
         retry: RetryPolicy = RetryPolicy(),
         minimumFetchInterval: Duration = .seconds(5),
         clockSkewTolerance: Duration = .seconds(60),
+        maximumRetryAfter: Duration = .seconds(600),
         eventBufferLimit: Int = 1024,
         randomSeed: UInt64? = nil,
         log: (@Sendable (SessionLogRecord) -> Void)? = nil
@@ -52,6 +64,7 @@ public struct SessionConfiguration: Sendable {
         self.retry = retry
         self.minimumFetchInterval = minimumFetchInterval
         self.clockSkewTolerance = clockSkewTolerance
+        self.maximumRetryAfter = max(.zero, maximumRetryAfter)
         self.eventBufferLimit = max(1, eventBufferLimit)
         self.randomSeed = randomSeed
         self.log = log

@@ -39,6 +39,8 @@ public actor SessionEngine {
     private let stopped: Latch
     private var fetchTask: (id: FetchID, task: Task<Void, Never>)?
     private var timerTask: Task<Void, Never>?
+    /// A graceful shutdown's two watchers: the grace period's sleep and the wait for running work to finish.
+    private var graceTasks: [Task<Void, Never>] = []
     private var hooks: [@Sendable (AccountChange) async -> Void] = []
     /// The latest account change's preparation: the next one runs after it.
     private var preparation: Latch?
@@ -116,14 +118,19 @@ public actor SessionEngine {
 
     /// Whether the installed credential is usable and has not expired at `date`.
     ///
-    /// Like the credential's own ``IdentityCredential/isValid(at:)``, this checks local expiry only, never the
-    /// signature.
+    /// Like the credential's own ``IdentityCredential/isValid(at:)``, this checks expiry only, never the signature.
+    /// `date` is a time on this process's wall clock. While the engine runs on the backend's time (a fetcher
+    /// reported a clock offset beyond ``SessionConfiguration/clockSkewTolerance``), `date` is moved by that offset
+    /// before it is compared with `expiresAt`, so the answer is the one the service would give at that moment and
+    /// agrees with ``identityHeaders()``. The credential's own ``IdentityCredential/isValid(at:)`` stays a pure
+    /// comparison with the date it is given.
     ///
-    /// - Parameter date: The moment to check.
-    /// - Returns: `false` when signed out, switching, expired or rejected, or when `date` is at or past `expiresAt`.
+    /// - Parameter date: The moment to check, on the local wall clock.
+    /// - Returns: `false` when signed out, switching, expired or rejected, or when `date` (moved by the applied
+    ///   offset) is at or past `expiresAt`.
     public nonisolated func hasValidIdentity(at date: Date) -> Bool {
-        guard let credential = try? store.credential() else { return false }
-        return credential.isValid(at: date)
+        guard let expiry = store.localExpiry() else { return false }
+        return date.timeIntervalSince1970 < expiry
     }
 
     /// The engine's events, starting with the current state.
@@ -143,8 +150,8 @@ public actor SessionEngine {
         metrics.subscribers = broadcaster.subscriberCount
         metrics.waiters = waiters.count
         metrics.scopedWork = store.runningWorkCount
-        if let credential = try? store.credential() {
-            let remaining = credential.expirationDate.timeIntervalSince(clock.now)
+        if let expiry = store.localExpiry() {
+            let remaining = expiry - clock.now.timeIntervalSince1970
             metrics.credentialRemainingLifetime = .seconds(max(0, remaining))
         }
         return metrics
@@ -167,6 +174,69 @@ public actor SessionEngine {
         ledger?.enter()
         defer { ledger?.leave() }
         try await changeAccount(to: account)
+    }
+
+    /// Signs an account in with a credential the host already holds, such as one its login response carried.
+    ///
+    /// The credential is validated exactly like a fetched one, as the account session's first: not expired on
+    /// arrival, at most 24 hours of lifetime (plus ``SessionConfiguration/clockSkewTolerance``). A refused credential
+    /// changes nothing and the call throws. An accepted one starts an account change like ``signIn(_:)``; once the
+    /// previous account's work has drained and the hooks have run, the credential is installed instead of the first
+    /// fetch (if it expired meanwhile, the engine fetches one). Renewal then goes through the fetcher, or through
+    /// ``setIdentityCredential(_:for:)``. Signing in to the account that is already current hands the credential over
+    /// as ``setIdentityCredential(_:for:)`` does.
+    ///
+    /// This is the seed's `setIdentityCredential(credential)` after sign-in.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - credential: The account's credential, as the host's backend issued it.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/credentialExpiredOnArrival`` or
+    ///   ``SessionError/Code/lifetimeTooLong`` for a refused credential, ``SessionError/Code/identityMismatch`` when
+    ///   the account is current and the credential names another user; otherwise as ``signIn(_:)``.
+    public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(to: account, pushing: credential)
+    }
+
+    /// Installs a credential the host already holds for the current account, such as a renewal its backend pushed.
+    ///
+    /// The credential is validated exactly like a fetched one: it must name the same user as the account session's
+    /// first credential, must not have expired on arrival and must live at most 24 hours (plus
+    /// ``SessionConfiguration/clockSkewTolerance``). It is subject to the same epoch rule: a credential for an
+    /// account the engine is not signed in to, has left or is leaving is refused and never installed. An accepted
+    /// credential replaces the installed one at once (a fetch running for the account is cancelled and its result
+    /// discarded), the renewal timer restarts from it, and callers waiting for a renewal receive it. During the
+    /// account's sign-in, before its first credential is installed, the credential is kept and installed once the
+    /// previous account's work has drained.
+    ///
+    /// This is the seed's `setIdentityCredential(credential)` "whenever your backend renews it".
+    ///
+    /// - Parameters:
+    ///   - credential: The credential the host's backend issued.
+    ///   - account: The account it belongs to.
+    /// - Throws: ``SessionError``: ``SessionError/Code/identityMismatch``,
+    ///   ``SessionError/Code/credentialExpiredOnArrival`` or ``SessionError/Code/lifetimeTooLong`` for a refused
+    ///   credential; ``SessionError/Code/accountChanged`` when the engine is not signed in to `account`;
+    ///   ``SessionError/Code/shutDown`` after shutdown. Nothing is installed when it throws.
+    public func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try push(credential, for: account)
+    }
+
+    private func push(_ credential: IdentityCredential, for account: AccountID) throws {
+        let now = instant()
+        switch machine.credentialPushed(credential, for: account, at: now) {
+        case .installed(let actions):
+            apply(actions, at: now)
+        case .deferred:
+            break
+        case .refused(let error, let actions):
+            apply(actions, at: now)
+            throw error
+        }
     }
 
     /// Switches to another account and waits for its first credential.
@@ -205,17 +275,21 @@ public actor SessionEngine {
         hooks.append(hook)
     }
 
-    private func changeAccount(to target: AccountID?) async throws {
+    private func changeAccount(to target: AccountID?, pushing credential: IdentityCredential? = nil) async throws {
         let now = instant()
-        switch machine.changeAccount(to: target, at: now) {
+        switch machine.changeAccount(to: target, pushing: credential, at: now) {
         case .shutDown:
             throw SessionStateMachine.shutDownError
+        case .refused(let error, let actions):
+            apply(actions, at: now)
+            throw error
         case .alreadyCurrent(let epoch):
-            guard target != nil else {
+            guard let target else {
                 // A sign-out may still be draining its work: return once it is done, as the first caller does.
                 await preparation?.wait()
                 return
             }
+            if let credential { try push(credential, for: target) }
             try await waitForIdentity(epoch: epoch)
         case .began(let epoch, let actions):
             log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
@@ -419,6 +493,37 @@ public actor SessionEngine {
         await beginShutdown()
     }
 
+    /// Shuts the engine down gracefully: lets running scoped work finish within `gracePeriod`, then signs out and
+    /// shuts down.
+    ///
+    /// From the moment it is called, new work run through ``withIdentity(_:)`` fails with
+    /// ``SessionError/Code/shutDown`` and no account change begins, while work already running keeps its identity
+    /// (still renewed, and ``identityHeaders()`` still answers). Once that work has finished, or `gracePeriod` has
+    /// passed on the engine's clock, whichever comes first, the work still running is cancelled and drained, the
+    /// account is signed out with its account-change hooks (so account caches are cleared), waiting callers fail
+    /// with ``SessionError/Code/shutDown``, ``run()`` returns and every event stream finishes. Returns once the
+    /// engine has shut down.
+    ///
+    /// This is the handler for a service group's graceful shutdown, which signals rather than cancels: see the
+    /// README for a `ServiceGroup` adapter. A later ``shutdown()``, or cancelling ``run()``, ends the grace period
+    /// at once (without hooks, as ``shutdown()`` does).
+    ///
+    /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled.
+    public func shutdown(gracePeriod: Duration) async {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        let now = instant()
+        let actions = machine.gracefulShutdownRequested(grace: gracePeriod, at: now)
+        if !actions.isEmpty { log(.info, "graceful shutdown began", ["gracePeriod": "\(gracePeriod)"]) }
+        apply(actions, at: now)
+        await stopped.wait()
+    }
+
+    private func gracePeriodEnded() {
+        let now = instant()
+        apply(machine.gracePeriodEnded(at: now), at: now)
+    }
+
     private func beginShutdown() async {
         let now = instant()
         if case .began(_, let actions) = machine.shutdownRequested(at: now) {
@@ -448,7 +553,8 @@ public actor SessionEngine {
         store.update(
             sessionState: newState,
             credential: machine.usableCredential.map { ($0, machine.epoch) },
-            shutDown: machine.isShutDown
+            shutDown: machine.isShutDown,
+            clockOffset: machine.serverClockOffset
         )
         var events: [(SessionEvent.Kind, UInt64)] = []
         if newState != publishedState {
@@ -469,6 +575,8 @@ public actor SessionEngine {
                 }
             case .finishShutdown:
                 finishesShutdown = true
+                for task in graceTasks { task.cancel() }
+                graceTasks = []
             default:
                 perform(action)
             }
@@ -514,10 +622,38 @@ public actor SessionEngine {
                 await self?.prepare(epoch: epoch)
                 done.open()
             }
+        case .refuseNewWork:
+            store.refuseNewWork()
+        case .startGracePeriod(let grace):
+            startGracePeriod(grace)
         case .emit, .cancelWork, .finishShutdown:
             // Performed by `apply`, which publishes their events.
             break
         }
+    }
+
+    /// Watches a graceful shutdown's grace period: the first of the running work finishing and the grace period
+    /// passing on the engine's clock reports its end to the machine.
+    private func startGracePeriod(_ grace: Duration) {
+        let clock = self.clock
+        let store = self.store
+        graceTasks.append(
+            startTask { [weak self] in
+                do {
+                    try await clock.sleep(for: grace)
+                } catch {
+                    return
+                }
+                await self?.gracePeriodEnded()
+            }
+        )
+        graceTasks.append(
+            startTask { [weak self] in
+                // New work is refused, so this only waits for the work that was running.
+                await store.drain(before: .max)
+                await self?.gracePeriodEnded()
+            }
+        )
     }
 
     /// Starts one of the engine's own tasks, counted until it ends.
@@ -540,9 +676,9 @@ public actor SessionEngine {
         let fetcher = self.fetcher
         recorder.fetchStarted()
         let task = startTask { [weak self] in
-            let result: Result<IdentityCredential, any Error>
+            let result: Result<FetchedCredential, any Error>
             do {
-                result = .success(try await fetcher.fetchCredential(request))
+                result = .success(try await fetcher.fetch(request))
             } catch {
                 result = .failure(error)
             }
@@ -552,12 +688,18 @@ public actor SessionEngine {
         log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
     }
 
-    private func fetchCompleted(_ id: FetchID, _ result: Result<IdentityCredential, any Error>) {
+    private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>) {
         if fetchTask?.id == id { fetchTask = nil }
         let now = instant()
         switch result {
-        case .success(let credential):
-            apply(machine.fetchSucceeded(id, credential: credential, at: now), at: now)
+        case .success(let fetched):
+            let actions = machine.fetchSucceeded(
+                id,
+                credential: fetched.credential,
+                serverClockOffset: fetched.serverClockOffset,
+                at: now
+            )
+            apply(actions, at: now)
         case .failure(let error):
             apply(machine.fetchFailed(id, error: Self.classify(error), at: now), at: now)
         }
@@ -600,7 +742,12 @@ public actor SessionEngine {
     static func classify(_ error: any Error) -> SessionError {
         switch error {
         case let error as SessionError:
-            return SessionError(error.code, reason: error.reason, isTransient: error.code != .backendSessionEnded)
+            return SessionError(
+                error.code,
+                reason: error.reason,
+                isTransient: error.code != .backendSessionEnded,
+                retryAfter: error.retryAfter
+            )
         case let error as CredentialError:
             return SessionError(
                 .invalidCredential,
@@ -633,6 +780,7 @@ public actor SessionEngine {
                 [
                     "account": failure.account.rawValue, "code": failure.error.code.rawValue,
                     "retryIn": failure.retryIn.map { "\($0)" } ?? "never",
+                    "serverRetryAfter": failure.serverRetryAfter.map { "\($0)" } ?? "none",
                 ]
             )
         case .credentialRejected(let report):
@@ -645,6 +793,7 @@ public actor SessionEngine {
                 [
                     "account": report.account.rawValue, "localTime": "\(report.localTime)",
                     "expiresAt": "\(report.expiresAt)",
+                    "serverClockOffset": report.serverClockOffset.map { "\($0)" } ?? "none",
                 ]
             )
         case .stateChanged, .workCancelled, .eventsDropped:

@@ -49,6 +49,12 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
     public let reason: String
     /// Whether retrying later may succeed. Terminal errors (``Code/backendSessionEnded``) are not transient.
     public let isTransient: Bool
+    /// How long the backend asked the engine to wait before the next fetch (an HTTP `Retry-After` on a 429 or 503),
+    /// if it said.
+    ///
+    /// The engine waits at least this long, bounded by ``SessionConfiguration/maximumRetryAfter``, and never less
+    /// than its own backoff and minimum interval require.
+    public var retryAfter: Duration?
 
     /// Creates an error.
     ///
@@ -56,10 +62,12 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
     ///   - code: The stable error code.
     ///   - reason: A sentence without secrets.
     ///   - isTransient: Whether retrying later may succeed.
-    public init(_ code: Code, reason: String, isTransient: Bool = false) {
+    ///   - retryAfter: How long the backend asked to wait before the next fetch, if it said.
+    public init(_ code: Code, reason: String, isTransient: Bool = false, retryAfter: Duration? = nil) {
         self.code = code
         self.reason = reason
         self.isTransient = isTransient
+        self.retryAfter = retryAfter.map { max(.zero, $0) }
     }
 
     /// A transient fetch failure: the engine retries it with backoff.
@@ -70,7 +78,8 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         SessionError(.fetchFailed, reason: reason, isTransient: true)
     }
 
-    /// The terminal failure a fetcher throws when the backend says the account's session is gone (HTTP 401/403).
+    /// The terminal failure a fetcher throws when the backend says the account's session is gone (an HTTP 401, or a
+    /// 403 whose JSON body says so).
     ///
     /// - Parameter reason: What the backend said, without secrets.
     /// - Returns: An error with code ``Code/backendSessionEnded``.
@@ -85,6 +94,9 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         reason: "the service rejected the identity credential"
     )
 
-    /// `CODE: reason`.
-    public var description: String { "\(code): \(reason)" }
+    /// `CODE: reason`, and the backend's requested delay when it gave one.
+    public var description: String {
+        guard let retryAfter else { return "\(code): \(reason)" }
+        return "\(code): \(reason) (retry after \(retryAfter))"
+    }
 }

@@ -8,6 +8,17 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     public var fetchesStarted: Int
     /// Fetches whose credential was validated and installed.
     public var fetchesSucceeded: Int
+    /// Credentials the host handed over (``SessionEngine/setIdentityCredential(_:for:)``,
+    /// ``SessionEngine/signIn(_:with:)``) that were validated and installed.
+    public var credentialsPushed: Int
+    /// Failed fetches after which the engine waited as long as the backend asked (`Retry-After`, see
+    /// ``FetchFailure/serverRetryAfter``).
+    public var serverDirectedDelays: Int
+    /// The backend's clock minus this process's, as the fetcher last measured it; `nil` until one reports it.
+    public var clockOffset: Duration?
+    /// The backend clock offset the engine applies to expiry and renewal: `nil` while it runs on the local clock
+    /// (no offset beyond ``SessionConfiguration/clockSkewTolerance`` was reported).
+    public var appliedClockOffset: Duration?
     /// Fetches that failed or whose credential was refused, by error code.
     public var fetchesFailed: [SessionError.Code: Int]
     /// Credentials installed, the first of each account session included.
@@ -47,6 +58,10 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     /// - Parameters:
     ///   - fetchesStarted: Fetches started.
     ///   - fetchesSucceeded: Fetches whose credential was installed.
+    ///   - credentialsPushed: Credentials the host handed over that were installed.
+    ///   - serverDirectedDelays: Failures after which the engine waited as the backend asked.
+    ///   - clockOffset: The backend clock offset last measured.
+    ///   - appliedClockOffset: The backend clock offset the engine applies.
     ///   - fetchesFailed: Failed fetches by code.
     ///   - credentialsInstalled: Credentials installed.
     ///   - renewals: Credentials that replaced one of the same account session.
@@ -65,6 +80,10 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     public init(
         fetchesStarted: Int = 0,
         fetchesSucceeded: Int = 0,
+        credentialsPushed: Int = 0,
+        serverDirectedDelays: Int = 0,
+        clockOffset: Duration? = nil,
+        appliedClockOffset: Duration? = nil,
         fetchesFailed: [SessionError.Code: Int] = [:],
         credentialsInstalled: Int = 0,
         renewals: Int = 0,
@@ -83,6 +102,10 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     ) {
         self.fetchesStarted = fetchesStarted
         self.fetchesSucceeded = fetchesSucceeded
+        self.credentialsPushed = credentialsPushed
+        self.serverDirectedDelays = serverDirectedDelays
+        self.clockOffset = clockOffset
+        self.appliedClockOffset = appliedClockOffset
         self.fetchesFailed = fetchesFailed
         self.credentialsInstalled = credentialsInstalled
         self.renewals = renewals
@@ -105,6 +128,9 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         let failed = fetchesFailed.sorted { $0.key.rawValue < $1.key.rawValue }
             .map { "\($0.key)=\($0.value)" }.joined(separator: ",")
         return "fetches started=\(fetchesStarted) succeeded=\(fetchesSucceeded) failed=[\(failed)] "
+            + "pushed=\(credentialsPushed) serverDelays=\(serverDirectedDelays) "
+            + "clockOffset=\(clockOffset.map { "\($0)" } ?? "none") "
+            + "appliedClockOffset=\(appliedClockOffset.map { "\($0)" } ?? "none") "
             + "installed=\(credentialsInstalled) renewals=\(renewals) rejections=\(rejections) expiries=\(expiries) "
             + "changes=\(accountChanges) workCancelled=\(scopedWorkCancelled) events=\(eventsPublished) "
             + "dropped=\(eventsDropped) latency=\(fetchLatency) "

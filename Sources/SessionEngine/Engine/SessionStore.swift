@@ -15,7 +15,8 @@ final class SessionStore: Sendable {
         case switching
         case expired
         case shutDown
-        /// A credential and its precomputed headers; usable until `expiresAt` (Unix seconds) by the local clock.
+        /// A credential and its precomputed headers; usable until `expiresAt` (Unix seconds) by the local clock: the
+        /// credential's own expiry, moved by the backend clock offset the engine applies.
         case usable(IdentityCredential, IdentityHeaders, expiresAt: TimeInterval, epoch: UInt64)
     }
 
@@ -45,6 +46,8 @@ final class SessionStore: Sendable {
         var workPerEpoch: [UInt64: Int] = [:]
         var nextWorkID: UInt64 = 0
         var drainWaiters: [DrainWaiter] = []
+        /// A graceful shutdown began: no new work receives an identity.
+        var refusesWork = false
 
         func hasWork(before epoch: UInt64) -> Bool {
             workPerEpoch.keys.contains { $0 < epoch }
@@ -77,7 +80,14 @@ final class SessionStore: Sendable {
     ///   - sessionState: The public state.
     ///   - credential: The usable credential and its epoch, if the state allows one.
     ///   - shutDown: Whether the engine has shut down.
-    func update(sessionState: SessionState, credential: (IdentityCredential, UInt64)?, shutDown: Bool = false) {
+    ///   - clockOffset: The backend's clock minus the local one that expiry applies.
+    func update(
+        sessionState: SessionState,
+        credential: (IdentityCredential, UInt64)?,
+        shutDown: Bool = false,
+        clockOffset: Duration = .zero
+    ) {
+        let offset = clockOffset.timeInterval
         state.withLock { state in
             state.state = sessionState
             if shutDown {
@@ -88,12 +98,13 @@ final class SessionStore: Sendable {
                 if case .usable(let current, let headers, _, let currentEpoch) = state.access,
                     currentEpoch == epoch, current == credential
                 {
-                    state.access = .usable(current, headers, expiresAt: TimeInterval(current.expiresAt), epoch: epoch)
+                    state.access = .usable(
+                        current, headers, expiresAt: TimeInterval(current.expiresAt) - offset, epoch: epoch)
                 } else {
                     state.access = .usable(
                         credential,
                         IdentityHeaders(credential),
-                        expiresAt: TimeInterval(credential.expiresAt),
+                        expiresAt: TimeInterval(credential.expiresAt) - offset,
                         epoch: epoch
                     )
                 }
@@ -123,6 +134,20 @@ final class SessionStore: Sendable {
         return credential
     }
 
+    /// The local wall-clock time (Unix seconds) at which the usable credential expires, if one is usable now.
+    func localExpiry() -> TimeInterval? {
+        let access = state.withLock { $0.access }
+        guard case .usable(_, _, let expiresAt, _) = access, clock.now.timeIntervalSince1970 < expiresAt else {
+            return nil
+        }
+        return expiresAt
+    }
+
+    /// Refuses identities to new scoped work from now on; running work goes on.
+    func refuseNewWork() {
+        state.withLock { $0.refusesWork = true }
+    }
+
     /// Hands out the usable credential to new scoped work and registers the work, atomically.
     ///
     /// - Parameters:
@@ -137,6 +162,7 @@ final class SessionStore: Sendable {
         let now = clock.now.timeIntervalSince1970
         let result = state.withLock {
             state -> Result<(IdentityCredential, Task<T, any Error>, WorkTicket), SessionError> in
+            guard !state.refusesWork else { return .failure(Self.shuttingDownError) }
             guard case .usable(let credential, _, let expiresAt, let epoch) = state.access else {
                 return .failure(Self.error(for: state.access))
             }
@@ -214,6 +240,11 @@ final class SessionStore: Sendable {
     static let expiredError = SessionError(
         .invalidIdentity,
         reason: "the identity credential has expired or was rejected; it is being renewed"
+    )
+
+    static let shuttingDownError = SessionError(
+        .shutDown,
+        reason: "the session engine is shutting down; new work receives no identity"
     )
 
     private static func error(for access: Access) -> SessionError {

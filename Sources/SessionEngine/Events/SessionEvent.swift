@@ -96,25 +96,39 @@ public struct SessionInstant: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// One fetch as the engine saw it: which attempt it was and how long the fetcher took.
+///
+/// A credential the host handed over with ``SessionEngine/setIdentityCredential(_:for:)`` or
+/// ``SessionEngine/signIn(_:with:)`` is reported as an attempt too, with ``pushed`` set and a zero duration.
 public struct FetchAttempt: Sendable, Hashable, CustomStringConvertible {
     /// The attempt's number among consecutive fetches of the account session: 1 after a success, 2 after one
     /// failure, and so on.
     public let number: Int
     /// The monotonic time from the fetch's start to the engine's handling of its result.
     public let duration: Duration
+    /// The backend's clock minus this process's, as the fetcher measured it; `nil` when it did not say.
+    public let serverClockOffset: Duration?
+    /// Whether the host handed the credential over instead of the engine fetching it.
+    public let pushed: Bool
 
     /// Creates a fetch attempt.
     ///
     /// - Parameters:
     ///   - number: The attempt's number among consecutive fetches.
     ///   - duration: How long the fetch took.
-    public init(number: Int, duration: Duration) {
+    ///   - serverClockOffset: The backend's clock offset the fetcher measured, if any.
+    ///   - pushed: Whether the host handed the credential over.
+    public init(number: Int, duration: Duration, serverClockOffset: Duration? = nil, pushed: Bool = false) {
         self.number = number
         self.duration = duration
+        self.serverClockOffset = serverClockOffset
+        self.pushed = pushed
     }
 
-    /// `attempt N in D`.
-    public var description: String { "attempt \(number) in \(duration)" }
+    /// `attempt N in D`, `pushed` for a credential the host handed over, and the clock offset when measured.
+    public var description: String {
+        let base = pushed ? "pushed by the host" : "attempt \(number) in \(duration)"
+        return base + (serverClockOffset.map { ", server clock offset \($0)" } ?? "")
+    }
 }
 
 /// A failed fetch, and when the engine tries again.
@@ -127,6 +141,9 @@ public struct FetchFailure: Sendable, Hashable, CustomStringConvertible {
     public let fetch: FetchAttempt
     /// The delay before the next attempt, or `nil` when the failure was terminal.
     public let retryIn: Duration?
+    /// The delay the backend asked for (`Retry-After`), bounded by ``SessionConfiguration/maximumRetryAfter``;
+    /// ``retryIn`` is at least this long. `nil` when the backend asked for none.
+    public let serverRetryAfter: Duration?
 
     /// How many fetches in a row have now failed.
     public var consecutiveFailures: Int { fetch.number }
@@ -138,16 +155,25 @@ public struct FetchFailure: Sendable, Hashable, CustomStringConvertible {
     ///   - error: What went wrong.
     ///   - fetch: The failed attempt's number and duration.
     ///   - retryIn: The delay before the next attempt, `nil` when terminal.
-    public init(account: AccountID, error: SessionError, fetch: FetchAttempt, retryIn: Duration?) {
+    ///   - serverRetryAfter: The bounded delay the backend asked for, if any.
+    public init(
+        account: AccountID,
+        error: SessionError,
+        fetch: FetchAttempt,
+        retryIn: Duration?,
+        serverRetryAfter: Duration? = nil
+    ) {
         self.account = account
         self.error = error
         self.fetch = fetch
         self.retryIn = retryIn
+        self.serverRetryAfter = serverRetryAfter
     }
 
-    /// `account, error, attempt, retry`.
+    /// `account, error, attempt, retry`, and the backend's requested delay when it gave one.
     public var description: String {
         "\(account), \(error.code), \(fetch), retryIn: \(retryIn.map { "\($0)" } ?? "never")"
+            + (serverRetryAfter.map { ", server asked for \($0)" } ?? "")
     }
 }
 
@@ -192,6 +218,9 @@ public struct ClockSkewReport: Sendable, Hashable, CustomStringConvertible {
     public let localTime: Int64
     /// The credential's expiry, in Unix seconds.
     public let expiresAt: Int64
+    /// The backend's clock minus this process's that the engine applies, when it runs on the backend's time (the
+    /// measured offset exceeded ``SessionConfiguration/clockSkewTolerance``); `nil` when it runs on the local clock.
+    public let serverClockOffset: Duration?
 
     /// Creates a clock-skew report.
     ///
@@ -199,12 +228,17 @@ public struct ClockSkewReport: Sendable, Hashable, CustomStringConvertible {
     ///   - account: The account the credential was for.
     ///   - localTime: The local time in Unix seconds.
     ///   - expiresAt: The credential's expiry in Unix seconds.
-    public init(account: AccountID, localTime: Int64, expiresAt: Int64) {
+    ///   - serverClockOffset: The backend clock offset the engine applies, if any.
+    public init(account: AccountID, localTime: Int64, expiresAt: Int64, serverClockOffset: Duration? = nil) {
         self.account = account
         self.localTime = localTime
         self.expiresAt = expiresAt
+        self.serverClockOffset = serverClockOffset
     }
 
-    /// `account, localTime, expiresAt`.
-    public var description: String { "\(account), localTime: \(localTime), expiresAt: \(expiresAt)" }
+    /// `account, localTime, expiresAt`, and the applied offset when there is one.
+    public var description: String {
+        "\(account), localTime: \(localTime), expiresAt: \(expiresAt)"
+            + (serverClockOffset.map { ", server clock offset: \($0)" } ?? "")
+    }
 }

@@ -22,11 +22,18 @@ public import Foundation
 ///   backend keeps sending;
 /// - a redirect: it is never followed, so the authentication goes only to ``endpoint``.
 ///
-/// Failures map onto the engine's classes of error: 401 and 403 end the backend session
-/// (``SessionError/backendSessionEnded(_:)``, terminal: the engine signs out), while 5xx, other non-2xx statuses,
-/// timeouts and connection failures are transient (``SessionError/Code/fetchFailed``, retried with backoff). A
-/// response that is not a valid credential fails with ``SessionError/Code/invalidCredential``. No error, log or
-/// description ever holds the response body, the credential, the URL or the host's authentication.
+/// Failures map onto the engine's classes of error through an ``HTTPFailureClassifier``. With the
+/// ``HTTPFailureClassifier/standard`` one, a 401 ends the backend session (``SessionError/backendSessionEnded(_:)``,
+/// terminal: the engine signs out), and so does a 403 whose JSON body is `{"error": "session_ended"}`; any other
+/// status (a 403 page from a proxy or firewall included), timeouts and connection failures are transient
+/// (``SessionError/Code/fetchFailed``, retried with backoff). A 429 or 503 with `Retry-After` (delay-seconds or an
+/// HTTP date) carries the delay in ``SessionError/retryAfter``, and the engine waits at least that long. A response
+/// that is not a valid credential fails with ``SessionError/Code/invalidCredential``. No error, log or description
+/// ever holds the response body, the credential, the URL or the host's authentication.
+///
+/// Each successful fetch also estimates the backend's clock offset from the response's `Date` header and the round
+/// trip, on the fetcher's clock (``FetchedCredential/serverClockOffset``): the backend's time minus the local time
+/// at the middle of the round trip, good to about a second, since `Date` has whole seconds.
 ///
 /// `https` endpoints use an ephemeral `URLSession` with no cache and no cookie storage whose body streams to a
 /// delegate that enforces the limits; plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which reads
@@ -53,7 +60,10 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     public let requiresNoStore: Bool
     /// Whether plain `http` is allowed to hosts that are not loopback.
     public let allowsInsecureHTTP: Bool
+    /// Decides what a response whose status is not 2xx means.
+    public let classifier: HTTPFailureClassifier
     private let forcesURLSession: Bool
+    private let clock: any SessionClock
     private let authenticate: @Sendable (AccountID, inout URLRequest) async throws -> Void
 
     /// Creates a fetcher for the host's credential endpoint.
@@ -71,6 +81,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///   - allowsInsecureHTTP: Whether to allow plain `http` to a host that is not loopback. The host's
     ///     authentication and the credential then cross the network in clear; use it only on a network you
     ///     trust completely, such as a private link to a sidecar.
+    ///   - classifier: Decides what a response whose status is not 2xx means; ``HTTPFailureClassifier/standard``
+    ///     by default.
+    ///   - clock: The local clock the backend's `Date` is compared with; give the engine's clock.
     ///   - authenticate: Adds the account's authentication to the request. Throw
     ///     ``SessionError/backendSessionEnded(_:)`` when the account has no backend session any more; any other
     ///     error is treated as transient.
@@ -79,6 +92,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         timeout: Duration = .seconds(10),
         requiresNoStore: Bool = true,
         allowsInsecureHTTP: Bool = false,
+        classifier: HTTPFailureClassifier = .standard,
+        clock: some SessionClock = SystemClock(),
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
     ) {
         self.init(
@@ -87,6 +102,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             requiresNoStore: requiresNoStore,
             allowsInsecureHTTP: allowsInsecureHTTP,
             forcesURLSession: false,
+            classifier: classifier,
+            clock: clock,
             authenticate: authenticate
         )
     }
@@ -98,6 +115,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         requiresNoStore: Bool = true,
         allowsInsecureHTTP: Bool = false,
         forcesURLSession: Bool,
+        classifier: HTTPFailureClassifier = .standard,
+        clock: any SessionClock = SystemClock(),
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
     ) {
         self.endpoint = endpoint
@@ -105,6 +124,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         self.requiresNoStore = requiresNoStore
         self.allowsInsecureHTTP = allowsInsecureHTTP
         self.forcesURLSession = forcesURLSession
+        self.classifier = classifier
+        self.clock = clock
         self.authenticate = authenticate
     }
 
@@ -114,11 +135,25 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     /// - Returns: The validated credential from the response body.
     /// - Throws: ``SessionError``: ``SessionError/Code/fetchFailed`` (not transient) for an endpoint that is
     ///   neither `https` nor allowed plain `http`, before any connection; ``SessionError/Code/backendSessionEnded``
-    ///   for 401 or 403; ``SessionError/Code/fetchFailed`` for other statuses, a missing `no-store`, a compressed or
-    ///   oversized body, a timeout or a connection failure; ``SessionError/Code/invalidCredential`` for a body that
-    ///   is not a valid credential; what `authenticate` throws; `CancellationError` when the calling task is
-    ///   cancelled.
+    ///   when the ``classifier`` says the session ended (401, or a 403 saying so); ``SessionError/Code/fetchFailed``
+    ///   for other statuses (with ``SessionError/retryAfter`` on a 429 or 503 that sent one), a missing `no-store`, a
+    ///   compressed or oversized body, a timeout or a connection failure; ``SessionError/Code/invalidCredential`` for
+    ///   a body that is not a valid credential; what `authenticate` throws; `CancellationError` when the calling
+    ///   task is cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        try await fetch(account: account).credential
+    }
+
+    /// Fetches a credential for the engine's fetch and estimates the backend's clock offset.
+    ///
+    /// - Parameter request: The fetch the engine starts.
+    /// - Returns: The validated credential and the backend's clock offset, when the response carried a `Date`.
+    /// - Throws: What ``fetchCredential(for:)`` throws.
+    public func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
+        try await fetch(account: request.account)
+    }
+
+    private func fetch(account: AccountID) async throws -> FetchedCredential {
         _ = try EndpointPolicy.check(endpoint, allowsInsecureHTTP: allowsInsecureHTTP)
         var request = URLRequest(url: endpoint)
         request.httpMethod = "GET"
@@ -131,6 +166,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         let isPlain = try EndpointPolicy.check(request.url, allowsInsecureHTTP: allowsInsecureHTTP)
         let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
         let result: HTTPTransferResult
+        let sent = (wall: clock.now, uptime: clock.uptime)
         if isPlain && !forcesURLSession {
             result = try await PlainHTTPTransfer.perform(
                 try PlainHTTPRequest(request),
@@ -147,7 +183,58 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             )
         }
         if Task.isCancelled { throw CancellationError() }
-        return try Self.credential(from: result.body)
+        let roundTrip = max(.zero, clock.uptime - sent.uptime)
+        let serverDate = result.head.value("Date").flatMap(HTTPDate.parse)
+        guard (200...299).contains(result.head.status) else {
+            throw failure(result, serverDate: serverDate, sentAt: sent.wall)
+        }
+        let credential = try Self.credential(from: result.body)
+        // The backend stamped `Date` somewhere within the round trip: compare it with the local time at its middle.
+        let offset = serverDate.map { date in
+            Duration.seconds(date.timeIntervalSince(sent.wall) - roundTrip.timeInterval / 2)
+        }
+        return FetchedCredential(credential, serverClockOffset: offset)
+    }
+
+    /// The error for a response whose status is not 2xx, as the classifier decides; the body never reaches it.
+    private func failure(_ result: HTTPTransferResult, serverDate: Date?, sentAt: Date) -> SessionError {
+        let status = result.head.status
+        var retryAfter: Duration?
+        if status == 429 || status == 503, let value = result.head.value("Retry-After") {
+            retryAfter = Self.retryAfter(value, serverDate: serverDate, localDate: sentAt)
+        }
+        let response = HTTPFailureResponse(
+            status: status,
+            headers: result.head.fields,
+            body: result.body,
+            retryAfter: retryAfter
+        )
+        switch classifier.classify(response) {
+        case .sessionEnded:
+            return SessionError.backendSessionEnded("the backend answered \(status); the account's session has ended")
+        case .transient:
+            let reason =
+                switch status {
+                case 403: "the backend answered 403 without saying the session ended (a proxy or firewall page?)"
+                case 429, 500...599: "the backend answered \(status)"
+                default: "the backend answered \(status) instead of a credential"
+                }
+            return SessionError(.fetchFailed, reason: reason, isTransient: true, retryAfter: retryAfter)
+        }
+    }
+
+    /// The delay a `Retry-After` value asks for: delay-seconds, or an HTTP date read against the backend's own `Date`
+    /// (the local time when the response has none), so a skewed clock does not change the delay. `nil` when the value
+    /// is neither.
+    package static func retryAfter(_ value: String, serverDate: Date?, localDate: Date) -> Duration? {
+        let text = value.trimmingASCIISpaces()
+        if !text.isEmpty, text.utf8.count <= 10, text.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
+            let seconds = Int64(text)
+        {
+            return .seconds(seconds)
+        }
+        guard let date = HTTPDate.parse(text) else { return nil }
+        return .seconds(max(0, date.timeIntervalSince(serverDate ?? localDate)))
     }
 
     /// Decodes the credential from a response body that passed the transfer's checks.

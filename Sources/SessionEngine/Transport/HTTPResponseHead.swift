@@ -38,21 +38,13 @@ enum ResponsePolicy {
 
     /// Checks a response's head and says how its body is framed.
     ///
-    /// - Throws: ``SessionError``: ``SessionError/Code/backendSessionEnded`` for 401 or 403,
-    ///   ``SessionError/Code/fetchFailed`` for any other refusal. No reason quotes a header value.
+    /// A response whose status is not 2xx passes with its body, within the same limits, so the fetcher can
+    /// classify it (a 403's JSON body may say the session ended); only a 2xx must carry `no-store`.
+    ///
+    /// - Throws: ``SessionError`` with ``SessionError/Code/fetchFailed`` for any refusal. No reason quotes a header
+    ///   value.
     static func check(_ head: HTTPResponseHead, requiresNoStore: Bool) throws(SessionError) -> BodyFraming {
-        let status = head.status
-        switch status {
-        case 200...299:
-            break
-        case 401, 403:
-            throw SessionError.backendSessionEnded("the backend answered \(status); the account's session has ended")
-        case 500...599:
-            throw SessionError.fetchFailed("the backend answered \(status)")
-        default:
-            throw SessionError.fetchFailed("the backend answered \(status) instead of a credential")
-        }
-        if requiresNoStore, !hasNoStore(head.value("Cache-Control")) {
+        if requiresNoStore, (200...299).contains(head.status), !hasNoStore(head.value("Cache-Control")) {
             throw SessionError.fetchFailed(
                 "the backend's response lacks Cache-Control: no-store, so the credential could be cached"
             )

@@ -79,7 +79,7 @@ final class RemoteBackend: ScenarioBackend {
     init(endpoint: URL, clock: any SessionClock) {
         self.endpoint = endpoint
         label = "backend at \(endpoint.host ?? "?"):\(endpoint.port.map(String.init) ?? "default port")"
-        fetcher = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5)) { account, request in
+        fetcher = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5), clock: clock) { account, request in
             request.setValue("Bearer \(DemoAccounts.sessionToken(for: account))", forHTTPHeaderField: "Authorization")
             // The backend signs on the scenario's simulated clock, so accelerated time and expiry agree.
             request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
@@ -88,6 +88,11 @@ final class RemoteBackend: ScenarioBackend {
 
     func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
         try await fetcher.fetchCredential(for: account)
+    }
+
+    func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
+        // The backend's clock offset and its Retry-After reach the engine.
+        try await fetcher.fetch(request)
     }
 
     func setOutage(_ on: Bool) async throws {

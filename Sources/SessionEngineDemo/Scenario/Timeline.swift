@@ -113,8 +113,13 @@ final class Timeline: Sendable {
                         + "expires \(time(identity.expiresAt))"
             case .fetchFailed(let failure):
                 state.failuresSinceInstall += 1
-                let next = failure.retryIn.map { "retry in \(Self.describe($0))" } ?? "terminal: the engine signs out"
-                text = "fetch for \(failure.account) failed (#\(failure.fetch.number)): \(failure.error); \(next)"
+                var next = failure.retryIn.map { "retry in \(Self.describe($0))" } ?? "terminal: the engine signs out"
+                if let asked = failure.serverRetryAfter {
+                    next += ", honouring the backend's Retry-After of \(Self.describe(asked))"
+                }
+                text =
+                    "fetch for \(failure.account) failed (#\(failure.fetch.number)): "
+                    + "\(failure.error.code): \(failure.error.reason); \(next)"
             case .credentialRejected(let report):
                 state.failuresSinceInstall += 1
                 text =
@@ -289,6 +294,7 @@ final class Timeline: Sendable {
             } else {
                 object.add("retryInSeconds", nil as String?)
             }
+            if let asked = failure.serverRetryAfter { object.add("serverRetryAfterSeconds", asked.seconds) }
         case .credentialRejected(let report):
             object.add("event", "credentialRejected")
             object.add("expiresAt", report.expiresAt)

@@ -12,6 +12,8 @@ struct MachineHarness {
         minimumFetchInterval: .seconds(5)
     )
     static let otherEmail = "mallory@example.com"
+    /// The longest a planned fetch may wait: the backoff cap, or the longest delay a backend may impose.
+    static let longestWait = max(configuration.retry.cap, configuration.maximumRetryAfter)
 
     var machine: Machine
     var now = SessionInstant(wall: Date(timeIntervalSince1970: 1_800_000_000), uptime: .zero)
@@ -27,6 +29,8 @@ struct MachineHarness {
     var pendingPreparation: UInt64?
     /// The machine told the owner the engine has shut down.
     var finished = false
+    /// The machine asked the owner to watch a graceful shutdown's grace period.
+    var gracePending = false
     /// Callers waiting for an outcome: sign-in and switch callers for the identity, `renew()` callers for the next
     /// fetch outcome.
     var waiters: [(epoch: UInt64, kind: Machine.WaiterKind)] = []
@@ -46,6 +50,14 @@ struct MachineHarness {
 
     private var wallSeconds: Int64 { Int64(now.wall.timeIntervalSince1970.rounded(.down)) }
 
+    /// The backend's clock, as the machine reads it.
+    private var backendSeconds: Int64 { Int64(machine.backendTime(now).timeIntervalSince1970.rounded(.down)) }
+
+    /// When the credential expires on the local wall clock, given the offset the machine applies.
+    func localExpiry(of credential: IdentityCredential) -> Date {
+        machine.localTime(ofBackend: credential.expirationDate)
+    }
+
     private mutating func credential(email: String, expiresAt: Int64) -> IdentityCredential {
         serial += 1
         let hex = String(serial, radix: 16)
@@ -64,7 +76,7 @@ struct MachineHarness {
     private mutating func goodCredential(lifetime: Int) -> IdentityCredential? {
         guard let account = machine.currentAccount else { return nil }
         let email = session?.pinnedEmail ?? Self.email(for: account)
-        return credential(email: email, expiresAt: wallSeconds + Int64(lifetime))
+        return credential(email: email, expiresAt: backendSeconds + Int64(lifetime))
     }
 
     private mutating func advance(by duration: Duration) {
@@ -87,6 +99,7 @@ struct MachineHarness {
         var actions: [Machine.Action] = []
         var renewDecision: Machine.RenewDecision?
         var liveTerminalFailure = false
+        var pushedCredential: IdentityCredential?
         switch input {
         case .signIn(let account):
             if case .began(let epoch, let began) = machine.changeAccount(to: account, at: now) {
@@ -163,8 +176,68 @@ struct MachineHarness {
             now.wall += TimeInterval(seconds)
         case .shutdown:
             if case .began(_, let began) = machine.shutdownRequested(at: now) { actions = began }
+        case .failWithRetryAfter(let seconds):
+            guard let id = deliver() else { return nil }
+            let error = SessionError(.fetchFailed, reason: "429", isTransient: true, retryAfter: .seconds(seconds))
+            actions = machine.fetchFailed(id, error: error, at: now)
+        case .succeedSkewed(let offset):
+            guard runningFetch != nil, let account = machine.currentAccount else { return nil }
+            let email = session?.pinnedEmail ?? Self.email(for: account)
+            let credential = credential(email: email, expiresAt: wallSeconds + Int64(offset) + 900)
+            actions = machine.fetchSucceeded(
+                deliver()!, credential: credential, serverClockOffset: .seconds(offset), at: now)
+        case .push(let lifetime):
+            guard let account = machine.currentAccount, let credential = goodCredential(lifetime: lifetime) else {
+                return nil
+            }
+            pushedCredential = credential
+            if case .installed(let installed) = machine.credentialPushed(credential, for: account, at: now) {
+                actions = installed
+            }
+        case .pushExpired:
+            guard let account = machine.currentAccount else { return nil }
+            let email = session?.pinnedEmail ?? Self.email(for: account)
+            let credential = credential(email: email, expiresAt: backendSeconds - 60)
+            pushedCredential = credential
+            if case .installed(let installed) = machine.credentialPushed(credential, for: account, at: now) {
+                actions = installed
+            }
+        case .pushForOther:
+            let credential = credential(email: "zed@example.com", expiresAt: backendSeconds + 900)
+            pushedCredential = credential
+            if case .installed(let installed) = machine.credentialPushed(credential, for: "zed", at: now) {
+                actions = installed
+            }
+        case .signInWith(let account):
+            let credential = credential(email: Self.email(for: account), expiresAt: backendSeconds + 900)
+            switch machine.changeAccount(to: account, pushing: credential, at: now) {
+            case .began(let epoch, let began):
+                actions = began
+                waiters.append((epoch, .identity))
+                origins[credential.signature] = epoch
+            case .alreadyCurrent:
+                // The owner hands the credential over to the current account, as a push.
+                pushedCredential = credential
+                if case .installed(let installed) = machine.credentialPushed(credential, for: account, at: now) {
+                    actions = installed
+                }
+            case .refused(_, let refused):
+                actions = refused
+            case .shutDown:
+                break
+            }
+        case .gracefulShutdown:
+            actions = machine.gracefulShutdownRequested(grace: .seconds(30), at: now)
+        case .graceEnded:
+            guard gracePending else { return nil }
+            actions = machine.gracePeriodEnded(at: now)
         }
         var problems = perform(actions)
+        if let pushedCredential, input == .pushExpired || input == .pushForOther,
+            machine.usableCredential == pushedCredential
+        {
+            problems.append("installed a credential that should have been refused (\(input))")
+        }
         problems += checkTransition(
             from: before,
             input: input,
@@ -208,7 +281,10 @@ struct MachineHarness {
                 finished = true
             case .resolveWaiters(let epoch, let kinds, _):
                 waiters.removeAll { $0.epoch == epoch && kinds.contains($0.kind) }
-            case .emit, .cancelWork:
+            case .startGracePeriod:
+                if gracePending { problems.append("started a second grace period") }
+                gracePending = true
+            case .emit, .cancelWork, .refuseNewWork:
                 break
             }
         }
@@ -267,7 +343,8 @@ struct MachineHarness {
             }
         } else if has({ if case .cancelWork = $0 { true } else { false } }) {
             problems.append("work was cancelled without an account change")
-        } else if has({ if case .cancelFetch = $0 { true } else { false } }) {
+        } else if has({ if case .cancelFetch = $0 { true } else { false } }), !input.isPush {
+            // Only a credential the host hands over replaces a running fetch.
             problems.append("a fetch was cancelled without an account change")
         }
 
@@ -299,7 +376,8 @@ struct MachineHarness {
                 if epoch != before.machine.epoch { problems.append("stamped a failure with epoch \(epoch)") }
             case .finishShutdown:
                 if machine.state != .shutDown { problems.append("finished the shutdown in \(machine.publicState)") }
-            case .emit, .cancelFetch, .cancelTimer, .scheduleTimer, .cancelWork, .prepareChange, .failAllWaiters:
+            case .emit, .cancelFetch, .cancelTimer, .scheduleTimer, .cancelWork, .prepareChange, .failAllWaiters,
+                .refuseNewWork, .startGracePeriod:
                 break
             }
         }
@@ -320,7 +398,7 @@ struct MachineHarness {
 
         switch renewDecision {
         case .current(let credential):
-            if credential != before.machine.usableCredential || !credential.isValid(at: now.wall) {
+            if credential != before.machine.usableCredential || !machine.isValid(credential, at: now) {
                 problems.append("renew returned a credential that is not the usable one")
             }
             if machine.state != before.machine.state { problems.append("renew returned the current one but changed") }
@@ -370,14 +448,14 @@ struct MachineHarness {
                 problems.append("identified without a credential or a renewal time")
                 break
             }
-            guard let wall = timer?.wallDeadline, wall <= min(renewAt, credential.expirationDate) else {
+            guard let wall = timer?.wallDeadline, wall <= min(renewAt, localExpiry(of: credential)) else {
                 problems.append("identified without a timer for renewal: \(String(describing: timer))")
                 break
             }
         case .renewing(let session):
             if session.fetch == .idle { problems.append("renewing without a fetch") }
             guard let credential = session.credential, let wall = timer?.wallDeadline,
-                wall <= credential.expirationDate
+                wall <= localExpiry(of: credential)
             else {
                 problems.append("renewing without a timer for expiry: \(String(describing: timer))")
                 break
@@ -400,7 +478,7 @@ struct MachineHarness {
             problems.append("the usable credential was fetched in another epoch")
         }
         if let session, case .waiting(let until, _) = session.fetch,
-            until > now.uptime + Self.configuration.retry.cap + Self.configuration.minimumFetchInterval
+            until > now.uptime + Self.longestWait + Self.configuration.minimumFetchInterval
         {
             problems.append("a fetch waits \(until - now.uptime), beyond the backoff cap")
         }
@@ -423,7 +501,7 @@ struct MachineHarness {
     mutating func recover() -> String? {
         guard machine.currentAccount != nil else { return nil }
         let start = now.uptime
-        let bound = Self.configuration.retry.cap + Self.configuration.minimumFetchInterval + .seconds(1)
+        let bound = Self.longestWait + Self.configuration.minimumFetchInterval + .seconds(1)
         for _ in 0..<100 {
             if case .identified = machine.state { return nil }
             let input: MachineInput
@@ -461,13 +539,18 @@ struct MachineHarness {
         var expiredReason: String
         var timer: Bool
         var waiting: Bool
+        var skewed: Bool
+        var graceful: Bool
+        var pushedPending: Bool
+        var heldByServer: Bool
 
         var coverageKey: String { "\(name) \(phase)" }
         var description: String {
             "\(name) \(phase)\(hasCredential ? " credential" : "")\(credentialValid ? "" : " stale")"
                 + "\(renewedAfterRejection ? " renewedAfterRejection" : "")\(rejected ? " rejected" : "")"
                 + "\(failures ? " failures" : "")\(expiredReason)\(timer ? " timer" : "")"
-                + "\(waiting ? " waiting callers" : "")"
+                + "\(waiting ? " waiting callers" : "")\(skewed ? " skewed" : "")\(graceful ? " graceful" : "")"
+                + "\(pushedPending ? " pushed" : "")\(heldByServer ? " heldByServer" : "")"
         }
     }
 
@@ -494,13 +577,17 @@ struct MachineHarness {
             name: name,
             phase: phase,
             hasCredential: session?.credential != nil,
-            credentialValid: session?.credential?.isValid(at: now.wall) ?? true,
+            credentialValid: session?.credential.map { machine.isValid($0, at: now) } ?? true,
             renewedAfterRejection: session?.renewedAfterRejection ?? false,
             rejected: session?.rejectedSignature != nil,
             failures: (session?.failures ?? 0) > 0,
             expiredReason: session?.expiredReason.map { " \($0)" } ?? "",
             timer: machine.timer != nil,
-            waiting: !waiters.isEmpty
+            waiting: !waiters.isEmpty,
+            skewed: machine.serverClockOffset != .zero,
+            graceful: machine.gracefulShutdown,
+            pushedPending: { if case .switching(let change) = machine.state { change.pushed != nil } else { false } }(),
+            heldByServer: (session?.retryNotBefore).map { $0 > now.uptime } ?? false
         )
     }
 }

@@ -24,6 +24,22 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
     case advance(seconds: Int)
     case jumpWall(seconds: Int)
     case shutdown
+    /// A transient failure whose backend asked for a delay (Retry-After).
+    case failWithRetryAfter(seconds: Int)
+    /// A credential valid on a backend clock `offset` seconds from the local one, with that offset reported.
+    case succeedSkewed(offset: Int)
+    /// The host hands over a credential for the current account.
+    case push(lifetime: Int)
+    /// The host hands over an already expired credential for the current account.
+    case pushExpired
+    /// The host hands over a credential for an account the engine is not signed in to.
+    case pushForOther
+    /// The host signs in with a credential it already holds.
+    case signInWith(AccountID)
+    /// A graceful shutdown begins.
+    case gracefulShutdown
+    /// The owner reports the grace period's end (work finished or time ran out).
+    case graceEnded
 
     /// Every input once, with representative values, for the exhaustive check.
     static let alphabet: [MachineInput] = [
@@ -31,7 +47,9 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         .succeed(lifetime: 30), .succeedExpired, .succeedTooLong, .succeedOtherEmail, .failTransiently,
         .failTerminally, .staleResult, .fireTimer, .advanceToTimer, .fireStaleTimer, .renew, .rejectInstalled,
         .rejectOlder, .advance(seconds: 1), .advance(seconds: 600), .jumpWall(seconds: 7200),
-        .jumpWall(seconds: -7200), .shutdown,
+        .jumpWall(seconds: -7200), .shutdown, .failWithRetryAfter(seconds: 120), .succeedSkewed(offset: -3600),
+        .succeedSkewed(offset: 3600), .push(lifetime: 900), .pushExpired, .pushForOther, .signInWith("alice"),
+        .signInWith("bob"), .gracefulShutdown, .graceEnded,
     ]
 
     static let generator: Gen<MachineInput> = .frequency([
@@ -55,11 +73,19 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         (3, Gen.element(of: [1, 4, 30, 600]).map { .advance(seconds: $0) }),
         (1, Gen.element(of: [-7200, -60, 60, 7200]).map { .jumpWall(seconds: $0) }),
         (1, .constant(.shutdown)),
+        (2, Gen.element(of: [1, 30, 120, 3600]).map { .failWithRetryAfter(seconds: $0) }),
+        (2, Gen.element(of: [-3600, -30, 30, 3600]).map { .succeedSkewed(offset: $0) }),
+        (2, Gen.element(of: [300, 900]).map { .push(lifetime: $0) }),
+        (1, .constant(.pushExpired)),
+        (1, .constant(.pushForOther)),
+        (1, Gen.element(of: ["alice", "bob"]).map { .signInWith($0) }),
+        (1, .constant(.gracefulShutdown)),
+        (1, .constant(.graceEnded)),
     ])
 
     var isStale: Bool {
         switch self {
-        case .prepareStale, .staleResult, .fireStaleTimer, .rejectOlder: true
+        case .prepareStale, .staleResult, .fireStaleTimer, .rejectOlder, .pushForOther: true
         default: false
         }
     }
@@ -69,7 +95,12 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         case .signIn(let account) where account != "alice": [[.signIn("alice")]]
         case .succeed(let lifetime) where lifetime != 900: [[.succeed(lifetime: 900)]]
         case .succeedExpired, .succeedTooLong, .succeedOtherEmail, .failTerminally: [[.failTransiently]]
-        case .shutdown: [[.signOut]]
+        case .shutdown, .gracefulShutdown: [[.signOut]]
+        case .failWithRetryAfter: [[.failTransiently]]
+        case .succeedSkewed: [[.succeed(lifetime: 900)]]
+        case .push(let lifetime) where lifetime != 900: [[.push(lifetime: 900)]]
+        case .pushExpired: [[.push(lifetime: 900)]]
+        case .signInWith(let account): [[.signIn(account)]]
         case .advance(let seconds) where seconds > 1: [[.advance(seconds: seconds / 2)]]
         case .jumpWall(let seconds) where abs(seconds) > 1: [[.jumpWall(seconds: seconds / 2)]]
         default: []
@@ -98,6 +129,24 @@ enum MachineInput: Hashable, Sendable, CustomStringConvertible, Shrinkable {
         case .rejectInstalled: ".rejectInstalled"
         case .rejectOlder: ".rejectOlder"
         case .shutdown: ".shutdown"
+        case .failWithRetryAfter(let seconds): ".failWithRetryAfter(seconds: \(seconds))"
+        case .succeedSkewed(let offset): ".succeedSkewed(offset: \(offset))"
+        case .push(let lifetime): ".push(lifetime: \(lifetime))"
+        case .pushExpired: ".pushExpired"
+        case .pushForOther: ".pushForOther"
+        case .signInWith(let account): ".signInWith(\"\(account.rawValue)\")"
+        case .gracefulShutdown: ".gracefulShutdown"
+        case .graceEnded: ".graceEnded"
+        }
+    }
+}
+
+extension MachineInput {
+    /// Whether the input hands the machine a credential the host holds.
+    var isPush: Bool {
+        switch self {
+        case .push, .pushExpired, .pushForOther, .signInWith: true
+        default: false
         }
     }
 }

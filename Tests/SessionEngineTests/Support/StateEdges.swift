@@ -24,7 +24,8 @@ enum StateEdges {
     static let table: [Kind: Set<Kind>] = [
         .signedOut: [.switching],
         .switching: [.switching, .identified, .expired, .signedOut],
-        .identified: [.renewing, .expired, .switching],
+        // identified → identified: the host handed over a renewal (`setIdentityCredential`).
+        .identified: [.identified, .renewing, .expired, .switching],
         .renewing: [.identified, .expired, .switching],
         .expired: [.identified, .switching],
     ]

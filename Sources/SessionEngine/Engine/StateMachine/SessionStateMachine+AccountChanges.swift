@@ -7,7 +7,18 @@ extension SessionStateMachine {
     /// A new epoch begins at once: the running fetch and timer are cancelled and the previous epochs' scoped work is
     /// cancelled, so nothing of the previous account is handed out from here on. The owner then drains the work,
     /// runs the account-change hooks and calls ``changePrepared(epoch:at:)``.
-    mutating func changeAccount(to target: AccountID?, at now: SessionInstant) -> ChangeDecision {
+    ///
+    /// A credential `pushed` with a sign-in is validated first, for the new account session: a refused one changes
+    /// nothing. An accepted one is installed instead of the first fetch once the change is prepared.
+    mutating func changeAccount(
+        to target: AccountID?,
+        pushing pushed: IdentityCredential? = nil,
+        at now: SessionInstant
+    ) -> ChangeDecision {
+        if gracefulShutdown, !isShutDown {
+            // A graceful shutdown is under way: no account change begins any more.
+            return .shutDown
+        }
         switch state {
         case .shutDown:
             // Nothing changes after shutdown.
@@ -23,8 +34,72 @@ extension SessionStateMachine {
             // Leaving an account: its fetch, timer and work are cancelled.
             guard session.account != target else { return .alreadyCurrent(epoch: epoch) }
         }
+        if let pushed, let target {
+            // Validate the handed-over credential as the new account session's first: a refusal changes nothing.
+            let fresh = AccountSession(account: target, epoch: epoch)
+            if let refusal = refusal(of: pushed, for: fresh, at: now) {
+                return .refused(refusal, skewReport(of: pushed, refusal: refusal, for: fresh, at: now))
+            }
+        }
         let actions = beginChange(to: target, shutsDown: false, waitersFail: Self.accountChanged)
+        if let pushed, case .switching(var change) = state {
+            change.pushed = pushed
+            state = .switching(change)
+        }
         return .began(epoch: epoch, actions)
+    }
+
+    /// The host asked for a graceful shutdown with a grace period.
+    ///
+    /// From now on no account change begins and no new scoped work receives an identity, while running work goes
+    /// on with the credential, which is still renewed. The owner reports ``gracePeriodEnded(at:)`` once that work
+    /// has finished or the grace period has passed; the machine then signs out, with hooks, and shuts down.
+    mutating func gracefulShutdownRequested(grace: Duration, at now: SessionInstant) -> [Action] {
+        switch state {
+        case .shutDown:
+            // Already shut down.
+            return []
+        case .switching(let change) where change.shutsDown:
+            // A shutdown is already under way; it decides.
+            return []
+        case .signedOut, .switching, .identified, .renewing, .expired:
+            // Begin the grace period, once.
+            guard !gracefulShutdown else { return [] }
+            gracefulShutdown = true
+            return [.refuseNewWork, .startGracePeriod(max(.zero, grace))]
+        }
+    }
+
+    /// The grace period of a graceful shutdown ended: the running work finished, or the time ran out.
+    ///
+    /// Work still running is cancelled and drained, the account is signed out with its hooks (so account caches
+    /// are cleared), and once that change is prepared the engine shuts down. Reported twice (work finished, then
+    /// time ran out), the second report changes nothing.
+    mutating func gracePeriodEnded(at now: SessionInstant) -> [Action] {
+        guard gracefulShutdown else {
+            // No graceful shutdown: nothing ends.
+            return []
+        }
+        switch state {
+        case .shutDown:
+            // Already shut down.
+            return []
+        case .switching(var change) where change.target == nil:
+            // A sign-out or shutdown is under way: it shuts the engine down once prepared, with its hooks.
+            if change.shutsDown { return [] }
+            change.shutsDown = true
+            state = .switching(change)
+            return [.failAllWaiters(Self.shutDownError)]
+        case .signedOut, .switching, .identified, .renewing, .expired:
+            // Leave whatever is current, with hooks when an account was entered.
+            let actions = beginChange(
+                to: nil,
+                shutsDown: true,
+                waitersFail: Self.shutDownError,
+                runsHooks: hookedAccount != nil
+            )
+            return actions + [.failAllWaiters(Self.shutDownError)]
+        }
     }
 
     /// The host asked the engine to shut down.
@@ -53,9 +128,12 @@ extension SessionStateMachine {
 
     /// Begins a new epoch for a change to `target`: the running fetch, the timer and the previous epochs' work are
     /// cancelled and the previous epoch's callers fail, so nothing of the account being left is handed out from here.
-    mutating func beginChange(to target: AccountID?, shutsDown: Bool, waitersFail error: SessionError)
-        -> [Action]
-    {
+    mutating func beginChange(
+        to target: AccountID?,
+        shutsDown: Bool,
+        waitersFail error: SessionError,
+        runsHooks: Bool? = nil
+    ) -> [Action] {
         var actions: [Action] = []
         if fetchInFlight != nil { actions.append(.cancelFetch) }
         let from = currentAccount
@@ -67,7 +145,7 @@ extension SessionStateMachine {
         actions.append(.prepareChange(epoch: epoch))
         var change = Change(from: from, target: target.map { AccountSession(account: $0, epoch: epoch) }, epoch: epoch)
         change.shutsDown = shutsDown
-        change.runsHooks = !shutsDown
+        change.runsHooks = runsHooks ?? !shutsDown
         state = .switching(change)
         return actions
     }
@@ -107,6 +185,17 @@ extension SessionStateMachine {
         }
         change.prepared = true
         var actions: [Action] = []
+        if let pushed = change.pushed {
+            change.pushed = nil
+            if let refusal = refusal(of: pushed, for: target, at: now) {
+                // It expired while the change was prepared: report it and fetch as usual.
+                actions += skewReport(of: pushed, refusal: refusal, for: target, at: now)
+            } else {
+                // The credential the host handed over with the sign-in is the account's first.
+                let fetch = FetchAttempt(number: 1, duration: .zero, pushed: true)
+                return install(pushed, into: &target, reason: .firstCredential, fetch: fetch, at: now)
+            }
+        }
         startFetch(&target, reason: .firstCredential, at: now, actions: &actions)
         change.target = target
         state = .switching(change)

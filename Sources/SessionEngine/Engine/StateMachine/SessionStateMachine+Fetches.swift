@@ -3,42 +3,160 @@ import Foundation
 /// Fetch results: a credential is validated against the account session before it is installed; a failure backs
 /// off or, when terminal, signs the account out in the same step.
 extension SessionStateMachine {
-    /// A fetch returned a credential.
-    mutating func fetchSucceeded(_ id: FetchID, credential: IdentityCredential, at now: SessionInstant) -> [Action] {
+    /// A fetch returned a credential, and perhaps the backend's clock offset the fetcher measured.
+    ///
+    /// The offset is adopted before the credential is validated, so a host whose clock runs far ahead of the
+    /// backend's still accepts the backend's credentials.
+    mutating func fetchSucceeded(
+        _ id: FetchID,
+        credential: IdentityCredential,
+        serverClockOffset measured: Duration? = nil,
+        at now: SessionInstant
+    ) -> [Action] {
         guard var session = activeSession, case .inFlight(id, let reason) = session.fetch else {
             // A result of a cancelled fetch or an earlier epoch: it must not change anything.
             return []
         }
+        var actions = adoptClockOffset(measured, for: session, at: now)
         if let refusal = refusal(of: credential, for: session, at: now) {
-            var actions: [Action] = []
-            if refusal.code != .identityMismatch {
-                let report = ClockSkewReport(
-                    account: session.account,
-                    localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),
-                    expiresAt: credential.expiresAt
-                )
-                actions.append(.emit(.clockSkewSuspected(report), epoch: session.epoch))
-            }
+            actions += skewReport(of: credential, refusal: refusal, for: session, at: now)
             return actions + fail(&session, reason: reason, error: refusal, at: now)
         }
-        let fetch = FetchAttempt(number: session.failures + 1, duration: fetchDuration(session, at: now))
+        let fetch = FetchAttempt(
+            number: session.failures + 1,
+            duration: fetchDuration(session, at: now),
+            serverClockOffset: measured
+        )
+        return actions + install(credential, into: &session, reason: reason, fetch: fetch, at: now)
+    }
+
+    /// The host handed over a credential it already holds for `account`: a renewal pushed by its backend, or the
+    /// credential its sign-in response carried.
+    ///
+    /// It is validated exactly like a fetched credential (same user as the account's first credential, not expired
+    /// on arrival, at most 24 hours of lifetime) and is subject to the same epoch rule: one for an account the
+    /// engine is not signed in to, or is leaving, is refused and never installed.
+    mutating func credentialPushed(
+        _ credential: IdentityCredential,
+        for account: AccountID,
+        at now: SessionInstant
+    ) -> PushDecision {
+        switch state {
+        case .shutDown:
+            // Nothing is installed after shutdown.
+            return .refused(Self.shutDownError, [])
+        case .signedOut:
+            // The engine has left every account: installing would sign an account in behind the host's back.
+            return .refused(Self.notCurrent, [])
+        case .switching(var change):
+            // A change under way: only its target may receive a credential, and only while not shutting down.
+            if change.shutsDown { return .refused(Self.shutDownError, []) }
+            guard var target = change.target, target.account == account else { return .refused(Self.notCurrent, []) }
+            if let refusal = refusal(of: credential, for: target, at: now) {
+                return .refused(refusal, skewReport(of: credential, refusal: refusal, for: target, at: now))
+            }
+            guard change.prepared else {
+                // The previous account's work is still draining: install it once the change is prepared.
+                change.pushed = credential
+                state = .switching(change)
+                return .deferred
+            }
+            let fetch = FetchAttempt(number: target.failures + 1, duration: .zero, pushed: true)
+            var actions: [Action] = fetchInFlight != nil ? [.cancelFetch] : []
+            actions += install(credential, into: &target, reason: .firstCredential, fetch: fetch, at: now)
+            return .installed(actions)
+        case .identified(var session), .renewing(var session), .expired(var session):
+            // A renewal the host's backend pushed: it replaces whatever fetch is running or planned.
+            guard session.account == account else { return .refused(Self.notCurrent, []) }
+            if let refusal = refusal(of: credential, for: session, at: now) {
+                return .refused(refusal, skewReport(of: credential, refusal: refusal, for: session, at: now))
+            }
+            let fetch = FetchAttempt(number: session.failures + 1, duration: .zero, pushed: true)
+            var actions: [Action] = fetchInFlight != nil ? [.cancelFetch] : []
+            actions += install(credential, into: &session, reason: .renewal, fetch: fetch, at: now)
+            return .installed(actions)
+        }
+    }
+
+    /// Installs a validated credential in `session`: the state becomes `identified`, the renewal timer is armed and
+    /// the waiting callers receive the credential.
+    mutating func install(
+        _ credential: IdentityCredential,
+        into session: inout AccountSession,
+        reason: FetchReason,
+        fetch: FetchAttempt,
+        at now: SessionInstant
+    ) -> [Action] {
         session.credential = credential
         session.pinnedEmail = session.pinnedEmail ?? credential.email
         session.fetch = .idle
         session.failures = 0
         session.expiredReason = nil
         session.rejectedSignature = nil
+        session.retryNotBefore = nil
         session.renewedAfterRejection = reason == .rejection || reason == .retryAfterRejection
         if !session.renewedAfterRejection { session.rejectionStreak = 0 }
-        session.renewAt = renewalTime(for: credential, at: now)
+        // The renewal point is a share of the lifetime left on the backend's clock, expressed in local time.
+        let backendNow = SessionInstant(wall: backendTime(now), uptime: now.uptime)
+        session.renewAt = localTime(ofBackend: renewalTime(for: credential, at: backendNow))
         state = .identified(session)
         let identity = SessionIdentity(account: session.account, credential: credential, epoch: session.epoch)
+        let expiry = localTime(ofBackend: credential.expirationDate)
         return [
-            .scheduleTimer(arm(wall: min(session.renewAt!, credential.expirationDate), uptime: nil)),
+            .scheduleTimer(arm(wall: min(session.renewAt!, expiry), uptime: nil)),
             .emit(.renewed(identity, fetch), epoch: session.epoch),
             .resolveWaiters(epoch: session.epoch, kinds: [.identity, .nextOutcome], .installed(credential)),
         ]
     }
+
+    /// Adopts the backend clock offset a fetcher measured: beyond the tolerance it becomes the offset every expiry
+    /// and renewal decision applies; within it the local clock is trusted. A change that matters is reported.
+    mutating func adoptClockOffset(_ measured: Duration?, for session: AccountSession, at now: SessionInstant)
+        -> [Action]
+    {
+        guard let measured else { return [] }
+        let tolerance = configuration.clockSkewTolerance
+        let applied = Self.magnitude(measured) > tolerance ? measured : .zero
+        let previous = serverClockOffset
+        serverClockOffset = applied
+        guard (applied == .zero) != (previous == .zero) || Self.magnitude(applied - previous) > tolerance else {
+            return []
+        }
+        let report = ClockSkewReport(
+            account: session.account,
+            localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),
+            expiresAt: session.credential?.expiresAt ?? 0,
+            serverClockOffset: applied == .zero ? nil : applied
+        )
+        return [.emit(.clockSkewSuspected(report), epoch: session.epoch)]
+    }
+
+    /// The clock-skew report a refusal for expiry or lifetime implies; none for another user's credential.
+    func skewReport(
+        of credential: IdentityCredential,
+        refusal: SessionError,
+        for session: AccountSession,
+        at now: SessionInstant
+    ) -> [Action] {
+        guard refusal.code != .identityMismatch else { return [] }
+        let report = ClockSkewReport(
+            account: session.account,
+            localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),
+            expiresAt: credential.expiresAt,
+            serverClockOffset: serverClockOffset == .zero ? nil : serverClockOffset
+        )
+        return [.emit(.clockSkewSuspected(report), epoch: session.epoch)]
+    }
+
+    /// The size of a duration, whatever its sign.
+    static func magnitude(_ duration: Duration) -> Duration {
+        duration < .zero ? .zero - duration : duration
+    }
+
+    static let notCurrent = SessionError(
+        .accountChanged,
+        reason: "the credential was handed over for an account the engine is not signed in to; it was not installed"
+    )
 
     /// A fetch failed.
     mutating func fetchFailed(_ id: FetchID, error: SessionError, at now: SessionInstant) -> [Action] {
@@ -62,18 +180,18 @@ extension SessionStateMachine {
                 isTransient: true
             )
         }
-        if !credential.isValid(at: now.wall) {
+        if !isValid(credential, at: now) {
             return SessionError(
                 .credentialExpiredOnArrival,
-                reason: "the fetched credential had already expired by the local clock; the clocks may disagree",
+                reason: "the credential had already expired on arrival by the engine's clock; the clocks may disagree",
                 isTransient: true
             )
         }
         let maximum = IdentitySigner.maximumLifetime.timeInterval + configuration.clockSkewTolerance.timeInterval
-        if credential.expirationDate.timeIntervalSince(now.wall) > maximum {
+        if credential.expirationDate.timeIntervalSince(backendTime(now)) > maximum {
             return SessionError(
                 .lifetimeTooLong,
-                reason: "the fetched credential lives longer than the 24-hour maximum",
+                reason: "the credential lives longer than the 24-hour maximum",
                 isTransient: true
             )
         }
@@ -100,7 +218,14 @@ extension SessionStateMachine {
                 .resolveWaiters(epoch: session.epoch, kinds: [.identity, .nextOutcome], .failed(error)),
             ] + beginChange(to: nil, shutsDown: false, waitersFail: error)
         }
-        let delay = backoff(failures: session.failures, session: session, at: now)
+        var delay = backoff(failures: session.failures, session: session, at: now)
+        // The backend's own delay (Retry-After) is a floor on top of the backoff, bounded by its own maximum; it
+        // holds back every fetch of the session until it has passed, whatever asks for one.
+        let serverDelay = error.retryAfter.map { min($0, configuration.maximumRetryAfter) }
+        if let serverDelay {
+            delay = max(delay, serverDelay)
+            session.retryNotBefore = now.uptime + serverDelay
+        }
         session.fetch = .waiting(until: now.uptime + delay, reason)
         if session.credential == nil {
             // The first fetch of the account failed: no credential is available yet.
@@ -109,7 +234,13 @@ extension SessionStateMachine {
         } else {
             replace(session)
         }
-        let failure = FetchFailure(account: session.account, error: error, fetch: fetch, retryIn: delay)
+        let failure = FetchFailure(
+            account: session.account,
+            error: error,
+            fetch: fetch,
+            retryIn: delay,
+            serverRetryAfter: serverDelay
+        )
         return [
             .emit(.fetchFailed(failure), epoch: session.epoch),
             .resolveWaiters(epoch: session.epoch, kinds: [.nextOutcome], .failed(error)),

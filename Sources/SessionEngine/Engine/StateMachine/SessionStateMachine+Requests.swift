@@ -16,7 +16,7 @@ extension SessionStateMachine {
         case .identified(var session):
             guard let credential = session.credential, let renewAt = session.renewAt else { return [] }
             var actions: [Action] = []
-            if !credential.isValid(at: now.wall) {
+            if !isValid(credential, at: now) {
                 // The wall clock passed expiry before renewal began (a jump or a suspended machine).
                 session.expiredReason = .expired
                 startFetch(&session, reason: .renewal, at: now, actions: &actions)
@@ -32,7 +32,7 @@ extension SessionStateMachine {
             return actions + rearm(session)
         case .renewing(var session):
             var actions: [Action] = []
-            if let credential = session.credential, !credential.isValid(at: now.wall) {
+            if let credential = session.credential, !isValid(credential, at: now) {
                 // Expired while renewing: identified work is blocked from now on.
                 session.expiredReason = .expired
                 state = .expired(session)
@@ -63,7 +63,7 @@ extension SessionStateMachine {
             return .wait(epoch: epoch, [])
         case .identified(var session):
             // Renew now, unless a fetch started within the minimum interval already installed this credential.
-            if let credential = session.credential, credential.isValid(at: now.wall),
+            if let credential = session.credential, isValid(credential, at: now),
                 let last = session.lastFetchStart, now.uptime - last < configuration.minimumFetchInterval
             {
                 return .current(credential)

@@ -7,7 +7,8 @@ extension SessionStateMachine {
         session.lastFetchStart.map { max(.zero, now.uptime - $0) } ?? .zero
     }
 
-    /// Starts a fetch now, or plans it for when the minimum interval since the last start has passed.
+    /// Starts a fetch now, or plans it for when the minimum interval since the last start, and any delay the backend
+    /// asked for, have passed.
     mutating func startFetch(
         _ session: inout AccountSession,
         reason: FetchReason,
@@ -15,8 +16,15 @@ extension SessionStateMachine {
         actions: inout [Action]
     ) {
         if case .inFlight = session.fetch { return }
+        var earliest: Duration?
         if let last = session.lastFetchStart, now.uptime - last < configuration.minimumFetchInterval {
-            session.fetch = .waiting(until: last + configuration.minimumFetchInterval, reason)
+            earliest = last + configuration.minimumFetchInterval
+        }
+        if let notBefore = session.retryNotBefore, now.uptime < notBefore {
+            earliest = max(earliest ?? notBefore, notBefore)
+        }
+        if let earliest {
+            session.fetch = .waiting(until: earliest, reason)
             return
         }
         lastID += 1
@@ -47,10 +55,10 @@ extension SessionStateMachine {
         switch state {
         case .identified:
             if let credential = session.credential, let renewAt = session.renewAt {
-                wall = min(renewAt, credential.expirationDate)
+                wall = min(renewAt, localTime(ofBackend: credential.expirationDate))
             }
         case .renewing:
-            wall = session.credential?.expirationDate
+            wall = session.credential.map { localTime(ofBackend: $0.expirationDate) }
         case .expired, .switching, .signedOut, .shutDown:
             break
         }

@@ -55,6 +55,8 @@ struct SessionStateMachine: Sendable {
         var renewedAfterRejection = false
         /// Why the session is `expired`, when it is.
         var expiredReason: ExpiredIdentity.Reason?
+        /// The monotonic time before which no fetch may start, because the backend asked for a delay (`Retry-After`).
+        var retryNotBefore: Duration?
 
         init(account: AccountID, epoch: UInt64) {
             self.account = account
@@ -79,6 +81,9 @@ struct SessionStateMachine: Sendable {
         var shutsDown = false
         /// Whether the change runs the account-change hooks; a shutdown that begins a change of its own does not.
         var runsHooks = true
+        /// A credential the host handed over with the sign-in: installed instead of the first fetch once the
+        /// change is prepared, if it is still valid then.
+        var pushed: IdentityCredential?
     }
 
     enum State: Sendable, Hashable {
@@ -134,6 +139,11 @@ struct SessionStateMachine: Sendable {
         case failAllWaiters(SessionError)
         /// The engine has shut down: finish the event streams and wake everyone waiting for the shutdown.
         case finishShutdown
+        /// A graceful shutdown began: refuse new scoped work from now on; running work goes on.
+        case refuseNewWork
+        /// A graceful shutdown began: report ``gracePeriodEnded(at:)`` once the running scoped work has finished or
+        /// this much monotonic time has passed, whichever comes first.
+        case startGracePeriod(Duration)
     }
 
     /// What ``changeAccount(to:at:)`` and ``shutdownRequested(at:)`` decided.
@@ -144,6 +154,19 @@ struct SessionStateMachine: Sendable {
         case began(epoch: UInt64, [Action])
         /// The engine has shut down, or is shutting down.
         case shutDown
+        /// The credential handed over with the sign-in was refused; nothing changed except the reported events.
+        case refused(SessionError, [Action])
+    }
+
+    /// What ``credentialPushed(_:for:at:)`` decided.
+    enum PushDecision: Sendable {
+        /// The credential was installed, after performing the actions.
+        case installed([Action])
+        /// The account's change is still being prepared: the credential is kept and installed (if still valid)
+        /// instead of the first fetch.
+        case deferred
+        /// The credential was refused and not installed; the actions report it.
+        case refused(SessionError, [Action])
     }
 
     /// What ``renewRequested(at:)`` decided.
@@ -161,12 +184,14 @@ struct SessionStateMachine: Sendable {
         var retry: RetryPolicy
         var minimumFetchInterval: Duration
         var clockSkewTolerance: Duration
+        var maximumRetryAfter: Duration
 
         init(_ configuration: SessionConfiguration) {
             renewal = configuration.renewal
             retry = configuration.retry
             minimumFetchInterval = configuration.minimumFetchInterval
             clockSkewTolerance = configuration.clockSkewTolerance
+            maximumRetryAfter = configuration.maximumRetryAfter
         }
     }
 
@@ -180,6 +205,11 @@ struct SessionStateMachine: Sendable {
     var timer: TimerSpec?
     /// The account the last account-change hooks entered: the next hooks leave it.
     var hookedAccount: AccountID?
+    /// The backend's clock minus the local wall clock that expiry and renewal decisions apply: zero until a fetcher
+    /// reports an offset larger than the clock-skew tolerance.
+    var serverClockOffset: Duration = .zero
+    /// Whether a graceful shutdown has begun: no account change is accepted any more.
+    var gracefulShutdown = false
     /// The seeded generator behind every jitter.
     var random: SplitMix64
     let configuration: Configuration
@@ -266,6 +296,21 @@ struct SessionStateMachine: Sendable {
     static let accountChanged = SessionError(.accountChanged, reason: "the account changed")
     static let signedOut = SessionError(.signedOut, reason: "no account is signed in")
     static let shutDownError = SessionError(.shutDown, reason: "the session engine has shut down")
+
+    /// The backend's time at `now`: the local wall clock plus the applied offset.
+    func backendTime(_ now: SessionInstant) -> Date {
+        now.wall.addingTimeInterval(serverClockOffset.timeInterval)
+    }
+
+    /// The local wall-clock time at which the backend's clock reads `date`.
+    func localTime(ofBackend date: Date) -> Date {
+        date.addingTimeInterval(-serverClockOffset.timeInterval)
+    }
+
+    /// Whether `credential` has not expired at `now` on the backend's time (the local time while no offset applies).
+    func isValid(_ credential: IdentityCredential, at now: SessionInstant) -> Bool {
+        credential.isValid(at: backendTime(now))
+    }
 
     /// The current account session outside a switch.
     var currentSession: AccountSession? {

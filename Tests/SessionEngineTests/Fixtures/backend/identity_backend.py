@@ -17,12 +17,16 @@ outlives the process that started it (the tests use this).
 Endpoints:
     GET /identity            the handler; authenticate with "Authorization: Bearer session-<name>" or
                              "Cookie: session=session-<name>"; requires "Accept: application/json" (else 406).
-    POST /admin/outage?on=1  every /identity request answers 503 until ?on=0.
+    POST /admin/outage?on=1  every /identity request answers 503 with "Retry-After: 120" until ?on=0.
     POST /admin/rotate       rotates the secret: generation n signs with "<secret>:rotated:<n>".
 
 Behaviour per request, for tests (query parameters of /identity):
     mode=slow&delay=S        wait S seconds (default 3) before answering.
-    mode=status&code=C       answer status C with a JSON error body.
+    mode=status&code=C       answer status C with a JSON error body, {"error": E} (error=E, default
+                             "requested status"; error=session_ended is how the endpoint says a 403 ends the
+                             session); retry=S adds "Retry-After: S", retry_date=S a Retry-After HTTP date S
+                             seconds after the backend's clock.
+    mode=html&code=C         answer status C with an HTML page, as a proxy or firewall in front of the backend does.
     mode=flaky&key=K         answer 500 to the first request with key K, then behave normally.
     mode=cacheable           answer without no-store (Cache-Control: private, max-age=60).
     mode=malformed           answer 200 with a body that is not JSON.
@@ -30,7 +34,8 @@ Behaviour per request, for tests (query parameters of /identity):
     lifetime=S               issue a credential that lives S seconds (default 900, the contract's 15 minutes).
 
 A test-only header, X-Demo-Clock: <unix seconds>, replaces the backend's clock for one request, so a caller
-running on a simulated clock gets credentials that are valid on that clock.
+running on a simulated clock gets credentials that are valid on that clock; the response's Date header then
+carries that clock too, as a real backend's Date carries its own.
 
 Nothing is logged: credentials act as bearer credentials until they expire.
 """
@@ -131,6 +136,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         pass
 
+    def date_time_string(self, timestamp=None):
+        # The Date header follows the backend's clock, simulated or not.
+        if timestamp is None:
+            timestamp = getattr(self, "backend_now", None)
+        return super().date_time_string(timestamp)
+
     def send_json(self, status, body, cache_control="no-store", extra_headers=()):
         data = body if isinstance(body, bytes) else json.dumps(body).encode("utf-8")
         self.send_response(status)
@@ -177,16 +188,33 @@ class Handler(BaseHTTPRequestHandler):
         if url.path != "/identity":
             self.send_json(404, {"error": "not found"})
             return
+        clock = self.headers.get("X-Demo-Clock")
+        self.backend_now = int(clock) if clock is not None else time.time()
         mode = query.get("mode", [""])[0]
         if mode == "slow":
             time.sleep(float(query.get("delay", ["3"])[0]))
         with state.lock:
             outage = state.outage
         if outage:
-            self.send_json(503, {"error": "unavailable"})
+            # A backend under maintenance tells its clients when to come back.
+            self.send_json(503, {"error": "unavailable"}, extra_headers=[("Retry-After", "120")])
             return
         if mode == "status":
-            self.send_json(int(query.get("code", ["500"])[0]), {"error": "requested status"})
+            extra = []
+            if "retry" in query:
+                extra.append(("Retry-After", query["retry"][0]))
+            if "retry_date" in query:
+                extra.append(("Retry-After", self.date_time_string(self.backend_now + int(query["retry_date"][0]))))
+            error = query.get("error", ["requested status"])[0]
+            self.send_json(int(query.get("code", ["500"])[0]), {"error": error}, extra_headers=extra)
+            return
+        if mode == "html":
+            page = b"<html><body><h1>Forbidden</h1><p>Request blocked by the firewall.</p></body></html>"
+            self.send_response(int(query.get("code", ["403"])[0]))
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
             return
         if mode == "flaky":
             key = query.get("key", [""])[0]
@@ -209,8 +237,7 @@ class Handler(BaseHTTPRequestHandler):
         if mode == "malformed":
             self.send_json(200, b'{"email": "not-json-at-all", "expiresAt": ')
             return
-        clock = self.headers.get("X-Demo-Clock")
-        now = int(clock) if clock is not None else time.time()
+        now = self.backend_now
         lifetime = int(query.get("lifetime", ["900"])[0])
         credential = issue(state, session[0], session[1], now, lifetime)
         cache_control = "private, max-age=60" if mode == "cacheable" else "no-store"
