@@ -211,6 +211,29 @@ struct SessionEngineTests {
         #expect(harness.engine.state == .signedOut)
     }
 
+    @Test func aCredentialThatCanNeverVerifyEndsTheSessionInsteadOfRetrying() async throws {
+        for refusal in [
+            CredentialError(.unpairedSurrogate, key: "note", reason: "a property value holds a lone surrogate"),
+            SessionError(.invalidCredential, reason: "the backend's credential can never verify", isTransient: false),
+        ] as [any Error] {
+            let harness = EngineHarness()
+            let engine = harness.engine
+            let signIn = await engine.startCall { try await $0.signIn("alice") }
+            await harness.answerNext(with: .failure(refusal))
+            await #expect(throws: SessionError.self) { try await signIn.value }
+            do {
+                try await signIn.value
+            } catch let error as SessionError {
+                #expect(error.code == .invalidCredential)
+                #expect(!error.isTransient)
+            }
+            let later = await harness.advance(upTo: .seconds(3600)) { harness.fetcher.totalRequests > 1 }
+            #expect(!later, "the engine fetched again")
+            #expect(engine.state == .signedOut)
+            #expect(engine.metrics.fetchesFailed == [.invalidCredential: 1])
+        }
+    }
+
     @Test func signInWaitsThroughTransientFailuresAsUnavailable() async throws {
         let harness = EngineHarness()
         let engine = harness.engine

@@ -2,7 +2,9 @@
 ///
 /// The engine calls ``fetchCredential(for:)`` at most once at a time per account session, and cancels the call when
 /// the account changes. Throw ``SessionError/backendSessionEnded(_:)`` when the backend says the session is gone
-/// (terminal: the engine signs out); any other error is treated as transient and retried with backoff.
+/// (terminal: the engine signs out), or a ``SessionError`` with ``SessionError/Code/invalidCredential`` that is not
+/// transient when the backend issues a credential that can never verify (terminal too); any other error is treated
+/// as transient and retried with backoff.
 /// The engine validates every credential before installing it.
 ///
 /// A fetcher that knows more about the backend than the credential implements ``fetch(_:)`` as well: the backend's

@@ -738,21 +738,26 @@ public actor SessionEngine {
         apply(machine.timerFired(id, at: now), at: now)
     }
 
-    /// Maps what a fetcher threw to the engine's error: only ``SessionError/Code/backendSessionEnded`` is terminal.
+    /// Maps what a fetcher threw to the engine's error.
+    ///
+    /// Terminal, ending the session: ``SessionError/Code/backendSessionEnded``, and a credential refused for good
+    /// (``SessionError/Code/invalidCredential`` marked not transient, or a ``CredentialError`` with
+    /// ``CredentialError/Code/unpairedSurrogate``), since fetching again would return the same one. Everything else is
+    /// transient and retried with backoff.
     static func classify(_ error: any Error) -> SessionError {
         switch error {
         case let error as SessionError:
-            return SessionError(
-                error.code,
-                reason: error.reason,
-                isTransient: error.code != .backendSessionEnded,
-                retryAfter: error.retryAfter
-            )
+            // Terminal: the backend ended the session, or said its credential can never verify.
+            let terminal =
+                error.code == .backendSessionEnded || (error.code == .invalidCredential && !error.isTransient)
+            return SessionError(error.code, reason: error.reason, isTransient: !terminal, retryAfter: error.retryAfter)
         case let error as CredentialError:
+            // A credential the reference backend signs but no verifier can check is refused for good: retrying
+            // would fetch the same one for ever.
             return SessionError(
                 .invalidCredential,
                 reason: "the fetched credential is invalid: \(error.reason)",
-                isTransient: true
+                isTransient: error.code != .unpairedSurrogate
             )
         case is CancellationError:
             return .fetchFailed("the fetch was cancelled")
