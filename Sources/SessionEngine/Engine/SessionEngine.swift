@@ -260,18 +260,31 @@ public actor SessionEngine {
     /// - Throws: ``SessionError``: the fetch's failure (the engine keeps retrying in the background),
     ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
     ///   `CancellationError`.
-    public func renew() async throws -> IdentityCredential {
-        ledger?.enter()
+    public nonisolated func renew() async throws -> IdentityCredential {
+        // Only the decision and the registration run on the actor, where the call enters the ledger in order; the
+        // wait does not, so callers woken together resume on their own executors instead of queueing on the actor
+        // to return.
+        let answer = await requestRenewal()
         defer { ledger?.leave() }
+        switch answer {
+        case .now(let credential): return credential
+        case .wait(let ticket): return try await waiters.wait(ticket)
+        case .failed(let error): throw error
+        }
+    }
+
+    /// Enters the call and decides it: the credential to return at once, the caller's registered wait, or a failure.
+    private func requestRenewal() -> OutcomeWaiters.Answer {
+        ledger?.enter()
         let now = instant()
         switch machine.renewRequested(at: now) {
         case .current(let credential):
-            return credential
+            return .now(credential)
         case .fail(let error):
-            throw error
+            return .failed(error)
         case .wait(let epoch, let actions):
             apply(actions, at: now)
-            return try await waiters.wait(epoch: epoch, kind: .nextOutcome)
+            return .wait(waiters.register(epoch: epoch, kind: .nextOutcome))
         }
     }
 
