@@ -21,10 +21,16 @@ struct HotPathBenchmark: Benchmark {
         try await engine.signIn("reader")
         let counter = LockedCounter()
         let holder = HeadersHolder(try engine.identityHeaders())
+        let lockedHeaders = LockedHeaders(try engine.identityHeaders())
 
         let readMutex: @Sendable () -> Int = {
             var sum = 0
             for _ in 0..<Self.batchSize { sum &+= counter.value.withLock { $0 } }
+            return sum
+        }
+        let readLockedHeaders: @Sendable () -> Int = {
+            var sum = 0
+            for _ in 0..<Self.batchSize { sum &+= lockedHeaders.read().fields.count }
             return sum
         }
         let readHeaders: @Sendable () -> Int = {
@@ -49,6 +55,7 @@ struct HotPathBenchmark: Benchmark {
             values["engine1"] = await readRate(threads: 1, readHeaders)
             values["mutex2"] = await readRate(threads: 2, readMutex)
             values["engine2"] = await readRate(threads: 2, readHeaders)
+            values["floor1"] = await readRate(threads: 1, readLockedHeaders)
             let renewing = await readWhileRenewing(engine, window: window, readHeaders)
             values["engine2renewing"] = renewing.rates.meanRate
             onCPU.append(renewing.rates.onCPU)
@@ -93,6 +100,19 @@ struct HotPathBenchmark: Benchmark {
                 rate("engine2renewing", "identityHeaders() reads/s per core, 2 threads, renewing"),
                 against: rate("mutex2", "Mutex<Int>, 2 threads"),
                 goal: Goal(text: "≥ 20 M/s", met: Summary(series["engine2renewing"]!).median >= 20e6),
+                paired: true
+            ),
+            Figure(
+                name,
+                oneThread,
+                against: perRead("floor1", "floor: Mutex<IdentityHeaders> read, no clock, 1 thread"),
+                note: "the lock plus the retain and release any returned headers cost: the floor of a locked read",
+                paired: true
+            ),
+            Figure(
+                name,
+                perRead("floor1", "floor: Mutex<IdentityHeaders> read, no clock, 1 thread"),
+                against: mutexOne,
                 paired: true
             ),
             Figure(name, oneThread, against: perRead("actorTask", "actor getter from a task"), paired: true),
@@ -169,6 +189,19 @@ private actor HeadersHolder {
     }
 
     func current() -> IdentityHeaders { headers }
+}
+
+/// The headers alone behind the standard lock, read without a clock: the floor of any locked read that returns them.
+private final class LockedHeaders: Sendable {
+    private let headers: Synchronization.Mutex<IdentityHeaders>
+
+    init(_ headers: IdentityHeaders) {
+        self.headers = Synchronization.Mutex(headers)
+    }
+
+    /// Never inlined, so it is called across a function boundary as the engine's method is.
+    @inline(never)
+    func read() -> IdentityHeaders { headers.withLock { $0 } }
 }
 
 /// A flag one task sets and others poll.

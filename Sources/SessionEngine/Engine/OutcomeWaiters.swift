@@ -190,13 +190,14 @@ final class OutcomeWaiters: Sendable {
         resume(resumed, with: result)
     }
 
-    /// Makes each caller runnable on the ledger, then resumes it; the callers run on their own executors.
+    /// Makes the callers runnable on the ledger, all in one step before any is resumed, then resumes them in order;
+    /// they run on their own executors.
     private func resume(
         _ continuations: [CheckedContinuation<IdentityCredential, any Error>],
         with result: Result<IdentityCredential, any Error>
     ) {
+        ledger?.unpark(count: continuations.count)
         for continuation in continuations {
-            ledger?.unpark()
             continuation.resume(with: result)
         }
     }

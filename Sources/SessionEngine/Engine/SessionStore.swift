@@ -63,6 +63,14 @@ final class SessionStore: Sendable {
         case shutDown
     }
 
+    /// Why ``Readable`` holds no headers, as a trivial value.
+    private enum Unavailable {
+        case signedOut
+        case switching
+        case expired
+        case shutDown
+    }
+
     private let state = Mutex(State())
     private let readable = Mutex(Readable.signedOut)
     private let clock: any SessionClock
@@ -139,16 +147,27 @@ final class SessionStore: Sendable {
     /// It takes only the lock of ``Readable`` and, on the ``SystemClock``, reads the coarse wall clock (see
     /// ``WallClockCheck``): the one read every identified request makes.
     func headers() throws(SessionError) -> IdentityHeaders {
-        let readable = self.readable.withLock { $0 }
-        switch readable {
-        case .usable(let headers, let expiresAt):
-            guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
-            return headers
-        case .signedOut: throw Self.error(for: .signedOut)
-        case .switching: throw Self.error(for: .switching)
-        case .expired: throw Self.expiredError
-        case .shutDown: throw Self.error(for: .shutDown)
+        // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
+        let (headers, expiresAt, unavailable) = readable.withLock {
+            readable -> (IdentityHeaders?, Int64, Unavailable) in
+            switch readable {
+            case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
+            case .signedOut: (nil, 0, .signedOut)
+            case .switching: (nil, 0, .switching)
+            case .expired: (nil, 0, .expired)
+            case .shutDown: (nil, 0, .shutDown)
+            }
         }
+        guard let headers else {
+            switch unavailable {
+            case .signedOut: throw Self.error(for: .signedOut)
+            case .switching: throw Self.error(for: .switching)
+            case .expired: throw Self.expiredError
+            case .shutDown: throw Self.error(for: .shutDown)
+            }
+        }
+        guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
+        return headers
     }
 
     /// The usable credential, checked against the local clock.
