@@ -580,6 +580,12 @@ public actor SessionEngine {
         timerTask?.cancel()
         let clock = self.clock
         timerTask = startTask { [weak self] in
+            // On the system clock, a wall-clock deadline alone waits on the process's one wall-clock watch.
+            if clock is SystemClock, let wall = spec.wallDeadline, spec.uptimeDeadline == nil {
+                guard (try? await WallClockWatch.system.wait(until: wall)) != nil else { return }
+                await self?.timerFired(spec.id)
+                return
+            }
             while !Task.isCancelled {
                 let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
                 if spec.isDue(at: now) {
