@@ -7,6 +7,10 @@ import Synchronization
 /// suspends is kept in its ticket. ``wait(_:)`` then suspends the caller outside the actor, so a resolved caller
 /// resumes straight on its own executor instead of queueing on the actor to return. Outcomes are handed out first
 /// come, first served. A cancelled caller is removed at once; the fetch it waited for goes on.
+///
+/// The continuations are unchecked: a slot is resumed exactly once, by whichever of the resolution, the cancellation
+/// and the registration removes it from `slots` under the lock, and 10,000 waiters woken together should not pay for
+/// a check object each.
 final class OutcomeWaiters: Sendable {
     /// A registered caller's claim on the next outcome of its epoch and kind.
     struct Ticket: Sendable {
@@ -27,7 +31,7 @@ final class OutcomeWaiters: Sendable {
         case waiting(
             epoch: UInt64,
             kind: SessionStateMachine.WaiterKind,
-            continuation: CheckedContinuation<IdentityCredential, any Error>
+            continuation: UnsafeContinuation<IdentityCredential, any Error>
         )
         /// The outcome arrived (or the caller was cancelled) before the caller suspended.
         case resolved(Result<IdentityCredential, any Error>)
@@ -59,8 +63,8 @@ final class OutcomeWaiters: Sendable {
         mutating func take(
             _ outcome: Result<IdentityCredential, any Error>,
             where selected: (UInt64, SessionStateMachine.WaiterKind) -> Bool
-        ) -> [CheckedContinuation<IdentityCredential, any Error>] {
-            var resumed: [CheckedContinuation<IdentityCredential, any Error>] = []
+        ) -> [UnsafeContinuation<IdentityCredential, any Error>] {
+            var resumed: [UnsafeContinuation<IdentityCredential, any Error>] = []
             var kept: [UInt64] = []
             kept.reserveCapacity(order.count)
             for id in order {
@@ -115,7 +119,7 @@ final class OutcomeWaiters: Sendable {
     /// - Throws: The fetch's failure, or `CancellationError` when the caller is cancelled first.
     func wait(_ ticket: Ticket) async throws -> IdentityCredential {
         try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
+            try await withUnsafeThrowingContinuation { continuation in
                 let ready = state.withLock { state -> Result<IdentityCredential, any Error>? in
                     switch state.slots[ticket.id] {
                     case .registered(let epoch, let kind):
@@ -132,7 +136,7 @@ final class OutcomeWaiters: Sendable {
                 if let ready { continuation.resume(with: ready) }
             }
         } onCancel: {
-            let waiting = state.withLock { state -> CheckedContinuation<IdentityCredential, any Error>? in
+            let waiting = state.withLock { state -> UnsafeContinuation<IdentityCredential, any Error>? in
                 switch state.slots[ticket.id] {
                 case .registered:
                     state.slots[ticket.id] = .resolved(.failure(CancellationError()))
@@ -193,7 +197,7 @@ final class OutcomeWaiters: Sendable {
     /// Makes the callers runnable on the ledger, all in one step before any is resumed, then resumes them in order;
     /// they run on their own executors.
     private func resume(
-        _ continuations: [CheckedContinuation<IdentityCredential, any Error>],
+        _ continuations: [UnsafeContinuation<IdentityCredential, any Error>],
         with result: Result<IdentityCredential, any Error>
     ) {
         ledger?.unpark(count: continuations.count)
