@@ -44,7 +44,7 @@ struct CoalescingBenchmark: Benchmark {
                 Measurement("added latency after the fetch, p50", .seconds, engineMedian),
                 against: Measurement("resuming \(count) continuations, p50", .seconds, baselineMedian),
                 paired: true
-            ),
+            ).goal("≤ 2×") { $0 <= 2 },
             Figure(
                 name,
                 Measurement("added latency after the fetch, p99", .seconds, engineTail),

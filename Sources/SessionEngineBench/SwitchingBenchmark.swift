@@ -15,15 +15,18 @@ struct SwitchingBenchmark: Benchmark {
         var drains: [Double] = []
         var overrun: [Double] = []
         var cancelled: [Double] = []
+        var pairs: [Double] = []
         for round in 0..<(options.warmupRounds + options.rounds) {
             progress("  switching round \(round + 1)")
             let result = try await switchWithWorkInFlight(seed: UInt64(round))
             let baseline = await cancelBareTasks()
+            let pair = await cancelAwaitedTasks()
             guard round >= options.warmupRounds else { continue }
             switches.append(result.switchTime.seconds)
             drains.append(result.drainTime.seconds)
             overrun.append(Double(result.stillRunning))
             cancelled.append(baseline.seconds)
+            pairs.append(pair.seconds)
         }
         let baseline = Measurement("cancelling and awaiting \(grouped(Self.bodies)) bare tasks", .seconds, cancelled)
         return [
@@ -32,6 +35,18 @@ struct SwitchingBenchmark: Benchmark {
                 Measurement(
                     "switch with \(grouped(Self.bodies)) bodies in flight: cancel, drain, install", .seconds, switches),
                 against: baseline,
+                paired: true
+            ).goal("≤ 1.5×") { $0 <= 1.5 },
+            Figure(
+                name,
+                Measurement(
+                    "switch with \(grouped(Self.bodies)) bodies in flight: cancel, drain, install", .seconds, switches),
+                against: Measurement(
+                    "cancelling \(grouped(Self.bodies)) bare tasks, each awaited by a caller task",
+                    .seconds,
+                    pairs
+                ),
+                note: "the engine's shape: each body runs in its own task, which its caller awaits",
                 paired: true
             ),
             Figure(
@@ -82,6 +97,32 @@ struct SwitchingBenchmark: Benchmark {
         for caller in callers { await caller.value }
         await engine.shutdown()
         return (switchTime, start.duration(to: progress.hooksRan!), Self.bodies - progress.endedAtFetch!)
+    }
+
+    /// Cancels 10,000 sleeping tasks, each awaited by a caller task as `withIdentity` awaits its body, and waits
+    /// for the callers.
+    private func cancelAwaitedTasks() async -> Duration {
+        let started = Arrivals()
+        let inner = (0..<Self.bodies).map { _ in
+            Task {
+                started.arrive()
+                try await suspendUntilCancelled()
+            }
+        }
+        let callers = inner.map { task in
+            Task {
+                try? await withTaskCancellationHandler {
+                    try await task.value
+                } onCancel: {
+                    task.cancel()
+                }
+            }
+        }
+        await started.wait(for: Self.bodies)
+        let start = ContinuousClock.now
+        for task in inner { task.cancel() }
+        for caller in callers { await caller.value }
+        return start.duration(to: .now)
     }
 
     /// The runtime's floor: as many plain tasks, each waiting until cancelled, cancelled and awaited.

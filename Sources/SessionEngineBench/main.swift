@@ -25,6 +25,7 @@ let benchmarks: [any Benchmark] = [
     SwitchingBenchmark(),
     SoakBenchmark(),
     FleetBenchmark(),
+    IdleEnginesBenchmark(),
 ]
 
 func parseOptions(_ arguments: [String]) -> Options? {

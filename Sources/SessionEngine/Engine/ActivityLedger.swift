@@ -66,6 +66,12 @@ package final class ActivityLedger: Sendable {
     /// A parked activity is made runnable again; call before resuming it.
     package func unpark() { change(by: 1) }
 
+    /// `count` parked activities are made runnable again, in one step; call before resuming any of them.
+    package func unpark(count: Int) {
+        guard count > 0 else { return }
+        change(by: count)
+    }
+
     /// A call entered an engine: it is runnable until it parks or returns.
     package func enter() {
         let ready = state.withLock { state in

@@ -1,19 +1,89 @@
 import Synchronization
 
-/// Callers waiting for a fetch's outcome, keyed by epoch.
+/// Callers waiting for a fetch's outcome, keyed by epoch, resolved in registration order.
 ///
-/// Registration happens on the engine's actor, in the same step that decided to wait, so no outcome can slip
-/// between the decision and the registration. A cancelled caller is removed at once; the fetch it waited for goes on.
+/// Waiting is two steps. ``register(epoch:kind:)`` runs on the engine's actor, in the same step that decided to
+/// wait, so no outcome can slip between the decision and the registration: an outcome that arrives before the caller
+/// suspends is kept in its ticket. ``wait(_:)`` then suspends the caller outside the actor, so a resolved caller
+/// resumes straight on its own executor instead of queueing on the actor to return. Outcomes are handed out first
+/// come, first served. A cancelled caller is removed at once; the fetch it waited for goes on.
+///
+/// The continuations are unchecked: a slot is resumed exactly once, by whichever of the resolution, the cancellation
+/// and the registration removes it from `slots` under the lock, and 10,000 waiters woken together should not pay for
+/// a check object each.
 final class OutcomeWaiters: Sendable {
-    private struct Waiter {
-        var epoch: UInt64
-        var kind: SessionStateMachine.WaiterKind
-        var continuation: CheckedContinuation<IdentityCredential, any Error>
+    /// A registered caller's claim on the next outcome of its epoch and kind.
+    struct Ticket: Sendable {
+        fileprivate let id: UInt64
+    }
+
+    /// What a deciding step gives a caller: the credential now, a ticket to wait on off the actor, or a failure.
+    enum Answer: Sendable {
+        case now(IdentityCredential)
+        case wait(Ticket)
+        case failed(SessionError)
+    }
+
+    private enum Slot {
+        /// Registered; the caller has not suspended yet.
+        case registered(epoch: UInt64, kind: SessionStateMachine.WaiterKind)
+        /// The caller is suspended; it is parked on the ledger.
+        case waiting(
+            epoch: UInt64,
+            kind: SessionStateMachine.WaiterKind,
+            continuation: UnsafeContinuation<IdentityCredential, any Error>
+        )
+        /// The outcome arrived (or the caller was cancelled) before the caller suspended.
+        case resolved(Result<IdentityCredential, any Error>)
+
+        /// The epoch and kind of a caller still waiting for an outcome.
+        var awaiting: (epoch: UInt64, kind: SessionStateMachine.WaiterKind)? {
+            switch self {
+            case .registered(let epoch, let kind), .waiting(let epoch, let kind, _): (epoch, kind)
+            case .resolved: nil
+            }
+        }
     }
 
     private struct State {
         var nextID: UInt64 = 0
-        var waiters: [UInt64: Waiter] = [:]
+        var slots: [UInt64: Slot] = [:]
+        /// Registration order of the slots; IDs of removed slots are dropped lazily.
+        var order: [UInt64] = []
+        /// Slots still waiting for an outcome.
+        var awaiting = 0
+
+        /// Drops the IDs of removed slots from `order` once they are most of it.
+        mutating func compactIfSparse() {
+            guard order.count > 2 * slots.count + 64 else { return }
+            order.removeAll { slots[$0] == nil }
+        }
+
+        /// Takes the outcome for every slot the predicate selects, in registration order.
+        mutating func take(
+            _ outcome: Result<IdentityCredential, any Error>,
+            where selected: (UInt64, SessionStateMachine.WaiterKind) -> Bool
+        ) -> [UnsafeContinuation<IdentityCredential, any Error>] {
+            var resumed: [UnsafeContinuation<IdentityCredential, any Error>] = []
+            var kept: [UInt64] = []
+            kept.reserveCapacity(order.count)
+            for id in order {
+                guard let slot = slots[id] else { continue }
+                guard let (epoch, kind) = slot.awaiting, selected(epoch, kind) else {
+                    kept.append(id)
+                    continue
+                }
+                awaiting -= 1
+                if case .waiting(_, _, let continuation) = slot {
+                    slots.removeValue(forKey: id)
+                    resumed.append(continuation)
+                } else {
+                    slots[id] = .resolved(outcome)
+                }
+            }
+            order = kept
+            return resumed
+        }
     }
 
     private let state = Mutex(State())
@@ -26,10 +96,67 @@ final class OutcomeWaiters: Sendable {
         self.ledger = ledger
     }
 
-    /// The number of waiting callers.
-    var count: Int { state.withLock { $0.waiters.count } }
+    /// The number of callers waiting for an outcome.
+    var count: Int { state.withLock { $0.awaiting } }
 
-    /// Waits for the epoch's next outcome of the given kind.
+    /// Registers a caller for the epoch's next outcome of the given kind; call it in the step that decided to wait.
+    func register(epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> Ticket {
+        state.withLock { state in
+            state.nextID += 1
+            let id = state.nextID
+            state.compactIfSparse()
+            state.slots[id] = .registered(epoch: epoch, kind: kind)
+            state.order.append(id)
+            state.awaiting += 1
+            return Ticket(id: id)
+        }
+    }
+
+    /// Waits for the outcome of a registered ticket, off any actor.
+    ///
+    /// - Parameter ticket: What ``register(epoch:kind:)`` returned; each ticket is waited for once.
+    /// - Returns: The installed credential.
+    /// - Throws: The fetch's failure, or `CancellationError` when the caller is cancelled first.
+    func wait(_ ticket: Ticket) async throws -> IdentityCredential {
+        try await withTaskCancellationHandler {
+            try await withUnsafeThrowingContinuation { continuation in
+                let ready = state.withLock { state -> Result<IdentityCredential, any Error>? in
+                    switch state.slots[ticket.id] {
+                    case .registered(let epoch, let kind):
+                        state.slots[ticket.id] = .waiting(epoch: epoch, kind: kind, continuation: continuation)
+                        ledger?.park()
+                        return nil
+                    case .resolved(let outcome):
+                        state.slots.removeValue(forKey: ticket.id)
+                        return outcome
+                    case .waiting, nil:
+                        preconditionFailure("a ticket was waited for twice")
+                    }
+                }
+                if let ready { continuation.resume(with: ready) }
+            }
+        } onCancel: {
+            let waiting = state.withLock { state -> UnsafeContinuation<IdentityCredential, any Error>? in
+                switch state.slots[ticket.id] {
+                case .registered:
+                    state.slots[ticket.id] = .resolved(.failure(CancellationError()))
+                    state.awaiting -= 1
+                    return nil
+                case .waiting(_, _, let continuation):
+                    state.slots.removeValue(forKey: ticket.id)
+                    state.awaiting -= 1
+                    return continuation
+                case .resolved, nil:
+                    return nil
+                }
+            }
+            guard let waiting else { return }
+            ledger?.unpark()
+            waiting.resume(throwing: CancellationError())
+        }
+    }
+
+    /// Registers and waits: for callers that decide to wait inside an actor step.
     ///
     /// - Parameter isolation: The caller's actor; registration runs there before the caller suspends.
     func wait(
@@ -37,60 +164,45 @@ final class OutcomeWaiters: Sendable {
         kind: SessionStateMachine.WaiterKind,
         isolation: isolated (any Actor)? = #isolation
     ) async throws -> IdentityCredential {
-        let id = state.withLock { state in
-            state.nextID += 1
-            return state.nextID
-        }
-        return try await withTaskCancellationHandler {
-            // The closure must capture `isolation` to run on the caller's actor: without it, it runs on the global
-            // executor after a hop, and an outcome resolved on the actor during that hop would never reach this
-            // caller.
-            _ = isolation
-            return try await withCheckedThrowingContinuation(isolation: isolation) { continuation in
-                let cancelled = state.withLock { state -> Bool in
-                    if Task.isCancelled { return true }
-                    state.waiters[id] = Waiter(epoch: epoch, kind: kind, continuation: continuation)
-                    ledger?.park()
-                    return false
-                }
-                if cancelled { continuation.resume(throwing: CancellationError()) }
-            }
-        } onCancel: {
-            let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
-            guard let waiter else { return }
-            ledger?.unpark()
-            waiter.continuation.resume(throwing: CancellationError())
-        }
+        let ticket = register(epoch: epoch, kind: kind)
+        return try await wait(ticket)
     }
 
-    /// Resolves the epoch's waiters of the given kinds with an outcome.
+    /// Resolves the epoch's waiters of the given kinds with an outcome, in registration order.
     func resolve(
         epoch: UInt64,
         kinds: Set<SessionStateMachine.WaiterKind>,
         outcome: SessionStateMachine.Outcome
     ) {
-        let resolved = state.withLock { state -> [Waiter] in
-            let ids = state.waiters.filter { $0.value.epoch == epoch && kinds.contains($0.value.kind) }.map(\.key)
-            return ids.compactMap { state.waiters.removeValue(forKey: $0) }
-        }
-        for waiter in resolved {
-            ledger?.unpark()
+        let result: Result<IdentityCredential, any Error> =
             switch outcome {
-            case .installed(let credential): waiter.continuation.resume(returning: credential)
-            case .failed(let error): waiter.continuation.resume(throwing: error)
+            case .installed(let credential): .success(credential)
+            case .failed(let error): .failure(error)
             }
+        let resumed = state.withLock { state in
+            state.take(result) { $0 == epoch && kinds.contains($1) }
         }
+        resume(resumed, with: result)
     }
 
     /// Fails every waiter.
     func failAll(_ error: SessionError) {
-        let all = state.withLock { state -> [Waiter] in
-            defer { state.waiters.removeAll() }
-            return Array(state.waiters.values)
+        let result = Result<IdentityCredential, any Error>.failure(error)
+        let resumed = state.withLock { state in
+            state.take(result) { _, _ in true }
         }
-        for waiter in all {
-            ledger?.unpark()
-            waiter.continuation.resume(throwing: error)
+        resume(resumed, with: result)
+    }
+
+    /// Makes the callers runnable on the ledger, all in one step before any is resumed, then resumes them in order;
+    /// they run on their own executors.
+    private func resume(
+        _ continuations: [UnsafeContinuation<IdentityCredential, any Error>],
+        with result: Result<IdentityCredential, any Error>
+    ) {
+        ledger?.unpark(count: continuations.count)
+        for continuation in continuations {
+            continuation.resume(with: result)
         }
     }
 }

@@ -3,7 +3,7 @@ import Foundation
 /// How the engine renews, retries and buffers.
 ///
 /// The defaults suit a long-running daemon with 15-minute credentials: renew at about two thirds of the lifetime
-/// with ±10 % jitter, retry transient failures from 1 s doubling up to 5 min with full jitter, and never start two
+/// with ±25 % jitter, retry transient failures from 1 s doubling up to 5 min with full jitter, and never start two
 /// fetches for an account within 5 s of each other.
 public struct SessionConfiguration: Sendable {
     /// When a credential is renewed.
@@ -76,6 +76,12 @@ public struct SessionConfiguration: Sendable {
 /// A credential installed with lifetime `L` (its `expiresAt` minus the local time at install) is renewed after
 /// `L × fraction ± L × jitter`, drawn uniformly, so a fleet of processes that signed in together spreads its renewals
 /// out instead of renewing in lockstep. The time is clamped to leave at least ``minimumLead`` before expiry.
+///
+/// The default, `2/3 ± 1/4` of the lifetime, spreads even the first renewal wave of a fleet that signed in within a
+/// minute over half a lifetime, so the backend's peak stays under twice its mean from that wave on (the uniform
+/// draw's peak density is `fraction / (2 × jitter)` = 1.33 times the mean), while the latest renewal still leaves a
+/// twelfth of the lifetime (75 s of 15 minutes) for retries. The mean renewal point, and so the mean load, does not
+/// depend on the jitter. See BENCHMARKS.md, "fleet".
 public struct RenewalPolicy: Sendable, Hashable {
     /// The share of the lifetime after which renewal starts, in `0...1`.
     public var fraction: Double
@@ -90,7 +96,7 @@ public struct RenewalPolicy: Sendable, Hashable {
     ///   - fraction: The share of the lifetime after which to renew; clamped to `0...1`.
     ///   - jitter: The jitter's half-width as a share of the lifetime; clamped to `0...fraction`.
     ///   - minimumLead: The least time to leave before expiry.
-    public init(fraction: Double = 2.0 / 3.0, jitter: Double = 0.1, minimumLead: Duration = .seconds(10)) {
+    public init(fraction: Double = 2.0 / 3.0, jitter: Double = 0.25, minimumLead: Duration = .seconds(10)) {
         let fraction = fraction.isFinite ? min(max(fraction, 0), 1) : 2.0 / 3.0
         self.fraction = fraction
         self.jitter = jitter.isFinite ? min(max(jitter, 0), fraction) : 0
@@ -100,9 +106,10 @@ public struct RenewalPolicy: Sendable, Hashable {
 
 /// How the engine retries a transient fetch failure: exponential backoff with full jitter and a cap.
 ///
-/// After the `n`th consecutive failure the engine waits a uniformly random time in
-/// `0 ... min(cap, initial × multiplier^(n-1))`, and never less than what ``SessionConfiguration/minimumFetchInterval``
-/// still requires.
+/// After the `n`th consecutive failure the engine waits what ``SessionConfiguration/minimumFetchInterval`` still
+/// requires since the failed fetch started, plus a uniformly random time in `0 ..< min(cap, initial × multiplier^(n-1))`.
+/// The jitter is added above that floor rather than swallowed by it, so processes that failed together (a shared
+/// outage) do not retry together even while the floor is longer than the ceiling.
 public struct RetryPolicy: Sendable, Hashable {
     /// The backoff ceiling after the first failure.
     public var initial: Duration

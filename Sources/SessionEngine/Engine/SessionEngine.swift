@@ -334,18 +334,31 @@ public actor SessionEngine {
     /// - Throws: ``SessionError``: the fetch's failure (the engine keeps retrying in the background),
     ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
     ///   `CancellationError`.
-    public func renew() async throws -> IdentityCredential {
-        ledger?.enter()
+    public nonisolated func renew() async throws -> IdentityCredential {
+        // Only the decision and the registration run on the actor, where the call enters the ledger in order; the
+        // wait does not, so callers woken together resume on their own executors instead of queueing on the actor
+        // to return.
+        let answer = await requestRenewal()
         defer { ledger?.leave() }
+        switch answer {
+        case .now(let credential): return credential
+        case .wait(let ticket): return try await waiters.wait(ticket)
+        case .failed(let error): throw error
+        }
+    }
+
+    /// Enters the call and decides it: the credential to return at once, the caller's registered wait, or a failure.
+    private func requestRenewal() -> OutcomeWaiters.Answer {
+        ledger?.enter()
         let now = instant()
         switch machine.renewRequested(at: now) {
         case .current(let credential):
-            return credential
+            return .now(credential)
         case .fail(let error):
-            throw error
+            return .failed(error)
         case .wait(let epoch, let actions):
             apply(actions, at: now)
-            return try await waiters.wait(epoch: epoch, kind: .nextOutcome)
+            return .wait(waiters.register(epoch: epoch, kind: .nextOutcome))
         }
     }
 
@@ -709,6 +722,12 @@ public actor SessionEngine {
         timerTask?.cancel()
         let clock = self.clock
         timerTask = startTask { [weak self] in
+            // On the system clock, a wall-clock deadline alone waits on the process's one wall-clock watch.
+            if clock is SystemClock, let wall = spec.wallDeadline, spec.uptimeDeadline == nil {
+                guard (try? await WallClockWatch.system.wait(until: wall)) != nil else { return }
+                await self?.timerFired(spec.id)
+                return
+            }
             while !Task.isCancelled {
                 let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
                 if spec.isDue(at: now) {

@@ -54,8 +54,31 @@ final class SessionStore: Sendable {
         }
     }
 
+    /// What ``headers()`` reads, and all it reads: the usable credential's headers and expiry, or why there are none.
+    ///
+    /// Kept apart from ``State`` so a read copies one reference (the headers' storage) and takes a lock no other
+    /// path contends for. Written only under `state`'s lock, in the same step as `State.access`.
+    private enum Readable {
+        /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
+        case usable(IdentityHeaders, expiresAt: TimeInterval)
+        case signedOut
+        case switching
+        case expired
+        case shutDown
+    }
+
+    /// Why ``Readable`` holds no headers, as a trivial value.
+    private enum Unavailable {
+        case signedOut
+        case switching
+        case expired
+        case shutDown
+    }
+
     private let state = Mutex(State())
+    private let readable = Mutex(Readable.signedOut)
     private let clock: any SessionClock
+    private let wallClock: WallClockCheck
     private let ledger: ActivityLedger?
 
     /// Creates an empty store.
@@ -65,6 +88,7 @@ final class SessionStore: Sendable {
     ///   - ledger: Where drains waiting for work are parked.
     init(clock: any SessionClock, ledger: ActivityLedger?) {
         self.clock = clock
+        self.wallClock = WallClockCheck(clock)
         self.ledger = ledger
     }
 
@@ -92,9 +116,7 @@ final class SessionStore: Sendable {
             state.state = sessionState
             if shutDown {
                 state.access = .shutDown
-                return
-            }
-            if let (credential, epoch) = credential {
+            } else if let (credential, epoch) = credential {
                 if case .usable(let current, let headers, _, let currentEpoch) = state.access,
                     currentEpoch == epoch, current == credential
                 {
@@ -108,21 +130,55 @@ final class SessionStore: Sendable {
                         epoch: epoch
                     )
                 }
-                return
+            } else {
+                switch sessionState {
+                case .signedOut: state.access = .signedOut
+                case .switching: state.access = .switching
+                case .expired, .identified, .renewing: state.access = .expired
+                }
             }
-            switch sessionState {
-            case .signedOut: state.access = .signedOut
-            case .switching: state.access = .switching
-            case .expired, .identified, .renewing: state.access = .expired
-            }
+            publishReadable(state.access)
         }
     }
 
+    /// Mirrors `access` into the field ``headers()`` reads; called under `state`'s lock.
+    private func publishReadable(_ access: Access) {
+        let next: Readable =
+            switch access {
+            case .usable(_, let headers, let expiresAt, _): .usable(headers, expiresAt: expiresAt)
+            case .signedOut: .signedOut
+            case .switching: .switching
+            case .expired: .expired
+            case .shutDown: .shutDown
+            }
+        readable.withLock { $0 = next }
+    }
+
     /// The usable credential's headers, checked against the local clock.
+    ///
+    /// It takes only the lock of ``Readable`` and, on the ``SystemClock``, reads the coarse wall clock (see
+    /// ``WallClockCheck``): the one read every identified request makes.
     func headers() throws(SessionError) -> IdentityHeaders {
-        let access = state.withLock { $0.access }
-        guard case .usable(_, let headers, let expiresAt, _) = access else { throw Self.error(for: access) }
-        guard clock.now.timeIntervalSince1970 < expiresAt else { throw Self.expiredError }
+        // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
+        let (headers, expiresAt, unavailable) = readable.withLock {
+            readable -> (IdentityHeaders?, TimeInterval, Unavailable) in
+            switch readable {
+            case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
+            case .signedOut: (nil, 0, .signedOut)
+            case .switching: (nil, 0, .switching)
+            case .expired: (nil, 0, .expired)
+            case .shutDown: (nil, 0, .shutDown)
+            }
+        }
+        guard let headers else {
+            switch unavailable {
+            case .signedOut: throw Self.error(for: .signedOut)
+            case .switching: throw Self.error(for: .switching)
+            case .expired: throw Self.expiredError
+            case .shutDown: throw Self.error(for: .shutDown)
+            }
+        }
+        guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
         return headers
     }
 

@@ -103,13 +103,16 @@ extension SessionStateMachine {
         return now.wall.addingTimeInterval(delay)
     }
 
-    /// Full-jitter exponential backoff, never shorter than what the minimum fetch interval still requires.
+    /// Full-jitter exponential backoff above what the minimum fetch interval still requires: the delay is that floor
+    /// plus a uniform draw in `0 ..< ceiling`, so callers that failed together never retry together, even while the
+    /// floor is longer than the ceiling.
     mutating func backoff(failures: Int, session: AccountSession, at now: SessionInstant) -> Duration {
         let ceiling = configuration.retry.ceiling(afterFailures: failures)
-        var delay = Duration.seconds(ceiling.timeInterval * random.nextUnit())
+        var floor = Duration.zero
         if let last = session.lastFetchStart {
-            delay = max(delay, last + configuration.minimumFetchInterval - now.uptime)
+            floor = max(.zero, last + configuration.minimumFetchInterval - now.uptime)
         }
+        let delay = floor + .seconds(ceiling.timeInterval * random.nextUnit())
         return max(delay, .milliseconds(1))
     }
 }

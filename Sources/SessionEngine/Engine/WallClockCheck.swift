@@ -1,0 +1,57 @@
+import Foundation
+
+/// Checks the wall clock against a credential's expiry as cheaply as exactness allows.
+///
+/// On the ``SystemClock`` it reads `CLOCK_REALTIME_COARSE` (Linux), which the kernel updates on every tick and which
+/// costs a memory read through the vDSO instead of a clock read. The coarse time lags the precise time by at most the
+/// clock's resolution (`clock_getres`, one tick) while the kernel's timekeeping runs; a guard band of one more second
+/// covers a timekeeping CPU that was descheduled (a virtual machine's vCPU). Only when the coarse time plus the
+/// resolution and the guard band reaches the expiry does the check read the precise clock, as ``SystemClock/now``
+/// does, so a credential is never handed out at or after `expiresAt`: the fast answer is only ever "certainly
+/// before". Every other clock, and other platforms, read the clock's ``SessionClock/now``.
+struct WallClockCheck: Sendable {
+    private let clock: any SessionClock
+    /// How far before the expiry, in nanoseconds, the coarse time stops deciding alone; `nil` without a coarse clock.
+    private let coarseMargin: Int64?
+
+    /// The guard band above the coarse clock's resolution.
+    static let guardBand: Int64 = 1_000_000_000
+
+    /// Creates the check for `clock`.
+    init(_ clock: any SessionClock) {
+        self.clock = clock
+        coarseMargin = clock is SystemClock ? Self.coarseResolution().map { $0 + Self.guardBand } : nil
+    }
+
+    /// Whether the wall clock is before `deadline`, in Unix seconds; exactly as `clock.now < deadline`.
+    ///
+    /// The coarse clock answers only when it is more than its margin (its resolution and a second) before the
+    /// deadline, so the rounding of the deadline to nanoseconds (well under a microsecond) cannot matter; at the
+    /// boundary the precise clock decides.
+    @inline(__always)
+    func isBefore(_ deadline: TimeInterval) -> Bool {
+        #if os(Linux)
+            if let coarseMargin, deadline > 0, deadline < 9e9 {
+                var time = timespec()
+                clock_gettime(CLOCK_REALTIME_COARSE, &time)
+                let coarse = Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec)
+                let limit = Int64((deadline * 1e9).rounded(.down))
+                if coarse &+ coarseMargin < limit { return true }
+            }
+        #endif
+        return clock.now.timeIntervalSince1970 < deadline
+    }
+
+    /// The resolution of `CLOCK_REALTIME_COARSE` in nanoseconds, or `nil` where there is none.
+    private static func coarseResolution() -> Int64? {
+        #if os(Linux)
+            var resolution = timespec()
+            guard clock_getres(CLOCK_REALTIME_COARSE, &resolution) == 0 else { return nil }
+            let nanoseconds = Int64(resolution.tv_sec) * 1_000_000_000 + Int64(resolution.tv_nsec)
+            // A resolution of a second or more is no coarse clock worth the name.
+            return nanoseconds > 0 && nanoseconds < 1_000_000_000 ? nanoseconds : nil
+        #else
+            return nil
+        #endif
+    }
+}
