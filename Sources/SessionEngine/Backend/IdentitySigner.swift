@@ -24,6 +24,8 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
     public let lifetime: Duration
     private let hmac: HMACSHA256
     private let clock: any SessionClock
+    /// Reads the clock for the lifetime check, cheaply on the system clock.
+    private let wallClock: WallClockCheck
 
     /// Creates a signer.
     ///
@@ -54,6 +56,7 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
         self.lifetime = lifetime
         self.hmac = HMACSHA256(key: Array(secret.utf8))
         self.clock = clock
+        self.wallClock = WallClockCheck(clock)
     }
 
     /// Issues a credential that expires ``lifetime`` from now.
@@ -89,8 +92,8 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
         guard expiresAt > 0 else {
             throw CredentialError(.invalidExpiresAt, reason: "expiresAt must be a positive number of Unix seconds")
         }
-        let latest = clock.now.timeIntervalSince1970 + Self.maximumLifetimeSeconds
-        guard TimeInterval(expiresAt) <= latest else {
+        // expiresAt ≤ now + 24 h, that is now ≥ expiresAt − 24 h.
+        guard wallClock.isAtOrAfter(TimeInterval(expiresAt) - Self.maximumLifetimeSeconds) else {
             throw CredentialError(.lifetimeTooLong, reason: "expiresAt is more than 24 hours from now")
         }
         let digest = IdentityPayload.withUTF8(

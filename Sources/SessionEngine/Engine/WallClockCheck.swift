@@ -42,6 +42,23 @@ struct WallClockCheck: Sendable {
         return clock.now.timeIntervalSince1970 < deadline
     }
 
+    /// Whether the wall clock is at or after `instant`, in Unix seconds; exactly as `clock.now >= instant`.
+    ///
+    /// The coarse time never runs ahead of the precise time, so when it has already reached `instant` (rounded up to
+    /// the nanosecond) the precise time has too; otherwise the precise clock decides.
+    @inline(__always)
+    func isAtOrAfter(_ instant: TimeInterval) -> Bool {
+        #if os(Linux)
+            if coarseMargin != nil, instant > 0, instant < 9e9 {
+                var time = timespec()
+                clock_gettime(CLOCK_REALTIME_COARSE, &time)
+                let coarse = Int64(time.tv_sec) &* 1_000_000_000 &+ Int64(time.tv_nsec)
+                if coarse >= Int64((instant * 1e9).rounded(.up)) { return true }
+            }
+        #endif
+        return clock.now.timeIntervalSince1970 >= instant
+    }
+
     /// The resolution of `CLOCK_REALTIME_COARSE` in nanoseconds, or `nil` where there is none.
     private static func coarseResolution() -> Int64? {
         #if os(Linux)
