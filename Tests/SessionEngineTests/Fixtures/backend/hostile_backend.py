@@ -27,6 +27,8 @@ import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import loopback_server
+
 BLOCK = b"x" * (1 << 20)
 _bomb = None
 _bomb_lock = threading.Lock()
@@ -133,25 +135,7 @@ def main():
     arguments = parser.parse_args()
     server = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=gzip_bomb, daemon=True).start()
-    sys.stdout.write("%d\n" % server.server_address[1])
-    sys.stdout.flush()
-
-    def stop_when_stdin_closes():
-        try:
-            while sys.stdin.buffer.read(4096):
-                pass
-        finally:
-            server.shutdown()
-
-    if arguments.exit_on_stdin_eof:
-        threading.Thread(target=stop_when_stdin_closes, daemon=True).start()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
+    return loopback_server.serve(server, arguments.exit_on_stdin_eof)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+import loopback_server
+
 NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"]
 
 # The emails the backend's sessions hold, raw: the handler normalizes them before signing.
@@ -264,25 +266,7 @@ def main():
         return 2
     server = Server(("127.0.0.1", arguments.port), Handler)
     server.state = State(project_id, secret)
-    sys.stdout.write("%d\n" % server.server_address[1])
-    sys.stdout.flush()
-
-    def stop_when_stdin_closes():
-        try:
-            while sys.stdin.buffer.read(4096):
-                pass
-        finally:
-            server.shutdown()
-
-    if arguments.exit_on_stdin_eof:
-        threading.Thread(target=stop_when_stdin_closes, daemon=True).start()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
+    return loopback_server.serve(server, arguments.exit_on_stdin_eof)
 
 
 if __name__ == "__main__":
