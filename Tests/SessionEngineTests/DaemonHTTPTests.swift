@@ -101,8 +101,7 @@ struct DaemonHTTPTests {
             )
             var events = engine.events(bufferLimit: .max).makeAsyncIterator()
             _ = await engine.startCall { engine in try await engine.signIn("alice") }
-            let event = await events.next { if case .fetchFailed = $0.kind { true } else { false } }
-            guard case .fetchFailed(let failure) = event?.kind else {
+            guard let failure = await events.nextFailure() else {
                 Issue.record("no failure reported")
                 return
             }

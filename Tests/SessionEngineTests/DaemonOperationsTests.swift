@@ -110,8 +110,7 @@ struct DaemonOperationsTests {
             .fetchFailed, reason: "the backend answered 429", isTransient: true, retryAfter: .seconds(120))
         await harness.answerNext(with: .failure(busy))
         await #expect(throws: SessionError.self) { try await renewal.value }
-        let event = await events.next { if case .fetchFailed = $0.kind { true } else { false } }
-        guard case .fetchFailed(let failure) = event?.kind else {
+        guard let failure = await events.nextFailure() else {
             Issue.record("no failure reported")
             return
         }
@@ -145,8 +144,7 @@ struct DaemonOperationsTests {
         let signIn = await engine.startCall { engine in try await engine.signIn("alice") }
         let huge = SessionError(.fetchFailed, reason: "503", isTransient: true, retryAfter: .seconds(86_400))
         await harness.answerNext(with: .failure(huge))
-        let first = await events.next { if case .fetchFailed = $0.kind { true } else { false } }
-        guard case .fetchFailed(let bounded) = first?.kind else {
+        guard let bounded = await events.nextFailure() else {
             Issue.record("no failure reported")
             return
         }
@@ -156,8 +154,7 @@ struct DaemonOperationsTests {
         harness.clock.advance(by: .seconds(600))
         let tiny = SessionError(.fetchFailed, reason: "429", isTransient: true, retryAfter: .seconds(1))
         await harness.answerNext(with: .failure(tiny))
-        let second = await events.next { if case .fetchFailed = $0.kind { true } else { false } }
-        guard case .fetchFailed(let short) = second?.kind, let retryIn = short.retryIn else {
+        guard let short = await events.nextFailure(), let retryIn = short.retryIn else {
             Issue.record("no failure reported")
             return
         }

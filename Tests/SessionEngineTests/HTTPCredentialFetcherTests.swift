@@ -162,9 +162,8 @@ struct HTTPCredentialFetcherTests {
             let engine = SessionEngine(fetcher: flaky, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
             var events = engine.events(bufferLimit: .max).makeAsyncIterator()
             let signIn = Task { try await engine.signIn("alice") }
-            let event = await events.next { if case .fetchFailed = $0.kind { return true } else { return false } }
-            guard case .fetchFailed(let failure) = event?.kind, let retryIn = failure.retryIn else {
-                Issue.record("expected a transient failure, got \(String(describing: event))")
+            guard let failure = await events.nextFailure(), let retryIn = failure.retryIn else {
+                Issue.record("expected a transient failure")
                 return
             }
             #expect(failure.error.code == .fetchFailed)

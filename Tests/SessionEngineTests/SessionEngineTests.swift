@@ -157,8 +157,7 @@ struct SessionEngineTests {
         var delays: [Duration] = []
         for attempt in 1...10 {
             await harness.answerNext(with: .failure(URLError(.timedOut)))
-            let event = await events.next { if case .fetchFailed = $0.kind { return true } else { return false } }
-            guard case .fetchFailed(let failure) = event?.kind, let delay = failure.retryIn else {
+            guard let failure = await events.nextFailure(), let delay = failure.retryIn else {
                 Issue.record("no failure event for attempt \(attempt)")
                 return
             }
@@ -330,8 +329,7 @@ struct SessionEngineTests {
         let renewal = Task { try await engine.renew() }
         await harness.answerNext(with: .success(harness.credential(for: "alice", email: "mallory@example.com")))
         await #expect(throws: SessionError.self) { try await renewal.value }
-        let event = await events.next { if case .fetchFailed = $0.kind { return true } else { return false } }
-        guard case .fetchFailed(let failure) = event?.kind else {
+        guard let failure = await events.nextFailure() else {
             Issue.record("no failure event")
             return
         }

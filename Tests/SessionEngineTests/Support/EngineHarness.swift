@@ -91,6 +91,14 @@ extension SessionEvents.Iterator {
         return nil
     }
 
+    /// The next failed fetch, skipping other events; `nil` when the stream ends first.
+    mutating func nextFailure() async -> FetchFailure? {
+        while let event = await next() {
+            if case .fetchFailed(let failure) = event.kind { return failure }
+        }
+        return nil
+    }
+
     /// Waits for the next state change to a state that matches.
     mutating func state(where predicate: (SessionState) -> Bool) async -> SessionState? {
         let event = await next { event in
