@@ -19,11 +19,13 @@ let package = Package(
     targets: [
         .target(
             name: "SessionEngine",
-            dependencies: ["CSessionEngineSHA256", "CSessionEngineSanitizer"],
+            dependencies: ["CSessionEngineSHA256", "CSessionEngineSanitizer", "CSessionEngineCurl"],
             swiftSettings: strictSettings
         ),
         // SHA-256 compression on the CPU's SHA instructions (SHA-NI, ARMv8 SHA-2), chosen at run time.
         .target(name: "CSessionEngineSHA256"),
+        // The bounded HTTPS transfer on the system's libcurl, loaded at run time (no headers needed to build).
+        .target(name: "CSessionEngineCurl"),
         // Inline thread-sanitizer annotations for the package's lock; nothing without the sanitizer.
         .target(name: "CSessionEngineSanitizer"),
         // Test support for hosts: a manual clock, a scripted fetcher, gates and waiting for an idle engine.

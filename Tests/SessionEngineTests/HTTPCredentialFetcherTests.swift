@@ -67,25 +67,38 @@ struct HTTPCredentialFetcherTests {
         }
     }
 
-    @Test func theHTTPSTransferFetchesAndRefusesAsThePlainOneDoes() async throws {
-        // The URLSession transfer, which serves https endpoints, forced onto the loopback backend.
-        try await withLoopbackBackend { backend in
+    /// The transfers besides the plain one: the `https` transfer over TLS (libcurl on Linux) and over plain `http`,
+    /// and `URLSession`, which serves `https` where libcurl cannot be loaded.
+    enum SecureRoute: String, Sendable, CaseIterable {
+        case https, secureTransferOverHTTP, urlSessionOverHTTP
+    }
+
+    @Test(arguments: SecureRoute.allCases)
+    func theOtherTransfersFetchAndRefuseAsThePlainOneDoes(_ route: SecureRoute) async throws {
+        try await withLoopbackBackend(tls: route == .https) { backend in
+            let transfer: HTTPCredentialFetcher.TransferChoice = route == .urlSessionOverHTTP ? .urlSession : .secure
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
-            let bob = try await backend.fetcher(forcesURLSession: true, clock: clock).fetchCredential(for: "bob")
+            #expect(backend.url().scheme == (route == .https ? "https" : "http"))
+            let bob = try await backend.fetcher(transfer: transfer, clock: clock).fetchCredential(for: "bob")
             #expect(try backend.verifier(clock: clock).verify(headers: IdentityHeaders(bob)).isValid)
             let ended = await fetchError(
                 backend.fetcher(
-                    query: "mode=status&code=403&error=session_ended", forcesURLSession: true, clock: clock),
+                    query: "mode=status&code=403&error=session_ended", transfer: transfer, clock: clock),
                 "alice"
             )
             #expect(ended?.code == .backendSessionEnded)
+            let unknown = await fetchError(backend.fetcher(transfer: transfer, clock: clock), "mallory")
+            #expect(unknown?.code == .backendSessionEnded)
             let cacheable = await fetchError(
-                backend.fetcher(query: "mode=cacheable", forcesURLSession: true, clock: clock), "alice")
+                backend.fetcher(query: "mode=cacheable", transfer: transfer, clock: clock), "alice")
             #expect(cacheable?.reason.contains("no-store") == true)
+            let redirected = await fetchError(
+                backend.fetcher(query: "mode=redirect", transfer: transfer, clock: clock), "alice")
+            #expect(redirected?.reason == "the backend answered 302 instead of a credential")
             let started = ContinuousClock.now
             let slow = await fetchError(
                 backend.fetcher(
-                    query: "mode=slow&delay=5", timeout: .milliseconds(500), forcesURLSession: true, clock: clock),
+                    query: "mode=slow&delay=5", timeout: .milliseconds(500), transfer: transfer, clock: clock),
                 "alice"
             )
             #expect(slow?.reason == "the backend did not answer within 500 ms")
@@ -252,9 +265,10 @@ struct HTTPCredentialFetcherTests {
     }
 }
 
-/// Runs `body` with a loopback backend started for it, and stops the backend afterwards.
-func withLoopbackBackend(_ body: (LoopbackBackend) async throws -> Void) async throws {
-    let backend = try await LoopbackBackend.start()
+/// Runs `body` with a loopback backend started for it (over TLS with a fresh self-signed certificate when `tls`),
+/// and stops the backend afterwards.
+func withLoopbackBackend(tls: Bool = false, _ body: (LoopbackBackend) async throws -> Void) async throws {
+    let backend = try await LoopbackBackend.start(tls: tls)
     do {
         try await body(backend)
     } catch {
@@ -277,24 +291,31 @@ final class LoopbackBackend: Sendable {
     }
 
     private let server: PythonServer
+    /// The PEM file of the backend's self-signed certificate when it speaks HTTPS.
+    let certificate: String?
     var port: Int { server.port }
 
-    private init(server: PythonServer) {
+    private init(server: PythonServer, certificate: String?) {
         self.server = server
+        self.certificate = certificate
     }
 
-    /// Starts the backend and waits until it has printed its port.
-    static func start() async throws -> LoopbackBackend {
+    /// Starts the backend (over TLS with a fresh self-signed certificate when `tls`) and waits until it has printed
+    /// its port.
+    static func start(tls: Bool = false) async throws -> LoopbackBackend {
+        let directory = tls ? try PythonServer.certificateDirectory() : nil
         let server = try await PythonServer.start(
             "identity_backend.py",
-            environment: ["APPNORTH_PROJECT_ID": projectID, "APPNORTH_IDENTITY_SECRET": secret]
+            environment: ["APPNORTH_PROJECT_ID": projectID, "APPNORTH_IDENTITY_SECRET": secret],
+            tls: directory
         )
-        return LoopbackBackend(server: server)
+        return LoopbackBackend(server: server, certificate: directory?.appendingPathComponent("certificate.pem").path)
     }
 
     /// The credential endpoint, with an optional query that selects the backend's behaviour.
     func url(_ query: String = "") -> URL {
-        URL(string: "http://127.0.0.1:\(port)/identity" + (query.isEmpty ? "" : "?" + query))!
+        let origin = certificate == nil ? "http://127.0.0.1:\(port)" : "https://localhost:\(port)"
+        return URL(string: origin + "/identity" + (query.isEmpty ? "" : "?" + query))!
     }
 
     /// A fetcher that authenticates as the account's session and lets the backend sign on `clock`, moved by
@@ -303,7 +324,7 @@ final class LoopbackBackend: Sendable {
         query: String = "",
         timeout: Duration = .seconds(5),
         requiresNoStore: Bool = true,
-        forcesURLSession: Bool = false,
+        transfer: HTTPCredentialFetcher.TransferChoice = .automatic,
         classifier: HTTPFailureClassifier = .standard,
         backendOffset: Int64 = 0,
         clock: ManualClock
@@ -312,7 +333,8 @@ final class LoopbackBackend: Sendable {
             endpoint: url(query),
             timeout: timeout,
             requiresNoStore: requiresNoStore,
-            forcesURLSession: forcesURLSession,
+            transfer: transfer,
+            certificateAuthorities: certificate,
             classifier: classifier,
             clock: clock
         ) { account, request in

@@ -35,9 +35,12 @@ public import Foundation
 /// trip, on the fetcher's clock (``FetchedCredential/serverClockOffset``): the backend's time minus the local time
 /// at the middle of the round trip, good to about a second, since `Date` has whole seconds.
 ///
-/// `https` endpoints use an ephemeral `URLSession` with no cache and no cookie storage whose body streams to a
-/// delegate that enforces the limits; plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which reads
-/// at most the limit from a socket it owns.
+/// On Linux, `https` endpoints use libcurl's easy interface directly (loaded at run time; Foundation's networking
+/// already links it), with callbacks that check the head, keep at most the limit of body and stop the transfer the
+/// moment a limit, the deadline or a cancellation is reached; where libcurl cannot be loaded, and on Apple
+/// platforms, an ephemeral `URLSession` with no cache and no cookie storage streams the body to a delegate that
+/// enforces the same limits. Plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which reads at most the
+/// limit from a socket it owns. Certificates are verified against the system's authorities.
 ///
 /// ```swift
 /// let fetcher = HTTPCredentialFetcher(endpoint: URL(string: "https://api.example.com/appnorth/identity")!) {
@@ -62,7 +65,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     public let allowsInsecureHTTP: Bool
     /// Decides what a response whose status is not 2xx means.
     public let classifier: HTTPFailureClassifier
-    private let forcesURLSession: Bool
+    private let transfer: TransferChoice
+    private let certificateAuthorities: String?
     private let clock: any SessionClock
     private let authenticate: @Sendable (AccountID, inout URLRequest) async throws -> Void
 
@@ -101,20 +105,33 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             timeout: timeout,
             requiresNoStore: requiresNoStore,
             allowsInsecureHTTP: allowsInsecureHTTP,
-            forcesURLSession: false,
+            transfer: .automatic,
             classifier: classifier,
             clock: clock,
             authenticate: authenticate
         )
     }
 
-    /// Creates a fetcher that may send plain `http` through `URLSession`, to test the `https` transfer on loopback.
+    /// Which transfer sends a request.
+    package enum TransferChoice: Sendable {
+        /// Plain `http` on ``PlainHTTPTransfer``; `https` on ``CurlTransfer`` where libcurl loads, on `URLSession`
+        /// otherwise.
+        case automatic
+        /// Every request, plain `http` included, on the transfer `https` uses.
+        case secure
+        /// Every request on `URLSession`.
+        case urlSession
+    }
+
+    /// Creates a fetcher with a choice of transfer (so tests can drive the `https` transfer over loopback `http`)
+    /// and, for the `https` transfer on libcurl, the certificate authorities to trust instead of the system's.
     package init(
         endpoint: URL,
         timeout: Duration = .seconds(10),
         requiresNoStore: Bool = true,
         allowsInsecureHTTP: Bool = false,
-        forcesURLSession: Bool,
+        transfer: TransferChoice,
+        certificateAuthorities: String? = nil,
         classifier: HTTPFailureClassifier = .standard,
         clock: any SessionClock = SystemClock(),
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
@@ -123,7 +140,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         self.timeout = max(timeout, .milliseconds(1))
         self.requiresNoStore = requiresNoStore
         self.allowsInsecureHTTP = allowsInsecureHTTP
-        self.forcesURLSession = forcesURLSession
+        self.transfer = transfer
+        self.certificateAuthorities = certificateAuthorities
         self.classifier = classifier
         self.clock = clock
         self.authenticate = authenticate
@@ -167,11 +185,19 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
         let result: HTTPTransferResult
         let sent = (wall: clock.now, uptime: clock.uptime)
-        if isPlain && !forcesURLSession {
+        if isPlain && transfer == .automatic {
             result = try await PlainHTTPTransfer.perform(
-                try PlainHTTPRequest(request),
+                try CheckedHTTPRequest(request),
                 timeout: timeout,
                 requiresNoStore: requiresNoStore,
+                timeoutError: timeoutError
+            )
+        } else if CurlTransfer.isAvailable && transfer != .urlSession {
+            result = try await CurlTransfer.perform(
+                try CheckedHTTPRequest(request),
+                timeout: timeout,
+                requiresNoStore: requiresNoStore,
+                certificateAuthorities: certificateAuthorities,
                 timeoutError: timeoutError
             )
         } else {

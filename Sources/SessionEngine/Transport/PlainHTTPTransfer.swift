@@ -12,95 +12,10 @@ import Foundation
     import Darwin
 #endif
 
-/// A plain HTTP/1.1 request, checked so that nothing the host supplies can break a request line or a header line.
-struct PlainHTTPRequest: Sendable {
-    var method: String
-    var host: String
-    var port: Int
-    var target: String
-    var fields: [(name: String, value: String)]
-    var body: [UInt8]
-
-    /// Converts the request the host's `authenticate` closure prepared.
-    ///
-    /// - Throws: ``SessionError`` (not transient) for a method, header name or header value that would not survive
-    ///   as one HTTP/1.1 line; the reason names the header, never its value.
-    init(_ request: URLRequest) throws(SessionError) {
-        guard let url = request.url, let host = url.host,
-            let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
-        else {
-            throw SessionError(.fetchFailed, reason: "the request has no usable URL", isTransient: false)
-        }
-        let method = request.httpMethod ?? "GET"
-        guard Self.isToken(method) else {
-            throw SessionError(.fetchFailed, reason: "the request's method is not an HTTP token", isTransient: false)
-        }
-        var bare = host
-        if bare.hasPrefix("["), bare.hasSuffix("]") { bare = String(bare.dropFirst().dropLast()) }
-        let port = url.port ?? 80
-        let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
-        let target = path + (components.percentEncodedQuery.map { "?" + $0 } ?? "")
-        guard target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-            throw SessionError(
-                .fetchFailed, reason: "the request's URL path is not printable ASCII", isTransient: false)
-        }
-        let hostHeader = (bare.contains(":") ? "[\(bare)]" : bare) + (url.port.map { ":\($0)" } ?? "")
-        let body = request.httpBody.map { Array($0) } ?? []
-        // The transfer owns framing, compression and the connection's lifetime; the host owns everything else.
-        let owned: Set<String> = ["host", "connection", "content-length", "transfer-encoding", "accept-encoding", "te"]
-        var fields: [(name: String, value: String)] = [("Host", hostHeader)]
-        for (name, value) in (request.allHTTPHeaderFields ?? [:]).sorted(by: { $0.key < $1.key })
-        where !owned.contains(name.lowercased()) {
-            guard Self.isToken(name) else {
-                throw SessionError(
-                    .fetchFailed, reason: "a request header name is not an HTTP token", isTransient: false)
-            }
-            guard value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
-                throw SessionError(
-                    .fetchFailed,
-                    reason: "the request header \(name) holds a control character such as CR or LF",
-                    isTransient: false
-                )
-            }
-            fields.append((name, value))
-        }
-        fields.append(("Accept-Encoding", "identity"))
-        fields.append(("Connection", "close"))
-        if !body.isEmpty || method == "POST" || method == "PUT" {
-            fields.append(("Content-Length", String(body.count)))
-        }
-        self.method = method
-        self.host = bare
-        self.port = port
-        self.target = target
-        self.fields = fields
-        self.body = body
-    }
-
-    /// The request line, the header lines and the body, as sent.
-    var bytes: [UInt8] {
-        var text = "\(method) \(target) HTTP/1.1\r\n"
-        for field in fields { text += "\(field.name): \(field.value)\r\n" }
-        text += "\r\n"
-        return Array(text.utf8) + body
-    }
-
-    private static func isToken(_ text: String) -> Bool {
-        !text.isEmpty
-            && text.utf8.allSatisfy { byte in
-                switch byte {
-                case 0x30...0x39, 0x41...0x5A, 0x61...0x7A: true
-                default: Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
-                }
-            }
-    }
-}
-
 /// The fetcher's own HTTP/1.1 transfer for plain `http` endpoints, over a non-blocking socket it owns.
 ///
-/// It exists because on Linux `URLSession` cannot bound a transfer: it decompresses whatever the server sends, it
-/// cannot pause a transfer, and after `cancel()` it keeps reading and delivering data for about 0.8 s, hundreds of
-/// megabytes at loopback speed. This transfer reads the head (at most 16 KiB), refuses a compressed body or a
+/// It needs nothing but sockets, so plain `http` works wherever the fetcher does, and it is bounded the same way as
+/// ``CurlTransfer``, which `https` uses: it reads the head (at most 16 KiB), refuses a compressed body or a
 /// declared length past 64 KiB before reading any of it, then reads at most 64 KiB of body and closes the socket the
 /// moment the limit, the deadline or a cancellation is reached. Its memory is the limit plus one 16 KiB read.
 enum PlainHTTPTransfer {
@@ -117,7 +32,7 @@ enum PlainHTTPTransfer {
     ///
     /// - Throws: ``SessionError`` for every refusal and failure, `CancellationError` when the caller is cancelled.
     static func perform(
-        _ request: PlainHTTPRequest,
+        _ request: CheckedHTTPRequest,
         timeout: Duration,
         requiresNoStore: Bool,
         timeoutError: SessionError
@@ -168,7 +83,7 @@ enum PlainHTTPTransfer {
 
         private var available: Int { buffer.count - start }
 
-        mutating func exchange(_ request: PlainHTTPRequest, requiresNoStore: Bool) throws(SessionError)
+        mutating func exchange(_ request: CheckedHTTPRequest, requiresNoStore: Bool) throws(SessionError)
             -> HTTPTransferResult
         {
             try connect(host: request.host, port: request.port)

@@ -6,8 +6,8 @@ import Synchronization
     import FoundationNetworking
 #endif
 
-/// The fetcher's `https` transfer: a `URLSession` data task whose body streams to a delegate that enforces the
-/// limits.
+/// The fetcher's `https` transfer on Apple platforms, and on Linux where libcurl cannot be loaded: a `URLSession`
+/// data task whose body streams to a delegate that enforces the limits.
 ///
 /// The delegate checks the head (status, `no-store`, `Content-Encoding`, `Content-Length`) as soon as it arrives,
 /// counts the body as it streams and cancels the task the moment a limit is passed; a deadline cancels it as well.
@@ -16,8 +16,8 @@ import Synchronization
 ///
 /// On Apple platforms cancelling the response stops the transfer before any body is read. On Linux, `URLSession`
 /// (libcurl underneath) decompresses whatever the server sends and delivers data for a short while after
-/// `cancel()`; the delegate drops that data, so the fetcher's memory stays bounded, but the bytes still cross the
-/// network. Plain-HTTP endpoints use ``PlainHTTPTransfer``, which has no such delay.
+/// `cancel()`; the delegate drops that data, but libcurl's own buffers still grow (hundreds of megabytes at loopback
+/// speed), which is why ``CurlTransfer`` drives libcurl directly there.
 ///
 /// One transfer (one session) serves every fetcher of the process: creating and tearing down a session per fetcher
 /// costs seconds on Linux, and the delegate keeps each task's state apart.

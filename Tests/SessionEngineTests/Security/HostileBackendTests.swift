@@ -10,12 +10,15 @@ import Testing
 /// `HTTPCredentialFetcher` against backends that attack it: bodies too large, endless, compressed or slow.
 ///
 /// Every attack must fail within the fetcher's timeout plus 2 s, and the process's resident memory must not grow by
-/// 64 MiB while it runs. The server is `Fixtures/backend/hostile_backend.py`, started by the suite on loopback and
-/// shared by its tests, which run one at a time so that each memory measurement is its own.
+/// 64 MiB while it runs, on each route a request can take: plain `http` to loopback on the fetcher's own transfer,
+/// the `https` transfer over plain `http`, and the `https` transfer over real TLS. The server is
+/// `Fixtures/backend/hostile_backend.py`, started by the suite on loopback (once plain, once with TLS and a fresh
+/// self-signed certificate the fetcher is told to trust) and shared by its tests, which run one at a time so that
+/// each memory measurement is its own.
 @Suite(
     .serialized,
     .enabled(if: PythonServer.python != nil, "python3 is not on PATH, so the hostile backend cannot start"),
-    .timeLimit(.minutes(1))
+    .timeLimit(.minutes(2))
 )
 struct HostileBackendTests {
     /// One attack: a path of the hostile server and what the fetcher must say.
@@ -24,6 +27,18 @@ struct HostileBackendTests {
         let reason: String
 
         var testDescription: String { path }
+    }
+
+    /// The way a request reaches the backend.
+    enum Route: String, Sendable, CaseIterable, CustomTestStringConvertible {
+        /// Plain `http` to loopback, on the fetcher's own HTTP/1.1 transfer.
+        case plain
+        /// The transfer `https` uses, over plain `http`.
+        case secureTransferOverHTTP
+        /// The transfer `https` uses, over TLS.
+        case https
+
+        var testDescription: String { rawValue }
     }
 
     static let attacks = [
@@ -41,23 +56,41 @@ struct HostileBackendTests {
 
     /// The hostile server, started once for the suite; it exits with the test process.
     static let server = Task { try await PythonServer.start("hostile_backend.py") }
+    /// The same server over TLS, with the directory of the certificate it made.
+    static let tlsServer = Task {
+        let directory = try PythonServer.certificateDirectory()
+        return (server: try await PythonServer.start("hostile_backend.py", tls: directory), directory: directory)
+    }
 
-    static func fetcher(_ path: String, timeout: Duration = timeout, forcesURLSession: Bool = false) async throws
+    static func fetcher(_ path: String, route: Route = .plain, timeout: Duration = timeout) async throws
         -> HTTPCredentialFetcher
     {
-        let port = try await server.value.port
+        let endpoint: URL
+        var authorities: String?
+        switch route {
+        case .plain, .secureTransferOverHTTP:
+            endpoint = URL(string: "http://127.0.0.1:\(try await server.value.port)\(path)")!
+        case .https:
+            let (server, directory) = try await tlsServer.value
+            endpoint = URL(string: "https://localhost:\(server.port)\(path)")!
+            authorities = directory.appendingPathComponent("certificate.pem").path
+        }
         return HTTPCredentialFetcher(
-            endpoint: URL(string: "http://127.0.0.1:\(port)\(path)")!,
+            endpoint: endpoint,
             timeout: timeout,
-            forcesURLSession: forcesURLSession
+            transfer: route == .plain ? .automatic : .secure,
+            certificateAuthorities: authorities
         ) { _, request in
             request.setValue("Bearer hostile-test-token", forHTTPHeaderField: "Authorization")
         }
     }
 
-    @Test(.enabled(if: MemoryProbe.isAvailable, "resident memory is read from /proc"), arguments: attacks)
-    func aHostileBackendFailsWithinTheTimeoutAndBoundedMemory(_ attack: Attack) async throws {
-        let fetcher = try await Self.fetcher(attack.path)
+    @Test(
+        .enabled(if: MemoryProbe.isAvailable, "resident memory is read from /proc"),
+        arguments: Route.allCases, attacks
+    )
+    func aHostileBackendFailsWithinTheTimeoutAndBoundedMemory(_ route: Route, _ attack: Attack) async throws {
+        let fetcher = try await Self.fetcher(attack.path, route: route)
         let started = ContinuousClock.now
         let (outcome, growth) = await MemoryProbe.peakGrowth {
             do {
@@ -67,7 +100,7 @@ struct HostileBackendTests {
             }
         }
         let elapsed = started.duration(to: .now)
-        print("hostile \(attack.path): failed after \(elapsed), resident memory grew by \(growth >> 10) KiB")
+        print("hostile \(route) \(attack.path): failed after \(elapsed), resident memory grew by \(growth >> 10) KiB")
         guard case .failure(let error as SessionError) = outcome else {
             Issue.record("\(attack.path) did not fail with a SessionError: \(outcome)")
             return
@@ -79,14 +112,36 @@ struct HostileBackendTests {
         #expect(growth < Self.memoryBound, "resident memory grew by \(growth >> 20) MiB")
     }
 
-    @Test func cancellingTheCallerStopsTheTransferAtOnce() async throws {
-        let fetcher = try await Self.fetcher("/trickle", timeout: .seconds(30))
+    @Test(arguments: Route.allCases)
+    func cancellingTheCallerStopsTheTransferAtOnce(_ route: Route) async throws {
+        let fetcher = try await Self.fetcher("/trickle", route: route, timeout: .seconds(30))
         let started = ContinuousClock.now
         let fetch = Task { try await fetcher.fetchCredential(for: "alice") }
         try await Task.sleep(for: .milliseconds(200))
         fetch.cancel()
         await #expect(throws: CancellationError.self) { try await fetch.value }
         #expect(started.duration(to: .now) < .seconds(2), "the cancelled fetch waited for the backend")
+    }
+
+    /// The control path: a small answer crosses each route whole and is then judged as a credential.
+    @Test(arguments: Route.allCases)
+    func aSmallAnswerCrossesEveryRoute(_ route: Route) async throws {
+        let fetcher = try await Self.fetcher("/ok", route: route)
+        let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "alice") }
+        #expect(error?.code == .invalidCredential, "\(String(describing: error))")
+    }
+
+    @Test func aCertificateTheFetcherDoesNotTrustIsRefused() async throws {
+        let (server, _) = try await Self.tlsServer.value
+        let fetcher = HTTPCredentialFetcher(endpoint: URL(string: "https://localhost:\(server.port)/ok")!) {
+            _, request in
+            request.setValue("Bearer hostile-test-token", forHTTPHeaderField: "Authorization")
+        }
+        let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "alice") }
+        #expect(error?.code == .fetchFailed)
+        #expect(error?.isTransient == true)
+        #expect(error?.reason.contains("certificate was not trusted") == true, "\(String(describing: error))")
+        #expect(error?.reason.contains("localhost") == false, "the refusal quotes the URL")
     }
 
     // MARK: - Schemes

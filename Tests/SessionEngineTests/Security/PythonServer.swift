@@ -28,11 +28,18 @@ final class PythonServer: Sendable {
     }
 
     /// Starts `script` (a file name in `Fixtures/backend`) and waits until it has printed its port.
-    static func start(_ script: String, environment extra: [String: String] = [:]) async throws -> PythonServer {
+    ///
+    /// - Parameter tls: A directory for the server's self-signed certificate (`certificate.pem`); the server then
+    ///   speaks HTTPS.
+    static func start(_ script: String, environment extra: [String: String] = [:], tls: URL? = nil) async throws
+        -> PythonServer
+    {
         guard let python else { throw BackendFailure(description: "python3 is not on PATH") }
         let process = Process()
         process.executableURL = python
-        process.arguments = [directory.appendingPathComponent(script).path, "--exit-on-stdin-eof"]
+        process.arguments =
+            [directory.appendingPathComponent(script).path, "--exit-on-stdin-eof"]
+            + (tls.map { ["--tls", $0.path] } ?? [])
         process.environment = ProcessInfo.processInfo.environment.merging(extra) { $1 }
         let input = Pipe()
         let output = Pipe()
@@ -56,6 +63,14 @@ final class PythonServer: Sendable {
             throw BackendFailure(description: "\(script) did not print its port")
         }
         return PythonServer(port: port, process: process, input: input)
+    }
+
+    /// A fresh directory for a TLS server's certificate.
+    static func certificateDirectory() throws -> URL {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("session-engine-tls-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        return directory
     }
 
     /// Stops the server and waits for it to exit.

@@ -13,9 +13,10 @@ bounded memory growth. Each path is one attack:
     /big-chunk     200 OK, chunked, one chunk that declares 1 TiB.
     /ok            a small, valid-looking JSON body (not a valid credential), for a control measurement.
 
-Usage: python3 hostile_backend.py [--exit-on-stdin-eof]. It binds 127.0.0.1 on a free port, prints the port on
-the first line of standard output and, with --exit-on-stdin-eof, stops when standard input closes, so it never
-outlives the process that started it. Nothing is logged.
+Usage: python3 hostile_backend.py [--exit-on-stdin-eof] [--tls DIRECTORY]. It binds 127.0.0.1 on a free port,
+prints the port on the first line of standard output and, with --exit-on-stdin-eof, stops when standard input
+closes, so it never outlives the process that started it. With --tls it speaks HTTPS with a fresh self-signed
+certificate, written to DIRECTORY/certificate.pem for the client to trust. Nothing is logged.
 """
 
 import argparse
@@ -122,7 +123,7 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-class Server(ThreadingHTTPServer):
+class Server(loopback_server.TLSServerMixin, ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request, client_address):
@@ -131,11 +132,11 @@ class Server(ThreadingHTTPServer):
 
 def main():
     parser = argparse.ArgumentParser(description="Hostile loopback credential backend.")
-    parser.add_argument("--exit-on-stdin-eof", action="store_true")
+    loopback_server.add_arguments(parser)
     arguments = parser.parse_args()
     server = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=gzip_bomb, daemon=True).start()
-    return loopback_server.serve(server, arguments.exit_on_stdin_eof)
+    return loopback_server.serve(server, arguments)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ carries Cache-Control: no-store. An unknown or missing session gets 401.
 
 Usage:
     APPNORTH_PROJECT_ID=proj_demo APPNORTH_IDENTITY_SECRET=... python3 identity_backend.py [--port N]
-        [--exit-on-stdin-eof]
+        [--exit-on-stdin-eof] [--tls DIRECTORY]
 
 The server binds 127.0.0.1 (port 0 by default, so the system picks a free one) and prints the port on the
 first line of standard output. With --exit-on-stdin-eof it stops when standard input closes, so it never
-outlives the process that started it (the tests use this).
+outlives the process that started it (the tests use this). With --tls it speaks HTTPS with a fresh self-signed
+certificate for localhost and 127.0.0.1, written to DIRECTORY/certificate.pem for the client to trust.
 
 Endpoints:
     GET /identity            the handler; authenticate with "Authorization: Bearer session-<name>" or
@@ -246,7 +247,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, credential, cache_control=cache_control)
 
 
-class Server(ThreadingHTTPServer):
+class Server(loopback_server.TLSServerMixin, ThreadingHTTPServer):
     daemon_threads = True
 
     def handle_error(self, request, client_address):
@@ -257,7 +258,7 @@ class Server(ThreadingHTTPServer):
 def main():
     parser = argparse.ArgumentParser(description="Loopback verified-identity backend.")
     parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--exit-on-stdin-eof", action="store_true")
+    loopback_server.add_arguments(parser)
     arguments = parser.parse_args()
     project_id = os.environ.get("APPNORTH_PROJECT_ID")
     secret = os.environ.get("APPNORTH_IDENTITY_SECRET")
@@ -266,7 +267,7 @@ def main():
         return 2
     server = Server(("127.0.0.1", arguments.port), Handler)
     server.state = State(project_id, secret)
-    return loopback_server.serve(server, arguments.exit_on_stdin_eof)
+    return loopback_server.serve(server, arguments)
 
 
 if __name__ == "__main__":

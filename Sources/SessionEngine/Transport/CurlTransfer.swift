@@ -1,0 +1,226 @@
+import CSessionEngineCurl
+import Dispatch
+import Foundation
+
+/// The fetcher's `https` transfer on Linux: libcurl's easy interface, with every header line and every piece of
+/// body passing through callbacks that enforce the limits and can stop the transfer at once.
+///
+/// `URLSession` cannot bound a transfer on Linux: it decompresses whatever the server sends, cannot pause a
+/// transfer, and after `cancel()` keeps reading for about 0.8 s, hundreds of megabytes at loopback speed. libcurl
+/// (the same library under `URLSession` there, loaded by the C target `CSessionEngineCurl` at run time) does none of that when
+/// driven directly: it sends no `Accept-Encoding` and decodes no body, and a callback that refuses data ends the
+/// transfer before libcurl reads more. So the head (at most 16 KiB) is checked by ``ResponsePolicy`` before any body
+/// is read, at most 64 KiB of body is kept, and the transfer stops within one callback of the limit, the deadline or
+/// a cancellation. Certificates are verified against the system's authorities (or the ones the fetcher was given),
+/// redirects are never followed and only `http` and `https` are spoken.
+///
+/// The transfer runs on a thread of its own, so no cooperative thread blocks; the caller is resumed as soon as the
+/// outcome is known. libcurl calls back at least once a second while it waits for the network, so a transfer whose
+/// fetch was decided elsewhere (the deadline, a cancellation) ends within about a second, and libcurl's own timeout,
+/// one second after the fetch's, bounds it in any case.
+enum CurlTransfer {
+    /// Whether libcurl could be loaded in this process.
+    static let isAvailable = se_curl_is_available() != 0
+
+    /// Sends the request and reads a response that passes ``ResponsePolicy``.
+    ///
+    /// - Parameter certificateAuthorities: A PEM file of the authorities to trust instead of the system's.
+    /// - Throws: ``SessionError`` for every refusal and failure, `CancellationError` when the caller is cancelled.
+    static func perform(
+        _ request: CheckedHTTPRequest,
+        timeout: Duration,
+        requiresNoStore: Bool,
+        certificateAuthorities: String?,
+        timeoutError: SessionError
+    ) async throws -> HTTPTransferResult {
+        let control = TransferControl()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                control.install(continuation)
+                DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
+                    control.finish(.failure(timeoutError))
+                }
+                DispatchQueue.global().async {
+                    let reader = ResponseReader(control: control, requiresNoStore: requiresNoStore)
+                    let code = reader.run(
+                        request,
+                        backstop: timeout + .seconds(1),
+                        certificateAuthorities: certificateAuthorities
+                    )
+                    if code == 0, let result = control.received() {
+                        control.finish(.success(result))
+                    } else {
+                        control.finish(.failure(code == 28 ? timeoutError : Self.failure(code)))
+                    }
+                }
+            }
+        } onCancel: {
+            control.finish(.failure(CancellationError()))
+        }
+    }
+
+    /// The error for a transfer libcurl ended with `code`; the reason names the class of failure and the code,
+    /// never the URL or anything the backend sent.
+    static func failure(_ code: Int32) -> SessionError {
+        switch code {
+        case SE_CURL_UNAVAILABLE:
+            return SessionError(
+                .fetchFailed,
+                reason: "https is unavailable: libcurl (libcurl.so.4) could not be loaded",
+                isTransient: false
+            )
+        case SE_CURL_SETUP_FAILED:
+            return SessionError.fetchFailed("the transfer could not be set up (libcurl refused an option)")
+        case 0: return SessionError.fetchFailed("the backend's answer is not an HTTP response")
+        case 1: return SessionError(.fetchFailed, reason: "the endpoint's scheme is not spoken", isTransient: false)
+        case 6, 5: return SessionError.fetchFailed("the backend's host name could not be resolved")
+        case 7: return SessionError.fetchFailed("the backend could not be reached (connection failed)")
+        case 18: return SessionError.fetchFailed("the backend closed the connection before the body ended")
+        case 52: return SessionError.fetchFailed("the backend closed the connection without answering")
+        case 35, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91, 98:
+            return SessionError.fetchFailed(
+                "the secure connection to the backend failed: its certificate was not trusted or TLS failed "
+                    + "(libcurl error \(code))"
+            )
+        default: return SessionError.fetchFailed("the connection to the backend failed (libcurl error \(code))")
+        }
+    }
+
+    /// Reads one response on the transfer's thread: collects the head line by line, checks it, and keeps the body
+    /// within the limit. It lives on that thread only; what it decides goes through the ``TransferControl``.
+    private final class ResponseReader {
+        let control: TransferControl
+        let requiresNoStore: Bool
+        private var status: Int?
+        private var fields: [(name: String, value: String)] = []
+        private var headBytes = 0
+        private var informational = 0
+        private var headDone = false
+
+        init(control: TransferControl, requiresNoStore: Bool) {
+            self.control = control
+            self.requiresNoStore = requiresNoStore
+        }
+
+        /// Runs the transfer to its end; returns libcurl's result.
+        func run(_ request: CheckedHTTPRequest, backstop: Duration, certificateAuthorities: String?) -> Int32 {
+            let lines = request.headerLines.map { strdup($0)! }
+            defer { lines.forEach { free($0) } }
+            var callbacks = se_curl_callbacks(
+                context: Unmanaged.passUnretained(self).toOpaque(),
+                header: { context, line, length in
+                    ResponseReader.reader(context).header(UnsafeRawBufferPointer(start: line, count: length)) ? 1 : 0
+                },
+                body: { context, bytes, length in
+                    ResponseReader.reader(context).body(UnsafeRawBufferPointer(start: bytes, count: length)) ? 1 : 0
+                },
+                proceed: { context in
+                    ResponseReader.reader(context).control.isFinished ? 0 : 1
+                }
+            )
+            return withExtendedLifetime(self) {
+                request.url.withCString { url in
+                    request.method.withCString { method in
+                        lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
+                            request.body.withUnsafeBufferPointer { body in
+                                Self.withOptionalCString(certificateAuthorities) { authorities in
+                                    var transfer = se_curl_request(
+                                        url: url,
+                                        method: method,
+                                        headers: headers.baseAddress,
+                                        header_count: headers.count,
+                                        body: body.isEmpty ? nil : body.baseAddress,
+                                        body_length: body.count,
+                                        timeout_ms: Int(backstop.timeInterval * 1000),
+                                        ca_file: authorities
+                                    )
+                                    return se_curl_perform(&transfer, &callbacks)
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        private static func reader(_ context: UnsafeMutableRawPointer?) -> ResponseReader {
+            Unmanaged<ResponseReader>.fromOpaque(context!).takeUnretainedValue()
+        }
+
+        private static func withOptionalCString<T>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> T) -> T {
+            guard let text else { return body(nil) }
+            return text.withCString { body($0) }
+        }
+
+        /// One header line, CRLF included. After the final head, libcurl may pass trailers; they count towards the
+        /// head's limit and are otherwise ignored.
+        func header(_ bytes: UnsafeRawBufferPointer) -> Bool {
+            guard !control.isFinished else { return false }
+            headBytes += bytes.count
+            guard headBytes <= PlainHTTPTransfer.maximumHeadSize else {
+                return fail("sent a response head larger than 16 KiB")
+            }
+            guard !headDone else { return true }
+            var end = bytes.count
+            while end > 0, bytes[end - 1] == 0x0A || bytes[end - 1] == 0x0D { end -= 1 }
+            let line = String(decoding: bytes[..<end], as: UTF8.self)
+            guard let status else {
+                guard let status = Self.status(line) else { return fail("sent a malformed status line") }
+                self.status = status
+                return true
+            }
+            guard !line.isEmpty else { return endOfHead(status) }
+            guard let colon = line.firstIndex(of: ":"), colon != line.startIndex, !line.hasPrefix(" "),
+                !line.hasPrefix("\t"), !line[..<colon].contains(" ")
+            else {
+                return fail("sent a malformed header line")
+            }
+            fields.append((String(line[..<colon]), line[line.index(after: colon)...].trimmingASCIISpaces()))
+            return true
+        }
+
+        private func endOfHead(_ status: Int) -> Bool {
+            if (100..<200).contains(status) {
+                informational += 1
+                guard informational <= 4 else { return fail("sent too many informational responses") }
+                self.status = nil
+                fields = []
+                return true
+            }
+            let head = HTTPResponseHead(status: status, fields: fields)
+            do {
+                _ = try ResponsePolicy.check(head, requiresNoStore: requiresNoStore)
+            } catch {
+                control.finish(.failure(error))
+                return false
+            }
+            headDone = true
+            control.receive(head: head)
+            return true
+        }
+
+        /// The next piece of body; refusing it ends the transfer.
+        func body(_ bytes: UnsafeRawBufferPointer) -> Bool {
+            guard headDone, !control.isFinished else { return false }
+            guard control.receive(bytes, limit: ResponsePolicy.maximumBodySize) else {
+                control.finish(.failure(ResponsePolicy.tooLarge(declared: false)))
+                return false
+            }
+            return true
+        }
+
+        private func fail(_ problem: String) -> Bool {
+            control.finish(.failure(SessionError.fetchFailed("the backend \(problem)")))
+            return false
+        }
+
+        /// The status of a line `HTTP/<version> <three digits>[ <reason>]`.
+        private static func status(_ line: String) -> Int? {
+            let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+            guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), parts[1].utf8.count == 3,
+                parts[1].utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let status = Int(parts[1]), status >= 100
+            else { return nil }
+            return status
+        }
+    }
+}
