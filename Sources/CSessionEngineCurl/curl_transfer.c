@@ -1,6 +1,11 @@
-// A bounded HTTP transfer on libcurl's easy interface, with libcurl loaded at run time.
+// Bounded HTTP transfers on libcurl's multi interface, with libcurl loaded at run time.
 //
-// The option numbers and signatures are libcurl's stable ABI (curl.h of libcurl 7.x and 8.x, SONAME
+// One thread drives every transfer of the process through one multi handle: it adds the transfers that were
+// started, lets libcurl move them along, reports the ones that ended and sleeps in `curl_multi_poll` until a socket
+// is ready, a libcurl timer is due, or `se_curl_start` / `se_curl_wake` wakes it. The multi handle is touched by that
+// thread only; the other threads hand it work through a mutex-protected list and `curl_multi_wakeup`.
+//
+// The option numbers and signatures are libcurl's stable ABI (curl.h of libcurl 7.68 and later, SONAME
 // libcurl.so.4); they are declared here instead of included, so that no development package is needed.
 
 #include "CSessionEngineCurl.h"
@@ -10,24 +15,39 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef void CURL;
+typedef void CURLM;
 struct curl_slist;
+
+/// libcurl's `CURLMsg`: what `curl_multi_info_read` returns for a transfer that ended.
+typedef struct {
+    int msg;
+    CURL *easy_handle;
+    union {
+        void *whatever;
+        int result;
+    } data;
+} se_curl_message;
 
 enum {
     SE_CURL_GLOBAL_ALL = 3,
     SE_CURLE_OK = 0,
+    SE_CURLM_OK = 0,
+    SE_CURLMSG_DONE = 1,
     // Options: CURLOPTTYPE_LONG + n, CURLOPTTYPE_OBJECTPOINT (10000) + n, CURLOPTTYPE_FUNCTIONPOINT (20000) + n,
     // CURLOPTTYPE_OFF_T (30000) + n.
     SE_CURLOPT_WRITEDATA = 10001,
     SE_CURLOPT_URL = 10002,
-    SE_CURLOPT_POSTFIELDS = 10015,
     SE_CURLOPT_HTTPHEADER = 10023,
     SE_CURLOPT_HEADERDATA = 10029,
     SE_CURLOPT_CUSTOMREQUEST = 10036,
     SE_CURLOPT_XFERINFODATA = 10057,
     SE_CURLOPT_CAINFO = 10065,
+    SE_CURLOPT_PRIVATE = 10103,
+    SE_CURLOPT_COPYPOSTFIELDS = 10165,
     SE_CURLOPT_WRITEFUNCTION = 20011,
     SE_CURLOPT_HEADERFUNCTION = 20079,
     SE_CURLOPT_XFERINFOFUNCTION = 20219,
@@ -43,27 +63,65 @@ enum {
     SE_CURLOPT_SUPPRESS_CONNECT_HEADERS = 265,
     SE_CURLPROTO_HTTP = 1,
     SE_CURLPROTO_HTTPS = 2,
+    // CURLINFO_STRING (0x100000) + 21.
+    SE_CURLINFO_PRIVATE = 0x100015,
 };
 
 typedef int (*curl_global_init_f)(long flags);
 typedef CURL *(*curl_easy_init_f)(void);
 typedef int (*curl_easy_setopt_f)(CURL *handle, int option, ...);
-typedef int (*curl_easy_perform_f)(CURL *handle);
+typedef int (*curl_easy_getinfo_f)(CURL *handle, int info, ...);
 typedef void (*curl_easy_cleanup_f)(CURL *handle);
 typedef struct curl_slist *(*curl_slist_append_f)(struct curl_slist *list, const char *line);
 typedef void (*curl_slist_free_all_f)(struct curl_slist *list);
+typedef CURLM *(*curl_multi_init_f)(void);
+typedef int (*curl_multi_add_handle_f)(CURLM *multi, CURL *handle);
+typedef int (*curl_multi_remove_handle_f)(CURLM *multi, CURL *handle);
+typedef int (*curl_multi_perform_f)(CURLM *multi, int *running);
+typedef se_curl_message *(*curl_multi_info_read_f)(CURLM *multi, int *left);
+typedef int (*curl_multi_poll_f)(CURLM *multi, void *extra, unsigned count, int timeout_ms, int *ready);
+typedef int (*curl_multi_wakeup_f)(CURLM *multi);
 
 static struct {
     int loaded;
     curl_easy_init_f easy_init;
     curl_easy_setopt_f easy_setopt;
-    curl_easy_perform_f easy_perform;
+    curl_easy_getinfo_f easy_getinfo;
     curl_easy_cleanup_f easy_cleanup;
     curl_slist_append_f slist_append;
     curl_slist_free_all_f slist_free_all;
+    curl_multi_init_f multi_init;
+    curl_multi_add_handle_f multi_add_handle;
+    curl_multi_remove_handle_f multi_remove_handle;
+    curl_multi_perform_f multi_perform;
+    curl_multi_info_read_f multi_info_read;
+    curl_multi_poll_f multi_poll;
+    curl_multi_wakeup_f multi_wakeup;
 } api;
 
+/// One transfer: its easy handle, the header list libcurl reads from (it does not copy it) and the caller's
+/// callbacks. It is in exactly one of the driver's lists, pending or running, until it is reported done.
+typedef struct transfer {
+    CURL *handle;
+    struct curl_slist *headers;
+    se_curl_callbacks callbacks;
+    struct transfer *next;
+    struct transfer *previous;
+} transfer;
+
+static struct {
+    pthread_mutex_t lock;
+    CURLM *multi;
+    transfer *pending;   // started, not yet added; guarded by `lock`
+    int wake;            // `se_curl_wake` was called; guarded by `lock`
+    transfer *running;   // added to the multi handle, linked both ways; the driver thread's own
+} driver = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+
+#define LOAD(name, symbol) ((api.name = (__typeof__(api.name))dlsym(library, symbol)) != NULL)
+
+static void *drive(void *unused);
 
 static void load(void) {
     void *library = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
@@ -71,22 +129,29 @@ static void load(void) {
         return;
     }
     curl_global_init_f global_init = (curl_global_init_f)dlsym(library, "curl_global_init");
-    api.easy_init = (curl_easy_init_f)dlsym(library, "curl_easy_init");
-    api.easy_setopt = (curl_easy_setopt_f)dlsym(library, "curl_easy_setopt");
-    api.easy_perform = (curl_easy_perform_f)dlsym(library, "curl_easy_perform");
-    api.easy_cleanup = (curl_easy_cleanup_f)dlsym(library, "curl_easy_cleanup");
-    api.slist_append = (curl_slist_append_f)dlsym(library, "curl_slist_append");
-    api.slist_free_all = (curl_slist_free_all_f)dlsym(library, "curl_slist_free_all");
-    if (global_init == NULL || api.easy_init == NULL || api.easy_setopt == NULL || api.easy_perform == NULL
-        || api.easy_cleanup == NULL || api.slist_append == NULL || api.slist_free_all == NULL) {
-        return;
-    }
+    int complete = global_init != NULL && LOAD(easy_init, "curl_easy_init")
+        && LOAD(easy_setopt, "curl_easy_setopt") && LOAD(easy_getinfo, "curl_easy_getinfo")
+        && LOAD(easy_cleanup, "curl_easy_cleanup") && LOAD(slist_append, "curl_slist_append")
+        && LOAD(slist_free_all, "curl_slist_free_all") && LOAD(multi_init, "curl_multi_init")
+        && LOAD(multi_add_handle, "curl_multi_add_handle") && LOAD(multi_remove_handle, "curl_multi_remove_handle")
+        && LOAD(multi_perform, "curl_multi_perform") && LOAD(multi_info_read, "curl_multi_info_read")
+        && LOAD(multi_poll, "curl_multi_poll") && LOAD(multi_wakeup, "curl_multi_wakeup");
     // Reference-counted and thread-safe in every libcurl since 7.84; earlier ones need this before any thread
     // uses libcurl, which `pthread_once` gives within this package.
-    if (global_init(SE_CURL_GLOBAL_ALL) != SE_CURLE_OK) {
+    if (!complete || global_init(SE_CURL_GLOBAL_ALL) != SE_CURLE_OK) {
         return;
     }
-    api.loaded = 1;
+    driver.multi = api.multi_init();
+    if (driver.multi == NULL) {
+        return;
+    }
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    int started = pthread_create(&thread, &attributes, drive, NULL) == 0;
+    pthread_attr_destroy(&attributes);
+    api.loaded = started;
 }
 
 int se_curl_is_available(void) {
@@ -119,65 +184,180 @@ static int on_progress(void *user, int64_t download_total, int64_t downloaded, i
     return callbacks->proceed(callbacks->context) ? 0 : 1;
 }
 
-int se_curl_perform(const se_curl_request *request, const se_curl_callbacks *callbacks) {
+static void release(transfer *item) {
+    if (item->handle != NULL) {
+        api.easy_cleanup(item->handle);
+    }
+    api.slist_free_all(item->headers);
+    free(item);
+}
+
+/// Creates the easy handle with every option; 0 on success.
+static int configure(transfer *item, const se_curl_request *request) {
+    for (size_t index = 0; index < request->header_count; index++) {
+        struct curl_slist *appended = api.slist_append(item->headers, request->headers[index]);
+        if (appended == NULL) {
+            return 1;
+        }
+        item->headers = appended;
+    }
+    item->handle = api.easy_init();
+    if (item->handle == NULL) {
+        return 1;
+    }
+    CURL *handle = item->handle;
+    void *callbacks = &item->callbacks;
+    // String options are copied by libcurl; the header list is kept in `item` for the transfer's life.
+    int failed = api.easy_setopt(handle, SE_CURLOPT_URL, request->url);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_CUSTOMREQUEST, request->method);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_HTTPHEADER, item->headers);
+    if (request->body != NULL) {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_POSTFIELDSIZE_LARGE, (int64_t)request->body_length);
+        failed |= api.easy_setopt(handle, SE_CURLOPT_COPYPOSTFIELDS, request->body);
+    }
+    failed |= api.easy_setopt(handle, SE_CURLOPT_PROTOCOLS, (long)(SE_CURLPROTO_HTTP | SE_CURLPROTO_HTTPS));
+    failed |= api.easy_setopt(handle, SE_CURLOPT_FOLLOWLOCATION, 0L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_HTTP_CONTENT_DECODING, 0L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYPEER, 1L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYHOST, 2L);
+    if (request->ca_file != NULL) {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_CAINFO, request->ca_file);
+    }
+    failed |= api.easy_setopt(handle, SE_CURLOPT_NOSIGNAL, 1L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_TIMEOUT_MS, request->timeout_ms);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_HEADERFUNCTION, on_header);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_HEADERDATA, callbacks);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_WRITEFUNCTION, on_body);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_WRITEDATA, callbacks);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_XFERINFOFUNCTION, on_progress);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_XFERINFODATA, callbacks);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_NOPROGRESS, 0L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_PRIVATE, (void *)item);
+    return failed;
+}
+
+int se_curl_start(const se_curl_request *request, const se_curl_callbacks *callbacks) {
     if (!se_curl_is_available()) {
         return SE_CURL_UNAVAILABLE;
     }
-    CURL *handle = api.easy_init();
-    if (handle == NULL) {
+    transfer *item = calloc(1, sizeof(transfer));
+    if (item == NULL) {
         return SE_CURL_SETUP_FAILED;
     }
-    struct curl_slist *headers = NULL;
-    int failed = 0;
-    for (size_t index = 0; index < request->header_count; index++) {
-        struct curl_slist *appended = api.slist_append(headers, request->headers[index]);
-        if (appended == NULL) {
-            failed = 1;
-            break;
-        }
-        headers = appended;
+    item->callbacks = *callbacks;
+    if (configure(item, request) != 0) {
+        release(item);
+        return SE_CURL_SETUP_FAILED;
     }
-    if (!failed) {
-        failed |= api.easy_setopt(handle, SE_CURLOPT_URL, request->url);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_CUSTOMREQUEST, request->method);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_HTTPHEADER, headers);
-        if (request->body != NULL) {
-            failed |= api.easy_setopt(handle, SE_CURLOPT_POSTFIELDSIZE_LARGE, (int64_t)request->body_length);
-            failed |= api.easy_setopt(handle, SE_CURLOPT_POSTFIELDS, request->body);
-        }
-        failed |= api.easy_setopt(handle, SE_CURLOPT_PROTOCOLS, (long)(SE_CURLPROTO_HTTP | SE_CURLPROTO_HTTPS));
-        failed |= api.easy_setopt(handle, SE_CURLOPT_FOLLOWLOCATION, 0L);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_HTTP_CONTENT_DECODING, 0L);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYPEER, 1L);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYHOST, 2L);
-        if (request->ca_file != NULL) {
-            failed |= api.easy_setopt(handle, SE_CURLOPT_CAINFO, request->ca_file);
-        }
-        failed |= api.easy_setopt(handle, SE_CURLOPT_NOSIGNAL, 1L);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_TIMEOUT_MS, request->timeout_ms);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_HEADERFUNCTION, on_header);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_HEADERDATA, (void *)callbacks);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_WRITEFUNCTION, on_body);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_WRITEDATA, (void *)callbacks);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_XFERINFOFUNCTION, on_progress);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_XFERINFODATA, (void *)callbacks);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_NOPROGRESS, 0L);
+    pthread_mutex_lock(&driver.lock);
+    item->next = driver.pending;
+    driver.pending = item;
+    pthread_mutex_unlock(&driver.lock);
+    api.multi_wakeup(driver.multi);
+    return 0;
+}
+
+void se_curl_wake(void) {
+    if (!se_curl_is_available()) {
+        return;
     }
-    int result = failed ? SE_CURL_SETUP_FAILED : api.easy_perform(handle);
-    api.easy_cleanup(handle);
-    api.slist_free_all(headers);
-    return result;
+    pthread_mutex_lock(&driver.lock);
+    driver.wake = 1;
+    pthread_mutex_unlock(&driver.lock);
+    api.multi_wakeup(driver.multi);
+}
+
+/// Takes the transfer out of the multi handle and the running list, reports it, and frees it.
+static void finish(transfer *item, int code) {
+    if (item->previous != NULL) {
+        item->previous->next = item->next;
+    } else {
+        driver.running = item->next;
+    }
+    if (item->next != NULL) {
+        item->next->previous = item->previous;
+    }
+    api.multi_remove_handle(driver.multi, item->handle);
+    se_curl_callbacks callbacks = item->callbacks;
+    release(item);
+    callbacks.done(callbacks.context, code);
+}
+
+static void *drive(void *unused) {
+    (void)unused;
+    for (;;) {
+        pthread_mutex_lock(&driver.lock);
+        transfer *started = driver.pending;
+        driver.pending = NULL;
+        int wake = driver.wake;
+        driver.wake = 0;
+        pthread_mutex_unlock(&driver.lock);
+
+        // The list was built newest first: add the oldest first.
+        transfer *ordered = NULL;
+        while (started != NULL) {
+            transfer *next = started->next;
+            started->next = ordered;
+            ordered = started;
+            started = next;
+        }
+        while (ordered != NULL) {
+            transfer *item = ordered;
+            ordered = item->next;
+            if (api.multi_add_handle(driver.multi, item->handle) != SE_CURLM_OK) {
+                se_curl_callbacks callbacks = item->callbacks;
+                release(item);
+                callbacks.done(callbacks.context, SE_CURL_SETUP_FAILED);
+                continue;
+            }
+            item->previous = NULL;
+            item->next = driver.running;
+            if (driver.running != NULL) {
+                driver.running->previous = item;
+            }
+            driver.running = item;
+        }
+        if (wake) {
+            transfer *item = driver.running;
+            while (item != NULL) {
+                transfer *next = item->next;
+                if (!item->callbacks.proceed(item->callbacks.context)) {
+                    finish(item, SE_CURL_STOPPED);
+                }
+                item = next;
+            }
+        }
+
+        int active = 0;
+        api.multi_perform(driver.multi, &active);
+        int left = 0;
+        se_curl_message *message;
+        while ((message = api.multi_info_read(driver.multi, &left)) != NULL) {
+            if (message->msg != SE_CURLMSG_DONE) {
+                continue;
+            }
+            transfer *item = NULL;
+            api.easy_getinfo(message->easy_handle, SE_CURLINFO_PRIVATE, (char **)&item);
+            if (item != NULL) {
+                finish(item, message->data.result);
+            }
+        }
+        api.multi_poll(driver.multi, NULL, 0, 1000, NULL);
+    }
+    return NULL;
 }
 
 #else
 
 int se_curl_is_available(void) { return 0; }
 
-int se_curl_perform(const se_curl_request *request, const se_curl_callbacks *callbacks) {
+int se_curl_start(const se_curl_request *request, const se_curl_callbacks *callbacks) {
     (void)request;
     (void)callbacks;
     return SE_CURL_UNAVAILABLE;
 }
+
+void se_curl_wake(void) {}
 
 #endif

@@ -106,6 +106,40 @@ struct HTTPCredentialFetcherTests {
         }
     }
 
+    @Test func manyFetchesInFlightOverHTTPSShareOneTransferThread() async throws {
+        try await withLoopbackBackend(tls: true) { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let fetcher = backend.fetcher(clock: clock)
+            _ = try await fetcher.fetchCredential(for: "bob")
+            let threadsBefore = Self.threadCount()
+            let (credentials, peakThreads) = try await withThrowingTaskGroup(of: IdentityCredential.self) { group in
+                for _ in 0..<100 {
+                    group.addTask { try await fetcher.fetchCredential(for: "bob") }
+                }
+                var peak = Self.threadCount()
+                var credentials: [IdentityCredential] = []
+                for try await credential in group {
+                    credentials.append(credential)
+                    peak = max(peak, Self.threadCount())
+                }
+                return (credentials, peak)
+            }
+            let verifier = try backend.verifier(clock: clock)
+            #expect(credentials.count == 100)
+            #expect(credentials.allSatisfy { verifier.verify($0).isValid })
+            // A thread per transfer would add 100; the process's pools may add a few of their own.
+            #expect(peakThreads - threadsBefore < 30, "threads grew from \(threadsBefore) to \(peakThreads)")
+        }
+    }
+
+    /// The process's thread count, from `/proc/self/status` (0 where that does not exist).
+    static func threadCount() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Threads:") })
+        else { return 0 }
+        return Int(line.dropFirst("Threads:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+    }
+
     @Test func theEngineSignsInAndRenewsOverHTTP() async throws {
         try await withLoopbackBackend { backend in
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))

@@ -2,22 +2,22 @@ import CSessionEngineCurl
 import Dispatch
 import Foundation
 
-/// The fetcher's `https` transfer on Linux: libcurl's easy interface, with every header line and every piece of
+/// The fetcher's `https` transfer on Linux: libcurl's multi interface, with every header line and every piece of
 /// body passing through callbacks that enforce the limits and can stop the transfer at once.
 ///
 /// `URLSession` cannot bound a transfer on Linux: it decompresses whatever the server sends, cannot pause a
 /// transfer, and after `cancel()` keeps reading for about 0.8 s, hundreds of megabytes at loopback speed. libcurl
-/// (the same library under `URLSession` there, loaded by the C target `CSessionEngineCurl` at run time) does none of that when
-/// driven directly: it sends no `Accept-Encoding` and decodes no body, and a callback that refuses data ends the
-/// transfer before libcurl reads more. So the head (at most 16 KiB) is checked by ``ResponsePolicy`` before any body
-/// is read, at most 64 KiB of body is kept, and the transfer stops within one callback of the limit, the deadline or
-/// a cancellation. Certificates are verified against the system's authorities (or the ones the fetcher was given),
-/// redirects are never followed and only `http` and `https` are spoken.
+/// (the same library under `URLSession` there, loaded by the C target `CSessionEngineCurl` at run time) does none
+/// of that when driven directly: it sends no `Accept-Encoding` and decodes no body, and a callback that refuses data
+/// ends the transfer before libcurl reads more. So the head (at most 16 KiB) is checked by ``ResponsePolicy`` before
+/// any body is kept, at most 64 KiB of body is kept, and the transfer stops within one callback of the limit.
+/// Certificates are verified against the system's authorities (or the ones the fetcher was given), redirects are
+/// never followed and only `http` and `https` are spoken.
 ///
-/// The transfer runs on a thread of its own, so no cooperative thread blocks; the caller is resumed as soon as the
-/// outcome is known. libcurl calls back at least once a second while it waits for the network, so a transfer whose
-/// fetch was decided elsewhere (the deadline, a cancellation) ends within about a second, and libcurl's own timeout,
-/// one second after the fetch's, bounds it in any case.
+/// One thread drives every transfer of the process, so a thousand fetches in flight cost no thread each, and
+/// connections to the backend are reused. The caller is resumed as soon as the outcome is known; a deadline or a
+/// cancellation decides it at once and wakes the thread, which stops the transfer then. libcurl's own timeout, one
+/// second after the fetch's, is the backstop.
 enum CurlTransfer {
     /// Whether libcurl could be loaded in this process.
     static let isAvailable = se_curl_is_available() != 0
@@ -34,28 +34,22 @@ enum CurlTransfer {
         timeoutError: SessionError
     ) async throws -> HTTPTransferResult {
         let control = TransferControl()
+        let reader = ResponseReader(control: control, requiresNoStore: requiresNoStore, timeoutError: timeoutError)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 control.install(continuation)
                 DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
-                    control.finish(.failure(timeoutError))
+                    if control.finish(.failure(timeoutError)) { se_curl_wake() }
                 }
-                DispatchQueue.global().async {
-                    let reader = ResponseReader(control: control, requiresNoStore: requiresNoStore)
-                    let code = reader.run(
-                        request,
-                        backstop: timeout + .seconds(1),
-                        certificateAuthorities: certificateAuthorities
-                    )
-                    if code == 0, let result = control.received() {
-                        control.finish(.success(result))
-                    } else {
-                        control.finish(.failure(code == 28 ? timeoutError : Self.failure(code)))
-                    }
-                }
+                let code = reader.start(
+                    request,
+                    backstop: timeout + .seconds(1),
+                    certificateAuthorities: certificateAuthorities
+                )
+                if code != 0 { control.finish(.failure(Self.failure(code))) }
             }
         } onCancel: {
-            control.finish(.failure(CancellationError()))
+            if control.finish(.failure(CancellationError())) { se_curl_wake() }
         }
     }
 
@@ -69,6 +63,8 @@ enum CurlTransfer {
                 reason: "https is unavailable: libcurl (libcurl.so.4) could not be loaded",
                 isTransient: false
             )
+        case SE_CURL_STOPPED:
+            return SessionError.fetchFailed("the transfer was stopped")
         case SE_CURL_SETUP_FAILED:
             return SessionError.fetchFailed("the transfer could not be set up (libcurl refused an option)")
         case 0: return SessionError.fetchFailed("the backend's answer is not an HTTP response")
@@ -86,28 +82,32 @@ enum CurlTransfer {
         }
     }
 
-    /// Reads one response on the transfer's thread: collects the head line by line, checks it, and keeps the body
-    /// within the limit. It lives on that thread only; what it decides goes through the ``TransferControl``.
+    /// Reads one response on the transfers' thread: collects the head line by line, checks it, and keeps the body
+    /// within the limit. Once started it is used on that thread only, which holds a reference until the transfer is
+    /// done; what it decides goes through the ``TransferControl``.
     private final class ResponseReader {
         let control: TransferControl
         let requiresNoStore: Bool
+        let timeoutError: SessionError
         private var status: Int?
         private var fields: [(name: String, value: String)] = []
         private var headBytes = 0
         private var informational = 0
         private var headDone = false
 
-        init(control: TransferControl, requiresNoStore: Bool) {
+        init(control: TransferControl, requiresNoStore: Bool, timeoutError: SessionError) {
             self.control = control
             self.requiresNoStore = requiresNoStore
+            self.timeoutError = timeoutError
         }
 
-        /// Runs the transfer to its end; returns libcurl's result.
-        func run(_ request: CheckedHTTPRequest, backstop: Duration, certificateAuthorities: String?) -> Int32 {
+        /// Hands the transfer to the transfers' thread; returns 0, or the negative code of why it could not start.
+        func start(_ request: CheckedHTTPRequest, backstop: Duration, certificateAuthorities: String?) -> Int32 {
             let lines = request.headerLines.map { strdup($0)! }
             defer { lines.forEach { free($0) } }
+            let context = Unmanaged.passRetained(self)
             var callbacks = se_curl_callbacks(
-                context: Unmanaged.passUnretained(self).toOpaque(),
+                context: context.toOpaque(),
                 header: { context, line, length in
                     ResponseReader.reader(context).header(UnsafeRawBufferPointer(start: line, count: length)) ? 1 : 0
                 },
@@ -116,30 +116,43 @@ enum CurlTransfer {
                 },
                 proceed: { context in
                     ResponseReader.reader(context).control.isFinished ? 0 : 1
+                },
+                done: { context, code in
+                    Unmanaged<ResponseReader>.fromOpaque(context!).takeRetainedValue().complete(code)
                 }
             )
-            return withExtendedLifetime(self) {
-                request.url.withCString { url in
-                    request.method.withCString { method in
-                        lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
-                            request.body.withUnsafeBufferPointer { body in
-                                Self.withOptionalCString(certificateAuthorities) { authorities in
-                                    var transfer = se_curl_request(
-                                        url: url,
-                                        method: method,
-                                        headers: headers.baseAddress,
-                                        header_count: headers.count,
-                                        body: body.isEmpty ? nil : body.baseAddress,
-                                        body_length: body.count,
-                                        timeout_ms: Int(backstop.timeInterval * 1000),
-                                        ca_file: authorities
-                                    )
-                                    return se_curl_perform(&transfer, &callbacks)
-                                }
+            let code = request.url.withCString { url in
+                request.method.withCString { method in
+                    lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
+                        request.body.withUnsafeBufferPointer { body in
+                            Self.withOptionalCString(certificateAuthorities) { authorities in
+                                var transfer = se_curl_request(
+                                    url: url,
+                                    method: method,
+                                    headers: headers.baseAddress,
+                                    header_count: headers.count,
+                                    body: body.isEmpty ? nil : body.baseAddress,
+                                    body_length: body.count,
+                                    timeout_ms: Int(backstop.timeInterval * 1000),
+                                    ca_file: authorities
+                                )
+                                return se_curl_start(&transfer, &callbacks)
                             }
                         }
                     }
                 }
+            }
+            if code != 0 { context.release() }
+            return code
+        }
+
+        /// The transfer ended with `code`: decides the outcome, unless a limit, the deadline or a cancellation
+        /// already did.
+        private func complete(_ code: Int32) {
+            if code == 0, let result = control.received() {
+                control.finish(.success(result))
+            } else {
+                control.finish(.failure(code == 28 ? timeoutError : CurlTransfer.failure(code)))
             }
         }
 

@@ -35,9 +35,9 @@ public import Foundation
 /// trip, on the fetcher's clock (``FetchedCredential/serverClockOffset``): the backend's time minus the local time
 /// at the middle of the round trip, good to about a second, since `Date` has whole seconds.
 ///
-/// On Linux, `https` endpoints use libcurl's easy interface directly (loaded at run time; Foundation's networking
-/// already links it), with callbacks that check the head, keep at most the limit of body and stop the transfer the
-/// moment a limit, the deadline or a cancellation is reached; where libcurl cannot be loaded, and on Apple
+/// On Linux, `https` endpoints use libcurl directly (loaded at run time; Foundation's networking already links it),
+/// on one thread for every fetch of the process, with callbacks that check the head, keep at most the limit of body
+/// and stop the transfer the moment a limit, the deadline or a cancellation is reached; where libcurl cannot be loaded, and on Apple
 /// platforms, an ephemeral `URLSession` with no cache and no cookie storage streams the body to a delegate that
 /// enforces the same limits. Plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which reads at most the
 /// limit from a socket it owns. Certificates are verified against the system's authorities.

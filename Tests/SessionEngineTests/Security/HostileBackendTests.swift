@@ -123,6 +123,33 @@ struct HostileBackendTests {
         #expect(started.duration(to: .now) < .seconds(2), "the cancelled fetch waited for the backend")
     }
 
+    /// Every transfer runs on its own thread or shares one driven by events; either way a backend that hangs holds up
+    /// only its own fetch.
+    @Test(arguments: Route.allCases)
+    func aHangingTransferDoesNotHoldUpOthers(_ route: Route) async throws {
+        let hanging = try await Self.fetcher("/slow-headers", route: route, timeout: .seconds(30))
+        let stuck = Task { try await hanging.fetchCredential(for: "alice") }
+        let quick = try await Self.fetcher("/ok", route: route)
+        let started = ContinuousClock.now
+        let codes = try await withThrowingTaskGroup(of: SessionError.Code?.self) { group in
+            for _ in 0..<20 {
+                group.addTask {
+                    do {
+                        _ = try await quick.fetchCredential(for: "alice")
+                        return nil
+                    } catch let error as SessionError {
+                        return error.code
+                    }
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(codes == Array(repeating: .invalidCredential, count: 20))
+        #expect(started.duration(to: .now) < .seconds(3), "the quick fetches waited for the hanging one")
+        stuck.cancel()
+        await #expect(throws: CancellationError.self) { try await stuck.value }
+    }
+
     /// The control path: a small answer crosses each route whole and is then judged as a credential.
     @Test(arguments: Route.allCases)
     func aSmallAnswerCrossesEveryRoute(_ route: Route) async throws {

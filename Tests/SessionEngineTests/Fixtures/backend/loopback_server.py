@@ -37,9 +37,14 @@ def tls_context(directory):
 
 
 class TLSServerMixin:
-    """Wraps each accepted connection in TLS and shakes hands on the connection's own thread."""
+    """Wraps each accepted connection in TLS and shakes hands on the connection's own thread.
+
+    It also lengthens the listen queue from socketserver's 5: a client that opens dozens of connections at once
+    would otherwise see its connection attempts dropped and retried a second later.
+    """
 
     tls = None
+    request_queue_size = 128
 
     def get_request(self):
         connection, address = super().get_request()
