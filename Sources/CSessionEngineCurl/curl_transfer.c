@@ -343,7 +343,8 @@ static void *drive(void *unused) {
                 finish(item, message->data.result);
             }
         }
-        api.multi_poll(driver.multi, NULL, 0, 1000, NULL);
+        // libcurl shortens the wait to its own next timer; with nothing running the thread sleeps until woken.
+        api.multi_poll(driver.multi, NULL, 0, driver.running != NULL ? 1000 : 3600 * 1000, NULL);
     }
     return NULL;
 }
