@@ -150,6 +150,8 @@ public actor SessionEngine {
         metrics.subscribers = broadcaster.subscriberCount
         metrics.waiters = waiters.count
         metrics.scopedWork = store.runningWorkCount
+        // Scoped work's tasks are engine tasks as well; the store counts them.
+        metrics.liveTasks += metrics.scopedWork
         if let expiry = store.localExpiry() {
             let remaining = expiry - clock.now.timeIntervalSince1970
             metrics.credentialRemainingLifetime = .seconds(max(0, remaining))
@@ -420,58 +422,59 @@ public actor SessionEngine {
     ) async throws -> T {
         ledger?.enter()
         defer { ledger?.leave() }
-        do {
-            return try await runScoped(body, requiring: nil)
-        } catch let rejection as Rejection {
-            let renewed = try await renewAfterRejection(of: rejection.credential)
-            do {
-                return try await runScoped(body, requiring: renewed)
-            } catch let again as Rejection {
-                await reportRejection(of: again.credential)
+        switch try await runScoped(body, requiring: nil) {
+        case .finished(let value):
+            return value
+        case .rejected(let credential):
+            let renewed = try await renewAfterRejection(of: credential)
+            switch try await runScoped(body, requiring: renewed) {
+            case .finished(let value):
+                return value
+            case .rejected(let again):
+                await reportRejection(of: again)
                 throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
             }
         }
     }
 
-    /// The work rejected this credential.
-    private struct Rejection: Error {
-        let credential: IdentityCredential
+    /// How one run of scoped work ended, when it did not fail otherwise.
+    private enum ScopedOutcome<T> {
+        /// The work returned this value.
+        case finished(T)
+        /// The work threw ``SessionError/credentialRejected`` with this credential.
+        case rejected(IdentityCredential)
     }
+
+    private static let accountChangedError = SessionError(
+        .accountChanged, reason: "the account changed; the work was cancelled")
 
     private nonisolated func runScoped<T: Sendable>(
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T,
         requiring required: IdentityCredential?
-    ) async throws -> T {
+    ) async throws -> ScopedOutcome<T> {
         let store = self.store
-        let recorder = self.recorder
         let ledger = self.ledger
         let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
             ledger?.begin()
-            recorder.tasks(1)
             return Task {
-                defer {
-                    store.finishWork(id)
-                    recorder.tasks(-1)
-                    // The caller parks while it waits for the work: make it runnable before the work ends.
-                    ledger?.unpark()
-                    ledger?.end()
-                }
+                // The caller, parked while it waits for the work, becomes runnable as the work ends: one activity
+                // takes the other's place, so the ledger's count does not change.
+                defer { store.finishWork(id) }
                 return try await body(credential)
             }
         }
         ledger?.park()
         do {
-            return try await withTaskCancellationHandler {
-                try await task.value
-            } onCancel: {
-                task.cancel()
-            }
+            return .finished(
+                try await withTaskCancellationHandler {
+                    try await task.value
+                } onCancel: {
+                    task.cancel()
+                })
         } catch let error as SessionError where error.code == .credentialRejected {
-            throw Rejection(credential: credential)
+            return .rejected(credential)
         } catch {
-            if ticket.cancelledByEngine.load(ordering: .relaxed) {
-                throw SessionError(.accountChanged, reason: "the account changed; the work was cancelled")
-            }
+            if ticket.cancelledByEngine.load(ordering: .relaxed) { throw Self.accountChangedError }
             throw error
         }
     }

@@ -20,15 +20,17 @@ final class SessionStore: Sendable {
         case usable(IdentityCredential, IdentityHeaders, expiresAt: TimeInterval, epoch: UInt64)
     }
 
-    /// Shared between one piece of scoped work and its caller: whether the engine cancelled it.
+    /// One piece of running scoped work, shared between the store and the work's caller: its epoch, its task and
+    /// whether the engine cancelled it.
     final class WorkTicket: Sendable {
+        let epoch: UInt64
+        let task: any CancellableTask
         let cancelledByEngine = Atomic<Bool>(false)
-    }
 
-    private struct Work {
-        var epoch: UInt64
-        var ticket: WorkTicket
-        var cancel: @Sendable () -> Void
+        init(epoch: UInt64, task: any CancellableTask) {
+            self.epoch = epoch
+            self.task = task
+        }
     }
 
     private struct DrainWaiter {
@@ -41,16 +43,21 @@ final class SessionStore: Sendable {
         var state: SessionState = .signedOut
         /// Work of epochs below this one has been cancelled; no new work may join them.
         var workFloor: UInt64 = 0
-        var work: [UInt64: Work] = [:]
-        /// How many pieces of work run per epoch; few epochs ever have work at once.
-        var workPerEpoch: [UInt64: Int] = [:]
-        var nextWorkID: UInt64 = 0
+        /// Running work, by slot; a finished piece's slot is reused. Cancelling walks the slots in order, so work
+        /// started together is cancelled in the order it started: its tasks, created one after another, sit near each
+        /// other in memory, and a walk in hash order would touch them at random.
+        var work: [WorkTicket?] = []
+        /// The slots of `work` that hold no work.
+        var freeSlots: [Int] = []
+        /// How many pieces of work run per epoch, oldest epoch first; few epochs ever have work at once, so a short
+        /// list serves without hashing.
+        var workPerEpoch: [(epoch: UInt64, count: Int)] = []
         var drainWaiters: [DrainWaiter] = []
         /// A graceful shutdown began: no new work receives an identity.
         var refusesWork = false
 
         func hasWork(before epoch: UInt64) -> Bool {
-            workPerEpoch.keys.contains { $0 < epoch }
+            workPerEpoch.contains { $0.epoch < epoch }
         }
     }
 
@@ -96,7 +103,7 @@ final class SessionStore: Sendable {
     var sessionState: SessionState { state.withLock { $0.state } }
 
     /// The number of scoped tasks running.
-    var runningWorkCount: Int { state.withLock { $0.work.count } }
+    var runningWorkCount: Int { state.withLock { $0.work.count - $0.freeSlots.count } }
 
     /// Replaces the snapshot.
     ///
@@ -209,11 +216,12 @@ final class SessionStore: Sendable {
     /// - Parameters:
     ///   - required: When set, the credential must be this one (a retry after a rejection); otherwise the call
     ///     fails with `INVALID_IDENTITY`.
-    ///   - makeTask: Creates the work's task from the credential, the work's ID and its ticket.
+    ///   - makeTask: Creates the work's task from the credential and the work's slot, which identifies it until it
+    ///     finishes.
     /// - Returns: The credential handed out, the task and its ticket.
     func startWork<T: Sendable>(
         requiring required: IdentityCredential? = nil,
-        _ makeTask: (IdentityCredential, UInt64) -> Task<T, any Error>
+        _ makeTask: (IdentityCredential, Int) -> Task<T, any Error>
     ) throws(SessionError) -> (IdentityCredential, Task<T, any Error>, WorkTicket) {
         let now = clock.now.timeIntervalSince1970
         let result = state.withLock {
@@ -225,35 +233,54 @@ final class SessionStore: Sendable {
             guard now < expiresAt, epoch >= state.workFloor, required == nil || required == credential else {
                 return .failure(Self.expiredError)
             }
-            state.nextWorkID += 1
-            let id = state.nextWorkID
-            let ticket = WorkTicket()
-            let task = makeTask(credential, id)
-            state.work[id] = Work(epoch: epoch, ticket: ticket, cancel: { task.cancel() })
-            state.workPerEpoch[epoch, default: 0] += 1
+            let slot = state.freeSlots.popLast() ?? state.work.count
+            let task = makeTask(credential, slot)
+            let ticket = WorkTicket(epoch: epoch, task: task)
+            if slot == state.work.count {
+                state.work.append(ticket)
+            } else {
+                state.work[slot] = ticket
+            }
+            if let index = state.workPerEpoch.lastIndex(where: { $0.epoch == epoch }) {
+                state.workPerEpoch[index].count += 1
+            } else {
+                state.workPerEpoch.append((epoch, 1))
+            }
             return .success((credential, task, ticket))
         }
         return try result.get()
     }
 
     /// Removes finished work and wakes drains that were waiting for it.
-    func finishWork(_ id: UInt64) {
-        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            guard let work = state.work.removeValue(forKey: id) else { return [] }
-            if state.workPerEpoch[work.epoch, default: 1] <= 1 {
-                state.workPerEpoch.removeValue(forKey: work.epoch)
+    ///
+    /// - Parameter slot: The slot ``startWork(requiring:_:)`` gave the work.
+    func finishWork(_ slot: Int) {
+        // The ticket comes out of the lock to be released after it.
+        let (_, ready) = state.withLock { state -> (WorkTicket?, [CheckedContinuation<Void, Never>]) in
+            guard let work = state.work[slot].take() else { return (nil, []) }
+            if state.freeSlots.count + 1 == state.work.count {
+                // No work runs: the next work starts again from the first slot, in order.
+                state.work.removeAll(keepingCapacity: true)
+                state.freeSlots.removeAll(keepingCapacity: true)
             } else {
-                state.workPerEpoch[work.epoch]! -= 1
+                state.freeSlots.append(slot)
             }
-            guard !state.drainWaiters.isEmpty else { return [] }
-            let oldest = state.workPerEpoch.keys.min() ?? .max
+            guard let index = state.workPerEpoch.firstIndex(where: { $0.epoch == work.epoch }) else {
+                return (work, [])
+            }
+            state.workPerEpoch[index].count -= 1
+            // Only an epoch's last piece can end a drain's wait.
+            guard state.workPerEpoch[index].count == 0 else { return (work, []) }
+            state.workPerEpoch.remove(at: index)
+            guard !state.drainWaiters.isEmpty else { return (work, []) }
+            let oldest = state.workPerEpoch.lazy.map(\.epoch).min() ?? .max
             var ready: [CheckedContinuation<Void, Never>] = []
             state.drainWaiters.removeAll { waiter in
                 guard oldest >= waiter.epoch else { return false }
                 ready.append(waiter.continuation)
                 return true
             }
-            return ready
+            return (work, ready)
         }
         for continuation in ready {
             ledger?.unpark()
@@ -266,18 +293,20 @@ final class SessionStore: Sendable {
     /// - Returns: How many pieces of work were cancelled.
     @discardableResult
     func cancelWork(before epoch: UInt64) -> Int {
-        let cancels = state.withLock { state -> [@Sendable () -> Void] in
+        let cancelled = state.withLock { state -> [WorkTicket] in
             state.workFloor = max(state.workFloor, epoch)
-            var cancels: [@Sendable () -> Void] = []
-            for work in state.work.values where work.epoch < epoch {
-                if !work.ticket.cancelledByEngine.exchange(true, ordering: .relaxed) {
-                    cancels.append(work.cancel)
-                }
+            var cancelled: [WorkTicket] = []
+            // Only this step, under the lock, sets the flag: a plain load and store suffice.
+            for case let work? in state.work
+            where work.epoch < epoch && !work.cancelledByEngine.load(ordering: .relaxed) {
+                work.cancelledByEngine.store(true, ordering: .relaxed)
+                cancelled.append(work)
             }
-            return cancels
+            return cancelled
         }
-        for cancel in cancels { cancel() }
-        return cancels.count
+        // Outside the lock: cancelling runs the work's cancellation handlers.
+        for work in cancelled { work.task.cancel() }
+        return cancelled.count
     }
 
     /// Waits until no work of epochs before `epoch` is running.
@@ -312,3 +341,11 @@ final class SessionStore: Sendable {
         }
     }
 }
+
+/// A task the store can cancel, whatever its result type.
+protocol CancellableTask: Sendable {
+    /// Cancels the task.
+    func cancel()
+}
+
+extension Task: CancellableTask {}
