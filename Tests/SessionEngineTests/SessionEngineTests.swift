@@ -615,6 +615,63 @@ struct SessionEngineTests {
         #expect(harness.fetcher.totalRequests == 2)
     }
 
+    /// Work that ends with a rejection as an account change cancels it (an HTTP client that maps the cut request
+    /// to the service's `INVALID_IDENTITY`) fails with `ACCOUNT_CHANGED`: it is neither renewed nor run again, and
+    /// never sees the next account's credential.
+    @Test func workCancelledByASwitchIsNotRetriedAsTheNextAccount() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        let engine = harness.engine
+        let clock = harness.clock
+        let runs = Recorder<String>()
+        let work = await engine.startCall { engine in
+            try await engine.withIdentity { credential -> String in
+                runs.append(credential.email)
+                do {
+                    try await clock.sleep(for: .seconds(3600))
+                } catch {
+                    throw SessionError.credentialRejected
+                }
+                return credential.email
+            }
+        }
+        let switched = await engine.startCall { try await $0.switchAccount(to: "bob") }
+        let request = await harness.fetcher.nextRequest()
+        #expect(request.account == "bob")
+        harness.fetcher.respond(to: request, with: .success(harness.credential(for: "bob")))
+        try await switched.value
+        let error = await #expect(throws: SessionError.self) { try await work.value }
+        #expect(error?.code == .accountChanged)
+        #expect(runs.values == ["alice@example.com"])
+        #expect(harness.fetcher.totalRequests == 2, "no renewal for the rejection of the account that was left")
+        #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "bob@example.com")
+    }
+
+    /// A rejection reported after the account changed (the work ended before the change, its caller reached the
+    /// engine after it) must not hand the work the next account's credential for its one retry.
+    @Test func aRejectionRenewalAfterAnAccountChangeFailsInsteadOfSwitchingAccounts() async throws {
+        let harness = EngineHarness()
+        try await harness.signIn("alice")
+        let engine = harness.engine
+        var events = engine.events(bufferLimit: .max).makeAsyncIterator()
+        let alice = try #require(
+            await events.next { event in
+                if case .stateChanged(let state) = event.kind { return state.isIdentified }
+                return false
+            })
+        let aliceCredential = try await engine.withIdentity { $0 }
+        let switched = await engine.startCall { try await $0.switchAccount(to: "bob") }
+        let request = await harness.fetcher.nextRequest()
+        harness.fetcher.respond(to: request, with: .success(harness.credential(for: "bob")))
+        try await switched.value
+        let error = await #expect(throws: SessionError.self) {
+            try await engine.renewAfterRejection(of: aliceCredential, epoch: alice.epoch)
+        }
+        #expect(error?.code == .accountChanged)
+        #expect(harness.fetcher.totalRequests == 2)
+        #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "bob@example.com")
+    }
+
     // MARK: - Events and life cycle
 
     @Test func subscribersThatStopAreReleased() async throws {

@@ -384,8 +384,20 @@ public actor SessionEngine {
     }
 
     /// Reports a rejection and waits for the renewal it causes, for ``withIdentity(_:)``'s one retry.
-    private func renewAfterRejection(of credential: IdentityCredential) async throws -> IdentityCredential {
+    ///
+    /// - Parameters:
+    ///   - credential: The credential the work sent and the service rejected.
+    ///   - epoch: The account session the work ran in.
+    /// - Returns: The credential to retry with, of the same account session.
+    /// - Throws: ``SessionError/Code/accountChanged`` when that account session is no longer the current one (the
+    ///   work must not run again as another account); ``SessionError/Code/invalidIdentity`` when no renewal follows.
+    package func renewAfterRejection(of credential: IdentityCredential, epoch: UInt64) async throws
+        -> IdentityCredential
+    {
         guard !machine.isShutDown else { throw SessionStateMachine.shutDownError }
+        // The work belongs to its account session: after an account change it fails, and never runs again with the
+        // next account's credential.
+        guard machine.currentSession?.epoch == epoch else { throw SessionStore.accountChangedError }
         reportRejection(of: credential)
         if let current = machine.usableCredential, current.signature != credential.signature {
             // Another caller's report already renewed it.
@@ -425,12 +437,12 @@ public actor SessionEngine {
         switch try await runScoped(body, requiring: nil) {
         case .finished(let value):
             return value
-        case .rejected(let credential):
-            let renewed = try await renewAfterRejection(of: credential)
-            switch try await runScoped(body, requiring: renewed) {
+        case .rejected(let credential, let epoch):
+            let renewed = try await renewAfterRejection(of: credential, epoch: epoch)
+            switch try await runScoped(body, requiring: (renewed, epoch)) {
             case .finished(let value):
                 return value
-            case .rejected(let again):
+            case .rejected(let again, _):
                 await reportRejection(of: again)
                 throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
             }
@@ -441,16 +453,14 @@ public actor SessionEngine {
     private enum ScopedOutcome<T> {
         /// The work returned this value.
         case finished(T)
-        /// The work threw ``SessionError/credentialRejected`` with this credential.
-        case rejected(IdentityCredential)
+        /// The work threw ``SessionError/credentialRejected`` with this credential, of this account session, and
+        /// the engine had not cancelled it.
+        case rejected(IdentityCredential, epoch: UInt64)
     }
-
-    private static let accountChangedError = SessionError(
-        .accountChanged, reason: "the account changed; the work was cancelled")
 
     private nonisolated func runScoped<T: Sendable>(
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T,
-        requiring required: IdentityCredential?
+        requiring required: (credential: IdentityCredential, epoch: UInt64)?
     ) async throws -> ScopedOutcome<T> {
         let store = self.store
         let ledger = self.ledger
@@ -471,10 +481,13 @@ public actor SessionEngine {
                 } onCancel: {
                     task.cancel()
                 })
-        } catch let error as SessionError where error.code == .credentialRejected {
-            return .rejected(credential)
         } catch {
-            if ticket.cancelledByEngine.load(ordering: .relaxed) { throw Self.accountChangedError }
+            // An account change that cancelled the work decides, whatever the work threw as it ended: a rejection
+            // then belongs to the account that was left.
+            if ticket.cancelledByEngine.load(ordering: .relaxed) { throw SessionStore.accountChangedError }
+            if let error = error as? SessionError, error.code == .credentialRejected {
+                return .rejected(credential, epoch: ticket.epoch)
+            }
             throw error
         }
     }

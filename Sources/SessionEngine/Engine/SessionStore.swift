@@ -214,13 +214,13 @@ final class SessionStore: Sendable {
     /// Hands out the usable credential to new scoped work and registers the work, atomically.
     ///
     /// - Parameters:
-    ///   - required: When set, the credential must be this one (a retry after a rejection); otherwise the call
-    ///     fails with `INVALID_IDENTITY`.
+    ///   - required: When set (a retry after a rejection), the work must start in this account session, or the
+    ///     call fails with `ACCOUNT_CHANGED`, and with this credential, or it fails with `INVALID_IDENTITY`.
     ///   - makeTask: Creates the work's task from the credential and the work's slot, which identifies it until it
     ///     finishes.
     /// - Returns: The credential handed out, the task and its ticket.
     func startWork<T: Sendable>(
-        requiring required: IdentityCredential? = nil,
+        requiring required: (credential: IdentityCredential, epoch: UInt64)? = nil,
         _ makeTask: (IdentityCredential, Int) -> Task<T, any Error>
     ) throws(SessionError) -> (IdentityCredential, Task<T, any Error>, WorkTicket) {
         let now = clock.now.timeIntervalSince1970
@@ -230,7 +230,9 @@ final class SessionStore: Sendable {
             guard case .usable(let credential, _, let expiresAt, let epoch) = state.access else {
                 return .failure(Self.error(for: state.access))
             }
-            guard now < expiresAt, epoch >= state.workFloor, required == nil || required == credential else {
+            if let required, required.epoch != epoch { return .failure(Self.accountChangedError) }
+            guard now < expiresAt, epoch >= state.workFloor, required == nil || required?.credential == credential
+            else {
                 return .failure(Self.expiredError)
             }
             let slot = state.freeSlots.popLast() ?? state.work.count
@@ -326,6 +328,10 @@ final class SessionStore: Sendable {
         .invalidIdentity,
         reason: "the identity credential has expired or was rejected; it is being renewed"
     )
+
+    /// The error of scoped work that an account change cancelled, or whose rejection renewal found another account.
+    static let accountChangedError = SessionError(
+        .accountChanged, reason: "the account changed; the work was cancelled")
 
     static let shuttingDownError = SessionError(
         .shutDown,
