@@ -127,6 +127,10 @@ enum WorkKind: Hashable, Sendable, CustomStringConvertible {
     /// Sleeps on the clock for `seconds` and only then notices cancellation, like work that cannot stop half-way;
     /// an account change waits for it.
     case stubborn(seconds: Int)
+    /// Sleeps on the clock for `seconds`; cancelled, it throws `credentialRejected`, like an HTTP client whose cut
+    /// request comes back as the service's `INVALID_IDENTITY`. An account change must still fail it with
+    /// `ACCOUNT_CHANGED`, never renew for it or run it again as the next account.
+    case rejectedWhenCancelled(seconds: Int)
 
     var description: String {
         switch self {
@@ -134,6 +138,7 @@ enum WorkKind: Hashable, Sendable, CustomStringConvertible {
         case .verifying: ".verifying"
         case .long(let seconds): ".long(seconds: \(seconds))"
         case .stubborn(let seconds): ".stubborn(seconds: \(seconds))"
+        case .rejectedWhenCancelled(let seconds): ".rejectedWhenCancelled(seconds: \(seconds))"
         }
     }
 }
@@ -207,6 +212,7 @@ enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrinkable {
             (2, .constant(.quick)), (2, .constant(.verifying)),
             (2, Gen.element(of: [5, 60, 600]).map { .long(seconds: $0) }),
             (1, Gen.element(of: [2, 30]).map { .stubborn(seconds: $0) }),
+            (1, Gen.element(of: [60, 600]).map { .rejectedWhenCancelled(seconds: $0) }),
         ])
         return .frequency([
             (6, account.map { .signIn($0) }),

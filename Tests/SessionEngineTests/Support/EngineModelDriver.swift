@@ -230,6 +230,8 @@ final class EngineModelDriver {
         let verifier = self.verifier
         let epochs: Set<UInt64> = [model.epoch, laterEpoch ?? model.epoch]
         let call = probe.callStarted("withIdentity(\(kind))")
+        // Set when a `.rejectedWhenCancelled` body was cancelled: only the engine cancels bodies here.
+        let cancelledByEngine = Locked(false)
         await enter {
             defer { probe.callFinished(call) }
             do {
@@ -248,12 +250,22 @@ final class EngineModelDriver {
                         defer { probe.bodySleeps(-1, stubborn: true) }
                         await clock.sleepIgnoringCancellation(for: .seconds(seconds))
                         try Task.checkCancellation()
+                    case .rejectedWhenCancelled(let seconds):
+                        do {
+                            try await clock.sleep(for: .seconds(seconds))
+                        } catch {
+                            cancelledByEngine.withLock { $0 = true }
+                            throw SessionError.credentialRejected
+                        }
                     }
                     return credential.email
                 }
             } catch is CancellationError {
                 // The work's own sleep was cancelled by the engine; withIdentity reports it as the error it threw.
             } catch {
+                if cancelledByEngine.withLock({ $0 }), (error as? SessionError)?.code != .accountChanged {
+                    probe.violation("withIdentity(\(kind)): the engine cancelled the work, which failed with \(error)")
+                }
                 probe.callFailed(
                     "withIdentity",
                     error,
