@@ -9,11 +9,17 @@ import Foundation
 struct CheckedHTTPRequest: Sendable {
     /// The absolute URL.
     var url: String
+    /// The method, an HTTP token.
     var method: String
+    /// The host, without the brackets of an IPv6 literal.
     var host: String
+    /// The port, the scheme's default when the URL has none.
     var port: Int
+    /// The path and query, as sent in a request line.
     var target: String
+    /// The header fields, `Host` first; every name is a token and no value holds a control character.
     var fields: [(name: String, value: String)]
+    /// The body.
     var body: [UInt8]
 
     /// Converts the request the host's `authenticate` closure prepared.

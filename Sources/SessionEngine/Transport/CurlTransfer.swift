@@ -183,12 +183,8 @@ enum CurlTransfer {
                 return true
             }
             guard !line.isEmpty else { return endOfHead(status) }
-            guard let colon = line.firstIndex(of: ":"), colon != line.startIndex, !line.hasPrefix(" "),
-                !line.hasPrefix("\t"), !line[..<colon].contains(" ")
-            else {
-                return fail("sent a malformed header line")
-            }
-            fields.append((String(line[..<colon]), line[line.index(after: colon)...].trimmingASCIISpaces()))
+            guard let field = HTTPResponseHead.field(line) else { return fail("sent a malformed header line") }
+            fields.append(field)
             return true
         }
 

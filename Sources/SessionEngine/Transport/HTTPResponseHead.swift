@@ -16,6 +16,15 @@ struct HTTPResponseHead: Sendable {
         let all = values(name)
         return all.isEmpty ? nil : all.joined(separator: ", ")
     }
+
+    /// The name and value of one header line without its CRLF, or `nil` when it is malformed: no colon, an empty
+    /// name, a space in the name, or leading white space (an obsolete folded line). Both transfers read fields so.
+    static func field(_ line: String) -> (name: String, value: String)? {
+        guard let colon = line.firstIndex(of: ":"), colon != line.startIndex, !line.hasPrefix(" "),
+            !line.hasPrefix("\t"), !line[..<colon].contains(" ")
+        else { return nil }
+        return (String(line[..<colon]), line[line.index(after: colon)...].trimmingASCIISpaces())
+    }
 }
 
 /// How the body of an accepted response is framed.

@@ -237,14 +237,10 @@ enum PlainHTTPTransfer {
             }
             var fields: [(name: String, value: String)] = []
             for line in lines {
-                guard let colon = line.firstIndex(of: ":"), colon != line.startIndex,
-                    !line.hasPrefix(" "), !line.hasPrefix("\t")
-                else {
+                guard let field = HTTPResponseHead.field(line) else {
                     throw protocolError("sent a malformed header line")
                 }
-                let name = String(line[..<colon])
-                guard !name.contains(" ") else { throw protocolError("sent a malformed header line") }
-                fields.append((name, line[line.index(after: colon)...].trimmingASCIISpaces()))
+                fields.append(field)
             }
             return HTTPResponseHead(status: status, fields: fields)
         }
