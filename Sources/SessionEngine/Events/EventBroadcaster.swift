@@ -7,20 +7,32 @@ import Synchronization
 /// subscriber falls more than `bufferLimit` events behind, its oldest events are dropped and it receives
 /// ``SessionEvent/Kind/eventsDropped(count:)`` before the rest, stamped like the last event it lost. A subscriber whose sequence is released, or whose waiting
 /// task is cancelled, is removed at once; ``finish()`` ends every subscription.
+///
+/// Each published event is boxed once in a ``Published`` that every subscriber shares, so buffers, waiters and the
+/// waiting tasks' frames hold one reference per event rather than a copy of it.
 final class EventBroadcaster: Sendable {
+    /// An event as buffered and handed to subscribers: one allocation per published event, shared by all of them.
+    final class Published: Sendable {
+        let event: SessionEvent
+
+        init(_ event: SessionEvent) {
+            self.event = event
+        }
+    }
+
     private struct Subscriber {
         let limit: Int
-        var buffer: [SessionEvent] = []
+        var buffer: [Published] = []
         var head = 0
         var dropped = 0
         /// The newest event dropped since the subscriber last received one.
-        var lastDropped: SessionEvent?
-        var waiter: CheckedContinuation<SessionEvent?, Never>?
+        var lastDropped: Published?
+        var waiter: CheckedContinuation<Published?, Never>?
 
         var isEmpty: Bool { head == buffer.count }
 
         /// Buffers an event; returns whether an older one was dropped to make room.
-        mutating func push(_ event: SessionEvent) -> Bool {
+        mutating func push(_ event: Published) -> Bool {
             buffer.append(event)
             var droppedOne = false
             if buffer.count - head > limit {
@@ -36,14 +48,15 @@ final class EventBroadcaster: Sendable {
             return droppedOne
         }
 
-        mutating func pop() -> SessionEvent? {
-            if dropped > 0, let last = lastDropped {
+        mutating func pop() -> Published? {
+            if dropped > 0, let last = lastDropped?.event {
                 defer {
                     dropped = 0
                     lastDropped = nil
                 }
-                return SessionEvent(
-                    .eventsDropped(count: dropped), time: last.time, epoch: last.epoch, sequence: last.sequence)
+                return Published(
+                    SessionEvent(
+                        .eventsDropped(count: dropped), time: last.time, epoch: last.epoch, sequence: last.sequence))
             }
             guard !isEmpty else { return nil }
             defer { head += 1 }
@@ -53,7 +66,7 @@ final class EventBroadcaster: Sendable {
 
     private struct State {
         /// The event that produced the current state, which every new subscriber receives first.
-        var current: SessionEvent
+        var current: Published
         var subscribers: [UInt64: Subscriber] = [:]
         var nextID: UInt64 = 0
         var finished = false
@@ -65,7 +78,7 @@ final class EventBroadcaster: Sendable {
     private let bufferLimit: Int
 
     init(initial: SessionEvent, bufferLimit: Int) {
-        self.state = Mutex(State(current: initial))
+        self.state = Mutex(State(current: Published(initial)))
         self.bufferLimit = bufferLimit
     }
 
@@ -80,7 +93,7 @@ final class EventBroadcaster: Sendable {
     /// - Parameter limit: The subscriber's buffer limit; `nil` uses the engine's.
     /// - Returns: The subscriber's ID, or `nil` when the broadcaster has finished (the caller then delivers only the
     ///   final state).
-    func subscribe(limit: Int? = nil) -> (id: UInt64?, current: SessionEvent) {
+    func subscribe(limit: Int? = nil) -> (id: UInt64?, current: Published) {
         state.withLock { state in
             guard !state.finished else { return (nil, state.current) }
             state.nextID += 1
@@ -93,28 +106,33 @@ final class EventBroadcaster: Sendable {
 
     /// Publishes an event to every subscriber.
     func publish(_ event: SessionEvent) {
-        let ready = state.withLock { state -> [CheckedContinuation<SessionEvent?, Never>] in
+        let published = Published(event)
+        let ready = state.withLock { state -> [CheckedContinuation<Published?, Never>] in
             guard !state.finished else { return [] }
-            if case .stateChanged = event.kind { state.current = event }
-            var ready: [CheckedContinuation<SessionEvent?, Never>] = []
-            for id in state.subscribers.keys {
-                if let waiter = state.subscribers[id]!.waiter {
-                    state.subscribers[id]!.waiter = nil
+            if case .stateChanged = event.kind { state.current = published }
+            var ready: [CheckedContinuation<Published?, Never>] = []
+            // Walks the entries by index and mutates them in place: iterating a view of the dictionary while
+            // mutating it would copy its storage.
+            var index = state.subscribers.startIndex
+            while index != state.subscribers.endIndex {
+                if let waiter = state.subscribers.values[index].waiter {
+                    state.subscribers.values[index].waiter = nil
                     ready.append(waiter)
-                } else if state.subscribers[id]!.push(event) {
+                } else if state.subscribers.values[index].push(published) {
                     state.dropped += 1
                 }
+                state.subscribers.formIndex(after: &index)
             }
             return ready
         }
-        for waiter in ready { waiter.resume(returning: event) }
+        for waiter in ready { waiter.resume(returning: published) }
     }
 
     /// Ends every subscription: buffered events are still delivered, then each sequence finishes.
     func finish() {
-        let waiting = state.withLock { state -> [CheckedContinuation<SessionEvent?, Never>] in
+        let waiting = state.withLock { state -> [CheckedContinuation<Published?, Never>] in
             state.finished = true
-            var waiting: [CheckedContinuation<SessionEvent?, Never>] = []
+            var waiting: [CheckedContinuation<Published?, Never>] = []
             for (id, subscriber) in state.subscribers where subscriber.isEmpty && subscriber.dropped == 0 {
                 if let waiter = subscriber.waiter { waiting.append(waiter) }
                 state.subscribers.removeValue(forKey: id)
@@ -125,27 +143,23 @@ final class EventBroadcaster: Sendable {
     }
 
     /// The subscriber's next event, suspending until one is published; `nil` once finished or cancelled.
-    func next(_ id: UInt64) async -> SessionEvent? {
+    func next(_ id: UInt64) async -> Published? {
         await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<SessionEvent?, Never>) in
-                let immediate = state.withLock { state -> SessionEvent?? in
-                    guard var subscriber = state.subscribers[id] else { return .some(nil) }
-                    if let event = subscriber.pop() {
-                        state.subscribers[id] = subscriber
-                        return .some(event)
-                    }
+            await withCheckedContinuation { (continuation: CheckedContinuation<Published?, Never>) in
+                let immediate = state.withLock { state -> Published?? in
+                    guard let index = state.subscribers.index(forKey: id) else { return .some(nil) }
+                    if let event = state.subscribers.values[index].pop() { return .some(event) }
                     if state.finished || Task.isCancelled {
-                        state.subscribers.removeValue(forKey: id)
+                        state.subscribers.remove(at: index)
                         return .some(nil)
                     }
-                    subscriber.waiter = continuation
-                    state.subscribers[id] = subscriber
+                    state.subscribers.values[index].waiter = continuation
                     return .none
                 }
                 if case .some(let event) = immediate { continuation.resume(returning: event) }
             }
         } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<SessionEvent?, Never>? in
+            let waiter = state.withLock { state -> CheckedContinuation<Published?, Never>? in
                 guard let subscriber = state.subscribers.removeValue(forKey: id) else { return nil }
                 return subscriber.waiter
             }

@@ -20,7 +20,7 @@ public struct SessionEvents: AsyncSequence, Sendable {
     final class Subscription: Sendable {
         let broadcaster: EventBroadcaster
         let id: UInt64?
-        let final: SessionEvent
+        let final: EventBroadcaster.Published
 
         init(broadcaster: EventBroadcaster, limit: Int?) {
             self.broadcaster = broadcaster
@@ -63,11 +63,17 @@ public struct SessionEvents: AsyncSequence, Sendable {
         public mutating func next() async -> SessionEvent? {
             guard let id = subscription.id else {
                 // Subscribed after shutdown: deliver the final state once.
-                guard !deliveredFinalState else { return nil }
-                deliveredFinalState = true
-                return subscription.final
+                defer { deliveredFinalState = true }
+                return Self.event(of: deliveredFinalState ? nil : subscription.final)
             }
-            return await subscription.broadcaster.next(id)
+            return Self.event(of: await subscription.broadcaster.next(id))
+        }
+
+        /// The event a delivery carries, copied out of line so that the waiting task's frame holds only the
+        /// reference while it waits.
+        @inline(never)
+        private static func event(of published: EventBroadcaster.Published?) -> SessionEvent? {
+            published?.event
         }
     }
 }
