@@ -170,7 +170,7 @@ enum CurlTransfer {
         func header(_ bytes: UnsafeRawBufferPointer) -> Bool {
             guard !control.isFinished else { return false }
             headBytes += bytes.count
-            guard headBytes <= PlainHTTPTransfer.maximumHeadSize else {
+            guard headBytes <= ResponsePolicy.maximumHeadSize else {
                 return fail("sent a response head larger than 16 KiB")
             }
             guard !headDone else { return true }
@@ -178,7 +178,9 @@ enum CurlTransfer {
             while end > 0, bytes[end - 1] == 0x0A || bytes[end - 1] == 0x0D { end -= 1 }
             let line = String(decoding: bytes[..<end], as: UTF8.self)
             guard let status else {
-                guard let status = Self.status(line) else { return fail("sent a malformed status line") }
+                guard let (_, status) = HTTPResponseHead.statusLine(line) else {
+                    return fail("sent a malformed status line")
+                }
                 self.status = status
                 return true
             }
@@ -191,7 +193,9 @@ enum CurlTransfer {
         private func endOfHead(_ status: Int) -> Bool {
             if (100..<200).contains(status) {
                 informational += 1
-                guard informational <= 4 else { return fail("sent too many informational responses") }
+                guard informational <= ResponsePolicy.maximumInformationalResponses else {
+                    return fail("sent too many informational responses")
+                }
                 self.status = nil
                 fields = []
                 return true
@@ -219,17 +223,8 @@ enum CurlTransfer {
         }
 
         private func fail(_ problem: String) -> Bool {
-            control.finish(.failure(SessionError.fetchFailed("the backend \(problem)")))
+            control.finish(.failure(ResponsePolicy.protocolError(problem)))
             return false
-        }
-
-        /// The status of a line `HTTP/<version> <three digits>[ <reason>]`.
-        private static func status(_ line: String) -> Int? {
-            let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
-            guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), parts[1].utf8.count == 3,
-                parts[1].utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let status = Int(parts[1]), status >= 100
-            else { return nil }
-            return status
         }
     }
 }

@@ -17,6 +17,16 @@ struct HTTPResponseHead: Sendable {
         return all.isEmpty ? nil : all.joined(separator: ", ")
     }
 
+    /// The HTTP version and the status of a status line `HTTP/<version> <three digits>[ <reason>]`, or `nil` when it
+    /// is malformed. Each transfer decides which versions it speaks.
+    static func statusLine(_ line: String) -> (version: Substring, status: Int)? {
+        let parts = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count >= 2, parts[0].hasPrefix("HTTP/"), parts[1].utf8.count == 3,
+            parts[1].utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let status = Int(parts[1]), status >= 100
+        else { return nil }
+        return (parts[0].dropFirst("HTTP/".count), status)
+    }
+
     /// The name and value of one header line without its CRLF, or `nil` when it is malformed: no colon, an empty
     /// name, a space in the name, or leading white space (an obsolete folded line). Both transfers read fields so.
     static func field(_ line: String) -> (name: String, value: String)? {
@@ -44,6 +54,10 @@ enum BodyFraming: Equatable {
 enum ResponsePolicy {
     /// The largest response body accepted.
     static let maximumBodySize = 64 * 1024
+    /// The largest response head read, status line and fields (and, after a chunked body, trailers) together.
+    static let maximumHeadSize = 16 * 1024
+    /// How many informational (1xx) heads may come before the final one.
+    static let maximumInformationalResponses = 4
 
     /// Checks a response's head and says how its body is framed.
     ///
@@ -103,6 +117,12 @@ enum ResponsePolicy {
                 ? "the backend's Content-Length is larger than \(maximumBodySize) bytes; the body was not read"
                 : "the backend's response is larger than \(maximumBodySize) bytes; the transfer was stopped there"
         )
+    }
+
+    /// The error for a response that breaks HTTP, or the head's limits; `problem` says what the backend did, and never
+    /// quotes it.
+    static func protocolError(_ problem: String) -> SessionError {
+        SessionError.fetchFailed("the backend \(problem)")
     }
 
     /// Whether a `Cache-Control` value holds the `no-store` directive.

@@ -19,8 +19,6 @@ import Foundation
 /// declared length past 64 KiB before reading any of it, then reads at most 64 KiB of body and closes the socket the
 /// moment the limit, the deadline or a cancellation is reached. Its memory is the limit plus one 16 KiB read.
 enum PlainHTTPTransfer {
-    /// The largest response head read.
-    static let maximumHeadSize = 16 * 1024
     /// How often a blocked read looks at the deadline and at cancellation, in milliseconds.
     static let pollInterval = 20
 
@@ -92,7 +90,9 @@ enum PlainHTTPTransfer {
             var informational = 0
             while (100..<200).contains(head.status) && head.status != 101 {
                 informational += 1
-                guard informational <= 4 else { throw Self.protocolError("sent too many informational responses") }
+                guard informational <= ResponsePolicy.maximumInformationalResponses else {
+                    throw ResponsePolicy.protocolError("sent too many informational responses")
+                }
                 head = try readHead()
             }
             let framing = try ResponsePolicy.check(head, requiresNoStore: requiresNoStore)
@@ -217,11 +217,11 @@ enum PlainHTTPTransfer {
                     return try Self.parseHead(text)
                 }
                 searched = buffer.count
-                guard available <= PlainHTTPTransfer.maximumHeadSize else {
-                    throw Self.protocolError("sent a response head larger than 16 KiB")
+                guard available <= ResponsePolicy.maximumHeadSize else {
+                    throw ResponsePolicy.protocolError("sent a response head larger than 16 KiB")
                 }
                 guard try fill() else {
-                    throw Self.protocolError("closed the connection before the response head ended")
+                    throw ResponsePolicy.protocolError("closed the connection before the response head ended")
                 }
             }
         }
@@ -229,16 +229,14 @@ enum PlainHTTPTransfer {
         private static func parseHead(_ text: String) throws(SessionError) -> HTTPResponseHead {
             var lines = text.components(separatedBy: "\r\n")
             let statusLine = lines.removeFirst()
-            let parts = statusLine.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: false)
-            guard parts.count >= 2, parts[0] == "HTTP/1.1" || parts[0] == "HTTP/1.0", parts[1].utf8.count == 3,
-                let status = Int(parts[1]), status >= 100
+            guard let (version, status) = HTTPResponseHead.statusLine(statusLine), version == "1.1" || version == "1.0"
             else {
-                throw protocolError("sent a malformed status line")
+                throw ResponsePolicy.protocolError("sent a malformed status line")
             }
             var fields: [(name: String, value: String)] = []
             for line in lines {
                 guard let field = HTTPResponseHead.field(line) else {
-                    throw protocolError("sent a malformed header line")
+                    throw ResponsePolicy.protocolError("sent a malformed header line")
                 }
                 fields.append(field)
             }
@@ -250,7 +248,9 @@ enum PlainHTTPTransfer {
             switch framing {
             case .length(let length):
                 while available < length {
-                    guard try fill() else { throw Self.protocolError("closed the connection before the body ended") }
+                    guard try fill() else {
+                        throw ResponsePolicy.protocolError("closed the connection before the body ended")
+                    }
                 }
                 return Array(buffer[start..<start + length])
             case .untilClose:
@@ -266,16 +266,18 @@ enum PlainHTTPTransfer {
                     let sizeText = line.split(separator: ";", maxSplits: 1).first.map { $0.trimmingASCIISpaces() } ?? ""
                     guard !sizeText.isEmpty, sizeText.utf8.count <= 16, let declared = UInt64(sizeText, radix: 16)
                     else {
-                        throw Self.protocolError("sent a malformed chunk size")
+                        throw ResponsePolicy.protocolError("sent a malformed chunk size")
                     }
                     guard declared <= UInt64(limit - body.count) else { throw ResponsePolicy.tooLarge(declared: false) }
                     let size = Int(declared)
                     if size == 0 { break }
                     while available < size + 2 {
-                        guard try fill() else { throw Self.protocolError("closed the connection inside a chunk") }
+                        guard try fill() else {
+                            throw ResponsePolicy.protocolError("closed the connection inside a chunk")
+                        }
                     }
                     guard buffer[start + size] == 0x0D, buffer[start + size + 1] == 0x0A else {
-                        throw Self.protocolError("sent a chunk longer than its declared size")
+                        throw ResponsePolicy.protocolError("sent a chunk longer than its declared size")
                     }
                     body.append(contentsOf: buffer[start..<start + size])
                     start += size + 2
@@ -285,8 +287,8 @@ enum PlainHTTPTransfer {
                     let line = try readLine()
                     if line.isEmpty { break }
                     trailers += line.utf8.count
-                    guard trailers <= PlainHTTPTransfer.maximumHeadSize else {
-                        throw Self.protocolError("sent trailers larger than 16 KiB")
+                    guard trailers <= ResponsePolicy.maximumHeadSize else {
+                        throw ResponsePolicy.protocolError("sent trailers larger than 16 KiB")
                     }
                 }
                 return body
@@ -301,8 +303,12 @@ enum PlainHTTPTransfer {
                     start = end + 2
                     return line
                 }
-                guard available <= 1024 else { throw Self.protocolError("sent a chunk line longer than 1 KiB") }
-                guard try fill() else { throw Self.protocolError("closed the connection inside the chunked body") }
+                guard available <= 1024 else {
+                    throw ResponsePolicy.protocolError("sent a chunk line longer than 1 KiB")
+                }
+                guard try fill() else {
+                    throw ResponsePolicy.protocolError("closed the connection inside the chunked body")
+                }
             }
         }
 
@@ -316,10 +322,6 @@ enum PlainHTTPTransfer {
                 index += 1
             }
             return nil
-        }
-
-        private static func protocolError(_ problem: String) -> SessionError {
-            SessionError.fetchFailed("the backend \(problem)")
         }
     }
 }
