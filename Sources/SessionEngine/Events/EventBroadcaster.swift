@@ -5,8 +5,9 @@ import Synchronization
 /// The engine's actor is the only publisher. A subscriber registers under the same lock that publishing takes and
 /// first receives the current state, so it sees every later change in order with no gap and no duplicate. When a
 /// subscriber falls more than `bufferLimit` events behind, its oldest events are dropped and it receives
-/// ``SessionEvent/Kind/eventsDropped(count:)`` before the rest, stamped like the last event it lost. A subscriber whose sequence is released, or whose waiting
-/// task is cancelled, is removed at once; ``finish()`` ends every subscription.
+/// ``SessionEvent/Kind/eventsDropped(count:)`` before the rest, stamped like the last event it lost. A subscriber
+/// whose sequence is released, or whose waiting task is cancelled, is removed at once; ``finish()`` ends every
+/// subscription.
 ///
 /// Each published event is boxed once in a ``Published`` that every subscriber shares, so buffers, waiters and the
 /// waiting tasks' frames hold one reference per event rather than a copy of it.

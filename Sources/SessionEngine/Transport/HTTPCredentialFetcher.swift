@@ -37,10 +37,10 @@ public import Foundation
 ///
 /// On Linux, `https` endpoints use libcurl directly (loaded at run time; Foundation's networking already links it),
 /// on one thread for every fetch of the process, with callbacks that check the head, keep at most the limit of body
-/// and stop the transfer the moment a limit, the deadline or a cancellation is reached; where libcurl cannot be loaded, and on Apple
-/// platforms, an ephemeral `URLSession` with no cache and no cookie storage streams the body to a delegate that
-/// enforces the same limits. Plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which reads at most the
-/// limit from a socket it owns. Certificates are verified against the system's authorities.
+/// and stop the transfer the moment a limit, the deadline or a cancellation is reached. Where libcurl cannot be
+/// loaded, and on Apple platforms, an ephemeral `URLSession` with no cache and no cookie storage streams the body to
+/// a delegate that enforces the same limits. Plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which
+/// reads at most the limit from a socket it owns. Certificates are verified against the system's authorities.
 ///
 /// ```swift
 /// let fetcher = HTTPCredentialFetcher(endpoint: URL(string: "https://api.example.com/appnorth/identity")!) {
