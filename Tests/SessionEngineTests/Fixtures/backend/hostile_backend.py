@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import loopback_server
 
@@ -123,18 +123,11 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-class Server(loopback_server.TLSServerMixin, ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        pass
-
-
 def main():
     parser = argparse.ArgumentParser(description="Hostile loopback credential backend.")
     loopback_server.add_arguments(parser)
     arguments = parser.parse_args()
-    server = Server(("127.0.0.1", 0), Handler)
+    server = loopback_server.Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=gzip_bomb, daemon=True).start()
     return loopback_server.serve(server, arguments)
 

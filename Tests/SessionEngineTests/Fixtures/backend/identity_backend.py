@@ -49,7 +49,7 @@ import os
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 import loopback_server
@@ -247,14 +247,6 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(200, credential, cache_control=cache_control)
 
 
-class Server(loopback_server.TLSServerMixin, ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # A client that gave up (a timeout in a test) closes the socket; that is expected, not an error.
-        pass
-
-
 def main():
     parser = argparse.ArgumentParser(description="Loopback verified-identity backend.")
     parser.add_argument("--port", type=int, default=0)
@@ -265,7 +257,7 @@ def main():
     if not project_id or not secret:
         sys.stderr.write("Missing AppNorth identity configuration: set APPNORTH_PROJECT_ID and APPNORTH_IDENTITY_SECRET\n")
         return 2
-    server = Server(("127.0.0.1", arguments.port), Handler)
+    server = loopback_server.Server(("127.0.0.1", arguments.port), Handler)
     server.state = State(project_id, secret)
     return loopback_server.serve(server, arguments)
 

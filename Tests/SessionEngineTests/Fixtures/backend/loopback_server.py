@@ -5,6 +5,7 @@ import ssl
 import subprocess
 import sys
 import threading
+from http.server import ThreadingHTTPServer
 
 
 def add_arguments(parser):
@@ -36,8 +37,10 @@ def tls_context(directory):
     return context
 
 
-class TLSServerMixin:
-    """Wraps each accepted connection in TLS and shakes hands on the connection's own thread.
+class Server(ThreadingHTTPServer):
+    """The server every loopback backend runs: a thread per connection, and with --tls each accepted connection
+    wrapped in TLS, its handshake on the connection's own thread. A client that gives up (a timeout in a test) closes
+    its socket; that is expected, so connection errors are not reported.
 
     It also lengthens the listen queue from socketserver's 5: a client that opens dozens of connections at once
     would otherwise see its connection attempts dropped and retried a second later.
@@ -45,6 +48,10 @@ class TLSServerMixin:
 
     tls = None
     request_queue_size = 128
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass
 
     def get_request(self):
         connection, address = super().get_request()
@@ -66,7 +73,7 @@ class TLSServerMixin:
 def serve(server, arguments):
     """Prints the server's port on the first line of standard output, then serves until interrupted.
 
-    With --tls the server (a TLSServerMixin) speaks HTTPS. With --exit-on-stdin-eof it stops when standard input
+    With --tls the server speaks HTTPS. With --exit-on-stdin-eof it stops when standard input
     closes, so it never outlives the process that started it.
     """
     if arguments.tls:
