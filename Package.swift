@@ -11,7 +11,10 @@ let package = Package(
     name: "SessionEngine",
     platforms: [.macOS(.v15), .iOS(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
+        // The client: the engine, the credential, its headers and the HTTP fetcher. No signing code, no secret.
         .library(name: "SessionEngine", targets: ["SessionEngine"]),
+        // The backend: the signer, the verifier that stands in for the service, and their SHA-256 and HMAC.
+        .library(name: "SessionEngineBackend", targets: ["SessionEngineBackend"]),
         .library(name: "SessionEngineTestKit", targets: ["SessionEngineTestKit"]),
         .executable(name: "SessionEngineDemo", targets: ["SessionEngineDemo"]),
         .executable(name: "SessionEngineBench", targets: ["SessionEngineBench"]),
@@ -19,7 +22,12 @@ let package = Package(
     targets: [
         .target(
             name: "SessionEngine",
-            dependencies: ["CSessionEngineSHA256", "CSessionEngineSanitizer", "CSessionEngineCurl"],
+            dependencies: ["CSessionEngineSanitizer", "CSessionEngineCurl"],
+            swiftSettings: strictSettings
+        ),
+        .target(
+            name: "SessionEngineBackend",
+            dependencies: ["SessionEngine", "CSessionEngineSHA256"],
             swiftSettings: strictSettings
         ),
         // SHA-256 compression on the CPU's SHA instructions (SHA-NI, ARMv8 SHA-2), chosen at run time.
@@ -28,21 +36,26 @@ let package = Package(
         .target(name: "CSessionEngineCurl"),
         // Inline thread-sanitizer annotations for the package's lock; nothing without the sanitizer.
         .target(name: "CSessionEngineSanitizer"),
-        // Test support for hosts: a manual clock, a scripted fetcher, gates and waiting for an idle engine.
-        .target(name: "SessionEngineTestKit", dependencies: ["SessionEngine"], swiftSettings: strictSettings),
+        // Test support for hosts: a manual clock, a scripted fetcher, a service stand-in, gates and waiting for an idle
+        // engine.
+        .target(
+            name: "SessionEngineTestKit",
+            dependencies: ["SessionEngine", "SessionEngineBackend"],
+            swiftSettings: strictSettings
+        ),
         .executableTarget(
             name: "SessionEngineDemo",
-            dependencies: ["SessionEngine", "SessionEngineTestKit"],
+            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
             swiftSettings: strictSettings
         ),
         .executableTarget(
             name: "SessionEngineBench",
-            dependencies: ["SessionEngine", "SessionEngineTestKit"],
+            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
             swiftSettings: strictSettings
         ),
         .testTarget(
             name: "SessionEngineTests",
-            dependencies: ["SessionEngine", "SessionEngineTestKit"],
+            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
             exclude: ["Fixtures"],
             swiftSettings: strictSettings
         ),

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineBackend
 import SessionEngineTestKit
 import Synchronization
 

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineBackend
 
 /// The backend side: `IdentitySigner` signatures per second on one core, against the same payloads signed by Node's
 /// `createHmac` and Python's `hmac` in their own processes, with `openssl speed` as the hardware reference.

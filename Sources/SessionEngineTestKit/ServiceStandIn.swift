@@ -1,4 +1,5 @@
 public import SessionEngine
+public import SessionEngineBackend
 import Synchronization
 
 /// A stand-in for the service: it checks identity headers with ``IdentityVerifier`` and keeps each account's

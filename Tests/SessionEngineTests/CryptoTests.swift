@@ -1,6 +1,7 @@
 import Testing
 
 @testable import SessionEngine
+@testable import SessionEngineBackend
 
 @Suite struct CryptoTests {
     // MARK: - SHA-256 known answers

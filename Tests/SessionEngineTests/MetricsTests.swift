@@ -4,6 +4,7 @@ import Synchronization
 import Testing
 
 @testable import SessionEngine
+@testable import SessionEngineBackend
 
 @Suite struct MetricsTests {
     /// A scenario whose every outcome is scripted: each counter, gauge and latency is known, and so is the time of

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 
 @testable import SessionEngine
+@testable import SessionEngineBackend
 
 /// The SHA-256 compression on every implementation this machine has: the known answers of FIPS 180-4 and RFC 4231,
 /// and the hardware compression against the portable one on random input.

@@ -5,7 +5,7 @@ public import Foundation
 /// A credential is validated when it is created or decoded: the email is non-empty, already normalized and free of
 /// control characters, the signature is 64 lowercase hexadecimal characters, `expiresAt` is positive and the
 /// properties obey every rule of ``IdentityProperties``. The signature itself is not checked here: only the service
-/// (or ``IdentityVerifier``) holds the secret.
+/// (or the backend product's `IdentityVerifier`) holds the secret.
 ///
 /// A credential acts as a bearer credential until it expires, so its ``description``, ``debugDescription`` and
 /// mirror show the signature as `<redacted>`. Keep it in memory only.
@@ -20,6 +20,12 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     public let signature: String
     /// The signed properties, or `nil` for a `v1` credential.
     public let properties: IdentityProperties?
+
+    /// The longest lifetime the contract allows a credential: 24 hours from when it was issued.
+    ///
+    /// The engine refuses a fetched or handed-over credential whose remaining lifetime is longer (beyond the
+    /// configured clock-skew tolerance), as the service does.
+    public static let maximumLifetime: Duration = .seconds(24 * 60 * 60)
 
     /// Creates a credential from its fields, validating them.
     ///
@@ -68,7 +74,7 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
         )
     }
 
-    init(validatedEmail email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
+    package init(validatedEmail email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
         self.email = email
         self.expiresAt = expiresAt
         self.signature = signature

@@ -35,7 +35,7 @@ public enum IdentityEmail {
     }
 
     /// Normalizes and validates an email, as a signer does before signing.
-    static func normalizeForSigning(_ email: String) throws(CredentialError) -> String {
+    package static func normalizeForSigning(_ email: String) throws(CredentialError) -> String {
         let normalized = normalize(email)
         try validateNormalized(normalized)
         return normalized

@@ -1,8 +1,10 @@
 /// The exact UTF-8 text that is signed for a credential.
-enum IdentityPayload {
+package enum IdentityPayload {
     /// Builds `v1\n<projectId>\n<expiresAt>\n<email>` or
     /// `v2\n<projectId>\n<expiresAt>\n<email>\n<canonicalProperties>`.
-    static func make(projectID: String, expiresAt: Int64, email: String, properties: IdentityProperties?) -> String {
+    package static func make(projectID: String, expiresAt: Int64, email: String, properties: IdentityProperties?)
+        -> String
+    {
         withUTF8(projectID: projectID, expiresAt: expiresAt, email: email, properties: properties) { bytes in
             String(decoding: bytes, as: UTF8.self)
         }
@@ -12,7 +14,7 @@ enum IdentityPayload {
     /// temporary buffer, so a signer can authenticate them without building a `String`.
     ///
     /// The buffer is valid only for the duration of the call.
-    static func withUTF8<R>(
+    package static func withUTF8<R>(
         projectID: String,
         expiresAt: Int64,
         email: String,
@@ -82,7 +84,7 @@ enum IdentityPayload {
     }
 
     /// Validates a project ID: non-empty and free of line breaks, which would make payloads ambiguous.
-    static func validateProjectID(_ projectID: String) throws(CredentialError) {
+    package static func validateProjectID(_ projectID: String) throws(CredentialError) {
         guard !projectID.isEmpty else {
             throw CredentialError(.invalidProjectID, reason: "the project ID is empty")
         }

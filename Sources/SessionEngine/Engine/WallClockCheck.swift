@@ -1,4 +1,4 @@
-import Foundation
+package import Foundation
 
 /// Checks the wall clock against a credential's expiry as cheaply as exactness allows.
 ///
@@ -9,7 +9,7 @@ import Foundation
 /// resolution and the guard band reaches the expiry does the check read the precise clock, as ``SystemClock/now``
 /// does, so a credential is never handed out at or after `expiresAt`: the fast answer is only ever "certainly
 /// before". Every other clock, and other platforms, read the clock's ``SessionClock/now``.
-struct WallClockCheck: Sendable {
+package struct WallClockCheck: Sendable {
     private let clock: any SessionClock
     /// How far before the expiry, in nanoseconds, the coarse time stops deciding alone; `nil` without a coarse clock.
     private let coarseMargin: Int64?
@@ -18,7 +18,7 @@ struct WallClockCheck: Sendable {
     static let guardBand: Int64 = 1_000_000_000
 
     /// Creates the check for `clock`.
-    init(_ clock: any SessionClock) {
+    package init(_ clock: any SessionClock) {
         self.clock = clock
         coarseMargin = clock is SystemClock ? Self.coarseResolution().map { $0 + Self.guardBand } : nil
     }
@@ -29,7 +29,7 @@ struct WallClockCheck: Sendable {
     /// deadline, so the rounding of the deadline to nanoseconds (well under a microsecond) cannot matter; at the
     /// boundary the precise clock decides.
     @inline(__always)
-    func isBefore(_ deadline: TimeInterval) -> Bool {
+    package func isBefore(_ deadline: TimeInterval) -> Bool {
         #if os(Linux)
             if let coarseMargin, deadline > 0, deadline < 9e9 {
                 var time = timespec()
@@ -47,7 +47,7 @@ struct WallClockCheck: Sendable {
     /// The coarse time never runs ahead of the precise time, so when it has already reached `instant` (rounded up to
     /// the nanosecond) the precise time has too; otherwise the precise clock decides.
     @inline(__always)
-    func isAtOrAfter(_ instant: TimeInterval) -> Bool {
+    package func isAtOrAfter(_ instant: TimeInterval) -> Bool {
         #if os(Linux)
             if coarseMargin != nil, instant > 0, instant < 9e9 {
                 var time = timespec()

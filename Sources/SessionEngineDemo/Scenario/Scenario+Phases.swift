@@ -1,4 +1,5 @@
 import SessionEngine
+import SessionEngineBackend
 import SessionEngineTestKit
 
 /// The scenario's phases, in the order ``Scenario/run()`` runs them; each proves its part of the Verify checks.

@@ -1,4 +1,5 @@
 import SessionEngine
+import SessionEngineBackend
 import SessionEngineTestKit
 
 /// The steps the phases share: the host's requests, its poll, tampering and notes.

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineBackend
 
 /// `SessionEngineDemo sign`: issues credentials exactly as the backend's handler does, for operators who compare
 /// what their backend produces with what the contract expects.

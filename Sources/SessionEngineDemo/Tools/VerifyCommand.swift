@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineBackend
 
 /// `SessionEngineDemo verify`: checks credentials as the service does and says which check failed.
 enum VerifyCommand {

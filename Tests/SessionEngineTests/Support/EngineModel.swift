@@ -1,6 +1,7 @@
 import Foundation
 
 @testable import SessionEngine
+@testable import SessionEngineBackend
 
 /// The reference model: what a host may rely on after each step, predicted from the operations and the backend's
 /// answers alone, without the engine's internals (renewal and backoff times are left to the engine).

@@ -2,6 +2,7 @@ import Foundation
 import SessionEngineTestKit
 
 @testable import SessionEngine
+@testable import SessionEngineBackend
 
 /// The scripted backend's side of the driver: which fetches are live, when each is due, and what each answers.
 extension EngineModelDriver {

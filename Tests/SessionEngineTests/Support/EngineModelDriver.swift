@@ -3,6 +3,7 @@ import SessionEngineTestKit
 import Synchronization
 
 @testable import SessionEngine
+@testable import SessionEngineBackend
 
 /// Runs one program against a real engine with a manual clock and a scripted backend, and checks the engine after
 /// every step.

@@ -3,6 +3,7 @@ import SessionEngineTestKit
 import Synchronization
 
 @testable import SessionEngine
+@testable import SessionEngineBackend
 
 /// What a program's tasks observe while they run: the engine's events as it publishes them, the calls in progress,
 /// the scoped work that is running, the account-change hooks, and the invariants the tasks saw broken.

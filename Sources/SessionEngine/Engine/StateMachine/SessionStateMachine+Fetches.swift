@@ -187,7 +187,7 @@ extension SessionStateMachine {
                 isTransient: true
             )
         }
-        let maximum = IdentitySigner.maximumLifetime.timeInterval + configuration.clockSkewTolerance.timeInterval
+        let maximum = IdentityCredential.maximumLifetime.timeInterval + configuration.clockSkewTolerance.timeInterval
         if credential.expirationDate.timeIntervalSince(backendTime(now)) > maximum {
             return SessionError(
                 .lifetimeTooLong,

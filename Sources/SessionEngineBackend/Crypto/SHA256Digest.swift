@@ -1,3 +1,5 @@
+import SessionEngine
+
 /// A 32-byte SHA-256 digest.
 ///
 /// The digest is stored as the eight final chaining words rather than as an array, so it is cheap to create, copy,

@@ -1,4 +1,5 @@
 import Foundation
+public import SessionEngine
 
 /// Checks credentials as the service does, so the contract can be proven end to end in one process.
 ///

@@ -1,4 +1,5 @@
 import Foundation
+public import SessionEngine
 
 /// Issues credentials on a Swift backend, exactly as the contract's JavaScript handler does.
 ///
@@ -11,8 +12,8 @@ import Foundation
 /// mirror never show the secret or its HMAC key state, which would forge a signature for any email as well as the
 /// secret itself.
 public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
-    /// The longest lifetime the contract allows: 24 hours.
-    public static let maximumLifetime: Duration = .seconds(24 * 60 * 60)
+    /// The longest lifetime the contract allows: 24 hours (``IdentityCredential/maximumLifetime``).
+    public static let maximumLifetime: Duration = IdentityCredential.maximumLifetime
     /// ``maximumLifetime`` in seconds, converted once rather than on every signature.
     private static let maximumLifetimeSeconds = maximumLifetime.timeInterval
     /// The default lifetime: 15 minutes.

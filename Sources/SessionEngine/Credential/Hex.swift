@@ -77,7 +77,7 @@ package enum Hex {
 
     /// Returns the ASCII code of the lowercase hexadecimal digit for a value below 16, without branching.
     @inline(__always)
-    static func lowercaseDigit(_ value: UInt8) -> UInt8 {
+    package static func lowercaseDigit(_ value: UInt8) -> UInt8 {
         // 0x27 bridges the gap from "9" + 1 to "a"; the mask is all ones exactly when value > 9.
         let letterMask = UInt8(truncatingIfNeeded: (Int8(9) &- Int8(bitPattern: value)) &>> 7)
         return value &+ 0x30 &+ (letterMask & 0x27)
@@ -88,7 +88,7 @@ package enum Hex {
     ///
     /// The nibbles are spread into one byte each and converted to ASCII in parallel (SWAR), without branches.
     @inline(__always)
-    static func lowercaseDigits(of word: UInt32) -> UInt64 {
+    package static func lowercaseDigits(of word: UInt32) -> UInt64 {
         var nibbles = UInt64(word)
         nibbles = (nibbles | (nibbles &<< 16)) & 0x0000_FFFF_0000_FFFF
         nibbles = (nibbles | (nibbles &<< 8)) & 0x00FF_00FF_00FF_00FF
