@@ -23,7 +23,6 @@ import argparse
 import socket
 import struct
 import sys
-import threading
 import time
 import zlib
 from http.server import BaseHTTPRequestHandler
@@ -31,29 +30,59 @@ from http.server import BaseHTTPRequestHandler
 import loopback_server
 
 BLOCK = b"x" * (1 << 20)
-_bomb = None
-_bomb_lock = threading.Lock()
+
+
+def _apply(matrix, vector):
+    """The 32x32 matrix over GF(2) (a list of its columns, each an int) times the 32-bit vector."""
+    result = 0
+    for column in matrix:
+        if vector & 1:
+            result ^= column
+        vector >>= 1
+    return result
+
+
+def _square(matrix):
+    return [_apply(matrix, column) for column in matrix]
+
+
+def crc32_of_zeros(length):
+    """zlib.crc32(bytes(length)), in about 30 matrix squarings instead of a pass over length bytes.
+
+    CRC-32 is linear over GF(2): one zero bit fed to the (reflected, pre-inverted) register multiplies it by a fixed
+    32x32 matrix. Squaring that matrix gives the operator for 2, 4, 8, ... zero bits, and the binary digits of the
+    length pick which powers to apply; it is the method of zlib's crc32_combine, which Python's zlib does not
+    expose. 1 GiB takes about 5 ms; zlib.crc32 over a reused 1 MiB block, 1024 times, takes 0.25 s on an idle core.
+    """
+    operator = [0xEDB88320] + [1 << n for n in range(31)]
+    for _ in range(3):
+        operator = _square(operator)
+    register = 0xFFFFFFFF
+    while length:
+        if length & 1:
+            register = _apply(operator, register)
+        length >>= 1
+        if length:
+            operator = _square(operator)
+    return register ^ 0xFFFFFFFF
 
 
 def gzip_bomb():
-    """A gzip body of about 1 MB that expands to 1 GiB of zeros, built once and kept for later requests.
+    """A gzip body of about 1 MB that expands to 1 GiB of zeros, with a valid CRC-32 and length in its trailer.
 
-    Compressing 1 GiB takes seconds, so one 16 MiB block is compressed after a full flush (which resets the
-    dictionary, so the block stands alone) and repeated 64 times behind a gzip header, with the real CRC-32.
+    Compressing 1 GiB would take seconds, so one 1 MiB block of zeros is compressed and ended with a full flush
+    (which resets the dictionary, so the block stands alone), repeated 1024 times behind a gzip header, and the
+    stream closed with an empty final block. It takes about 10 ms; main builds it before the port is printed.
     """
-    global _bomb
-    with _bomb_lock:
-        if _bomb is None:
-            zeros = bytes(1 << 24)
-            compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
-            block = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
-            crc = 0
-            for _ in range(64):
-                crc = zlib.crc32(zeros, crc)
-            header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
-            trailer = struct.pack("<II", crc, (1 << 30) & 0xFFFFFFFF)
-            _bomb = header + block * 64 + compressor.flush() + trailer
-        return _bomb
+    zeros = bytes(1 << 20)
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = compressor.compress(zeros) + compressor.flush(zlib.Z_FULL_FLUSH)
+    # The arithmetic must agree with zlib itself, here on the block's own length (0.3 ms), or the trailer is wrong.
+    if crc32_of_zeros(len(zeros)) != zlib.crc32(zeros):
+        raise AssertionError("crc32_of_zeros disagrees with zlib.crc32")
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    trailer = struct.pack("<II", crc32_of_zeros(1 << 30), (1 << 30) & 0xFFFFFFFF)
+    return header + block * 1024 + compressor.flush() + trailer
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -96,7 +125,7 @@ class Handler(BaseHTTPRequestHandler):
             while True:
                 self.wfile.write(chunk)
         elif path == "/gzip-bomb":
-            body = gzip_bomb()
+            body = self.server.bomb
             self.head([("Content-Encoding", "gzip"), ("Content-Length", str(len(body)))])
             self.wfile.write(body)
         elif path == "/trickle":
@@ -127,8 +156,10 @@ def main():
     parser = argparse.ArgumentParser(description="Hostile loopback credential backend.")
     loopback_server.add_arguments(parser)
     arguments = parser.parse_args()
+    # Everything a request needs is built before the port is printed, so no answer waits for it.
+    bomb = gzip_bomb()
     server = loopback_server.Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=gzip_bomb, daemon=True).start()
+    server.bomb = bomb
     return loopback_server.serve(server, arguments)
 
 

@@ -73,6 +73,12 @@ class Server(ThreadingHTTPServer):
 def serve(server, arguments):
     """Prints the server's port on the first line of standard output, then serves until interrupted.
 
+    The port line is the backend's readiness signal, and a client may send its first request the moment it reads it,
+    on a machine busy enough to stretch any work a request would do first. So it is printed only when every request
+    can be answered without delay: the server's constructor has already bound and listened (a connection made now
+    waits in the listen queue until serve_forever accepts it), the caller has built anything expensive a request
+    needs before calling this, and with --tls the certificate has been written and loaded here first.
+
     With --tls the server speaks HTTPS. With --exit-on-stdin-eof it stops when standard input
     closes, so it never outlives the process that started it.
     """
