@@ -142,16 +142,27 @@ public struct RetryPolicy: Sendable, Hashable {
 }
 
 /// One log record of the engine. It never holds a secret, a signature or a property value.
+///
+/// The engine logs as a library should, leaving the choice of what to keep to the host:
+///
+/// | Level | Records |
+/// |---|---|
+/// | `debug` | a fetch started, a credential installed, a state change |
+/// | `info` | an account change began, a graceful shutdown, a failed fetch the engine retries, a backend session that ended, a rejected credential, a suspected clock skew |
+/// | `warning` | none today |
+/// | `error` | where the host must act: the backend hands out another user's credential, or a session ended because its credentials can never be used |
+///
+/// Messages are for people and may change in any release; programs watch ``SessionEvent`` and ``SessionMetrics``.
 public struct SessionLogRecord: Sendable, Hashable, CustomStringConvertible {
     /// How much a record matters.
     public enum Level: String, Sendable, Hashable, Comparable {
-        /// Routine detail.
+        /// Routine detail: fetches, renewals, state changes.
         case debug
-        /// A normal event such as a renewal.
+        /// Something a long-running process expects now and then, such as a failed fetch that will be retried.
         case info
-        /// Something went wrong and is being retried.
+        /// Reserved for conditions between `info` and `error`; the engine logs none today.
         case warning
-        /// Something went wrong that the engine cannot fix by itself.
+        /// Something the engine cannot fix by itself: the host or its backend must act.
         case error
 
         private var rank: Int {

@@ -589,7 +589,7 @@ public actor SessionEngine {
         if newState != publishedState {
             publishedState = newState
             events.append((.stateChanged(newState), machine.epoch))
-            log(.info, "state changed", ["state": newState.name, "account": newState.account?.rawValue ?? "none"])
+            log(.debug, "state changed", ["state": newState.name, "account": newState.account?.rawValue ?? "none"])
         }
         var finishesShutdown = false
         for action in actions {
@@ -807,15 +807,18 @@ public actor SessionEngine {
         configuration.log?(SessionLogRecord(level: level, message: message, metadata: metadata))
     }
 
+    /// Logs an event at the level a library should: routine work at `debug`, what a daemon expects now and then
+    /// (a failed fetch that will be retried, a rejection, a clock offset) at `info`, and `error` only where the host
+    /// must act because the engine cannot recover by itself (``logLevel(for:)``).
     private func logEvent(_ event: SessionEvent.Kind) {
         switch event {
         case .renewed(let identity, _):
             log(
-                .info, "credential installed",
+                .debug, "credential installed",
                 ["account": identity.account.rawValue, "expiresAt": "\(identity.expiresAt)"])
         case .fetchFailed(let failure):
             log(
-                failure.retryIn == nil ? .error : .warning,
+                Self.logLevel(for: failure),
                 "fetch failed",
                 [
                     "account": failure.account.rawValue, "code": failure.error.code.rawValue,
@@ -825,10 +828,10 @@ public actor SessionEngine {
             )
         case .credentialRejected(let report):
             log(
-                .warning, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
+                .info, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
         case .clockSkewSuspected(let report):
             log(
-                .warning,
+                .info,
                 "clock skew suspected",
                 [
                     "account": report.account.rawValue, "localTime": "\(report.localTime)",
@@ -838,6 +841,19 @@ public actor SessionEngine {
             )
         case .stateChanged, .workCancelled, .eventsDropped:
             break
+        }
+    }
+
+    /// The level of a failed fetch's record: `info` for one the engine retries (an outage is the backend's to fix and
+    /// the engine's to wait out) and for a backend session that ended (the user signed out elsewhere); `error` where
+    /// someone must fix the backend or its configuration: it hands out another user's credential (retried, but it
+    /// never heals by itself), or the session ended because its credentials can never be used.
+    static func logLevel(for failure: FetchFailure) -> SessionLogRecord.Level {
+        if failure.error.code == .identityMismatch { return .error }
+        guard failure.retryIn == nil else { return .info }
+        switch failure.error.code {
+        case .backendSessionEnded: return .info
+        default: return .error
         }
     }
 }
