@@ -1,7 +1,6 @@
 import Foundation
 import SessionEngine
 import SessionEngineBackend
-import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking

@@ -1,6 +1,5 @@
 import Foundation
 import SessionEngine
-import Synchronization
 
 /// Prints the scenario's timeline: one line per event, note and check, stamped with the simulated time.
 ///

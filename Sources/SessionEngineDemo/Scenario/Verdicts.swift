@@ -1,4 +1,4 @@
-import Synchronization
+import SessionEngine
 
 /// The outcome of each Verify check: it passes when every part of it passed.
 final class Verdicts: Sendable {
