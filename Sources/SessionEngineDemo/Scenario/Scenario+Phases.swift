@@ -11,7 +11,10 @@ extension Scenario {
         let reply = await send(.submitAction("vote for roadmap item 7"))
         let accepted = (try? reply.get()) == .accepted(email: email)
         await note(
-            verdictFor: 1, accepted, "the service accepted \(account)'s vote, sent with the backend-issued credential")
+            verdictFor: 1, accepted, "the service accepted \(account)'s vote, sent with the backend-issued credential",
+            otherwise: "the service did not accept \(account)'s vote sent with the backend-issued credential "
+                + "(\(Self.describe(reply)))"
+        )
         try await tamperChecks(account)
         try await postPrivateData(account)
         return await startPoll(account)
@@ -29,7 +32,9 @@ extension Scenario {
 
         let expired = engine.state.expiredReason == .expired
         await note(
-            verdictFor: 2, expired, "\(account)'s credential expired during the outage (state \(engine.state.name))")
+            verdictFor: 2, expired, "\(account)'s credential expired during the outage (state \(engine.state.name))",
+            otherwise: "\(account)'s credential had not expired 16 minutes into the outage (state \(engine.state.name))"
+        )
         let sent = service.requestCount
         var blockedByHeaders = false
         do {
@@ -44,13 +49,16 @@ extension Scenario {
         await note(
             verdictFor: 2,
             blocked,
-            "the engine blocked \(account)'s next action locally with \(blockedCode); nothing was sent"
+            "the engine blocked \(account)'s next action locally with \(blockedCode); nothing was sent",
+            otherwise: "the engine did not block \(account)'s next action locally with INVALID_IDENTITY (it ended "
+                + "with \(blockedCode); \(service.requestCount - sent) requests reached the service)"
         )
         let reply = service.handle(.submitAction("comment on roadmap item 7"), headers: IdentityHeaders(beforeOutage))
         await note(
             verdictFor: 2,
             reply == .refused(.expired),
-            "the service refused \(account)'s expired credential (\(Self.describe(reply)))"
+            "the service refused \(account)'s expired credential (\(Self.describe(reply)))",
+            otherwise: "the service did not refuse \(account)'s expired credential as expired (\(Self.describe(reply)))"
         )
 
         await driver.advance(to: outageStart + ScenarioPlan.outageLength)
@@ -90,7 +98,9 @@ extension Scenario {
         await note(
             verdictFor: 3,
             pollEnd == .accountChanged,
-            "\(previous)'s poll was cancelled by the \(change) (it ended with \(pollEnd?.rawValue ?? "no error"))"
+            "\(previous)'s poll was cancelled by the \(change) (it ended with \(pollEnd?.rawValue ?? "no error"))",
+            otherwise: "\(previous)'s poll was not cancelled by the \(change) "
+                + "(it ended with \(pollEnd?.rawValue ?? "no error"))"
         )
         let hook = hooks.withLock { $0.dropFirst(hooksBefore).first }
         let drained = hook?.scopedWorkAtHook == 0
@@ -98,13 +108,19 @@ extension Scenario {
             verdictFor: 3,
             drained,
             "the account-change hook ran after \(previous)'s work drained and cleared \(hook?.clearedCacheItems ?? 0) "
-                + "cached items (\(previousItems) were \(previous)'s)"
+                + "cached items (\(previousItems) were \(previous)'s)",
+            otherwise: hook.map {
+                "the account-change hook ran while \($0.scopedWorkAtHook) pieces of \(previous)'s work "
+                    + "were still running"
+            } ?? "no account-change hook ran for the \(change)"
         )
         let late = service.requests(after: marker).filter { $0.claimedEmail == previousEmail }
         await note(
             verdictFor: 3,
             late.isEmpty,
-            "no request with \(previous)'s identity reached the service after the \(change) began (\(late.count) did)"
+            "no request with \(previous)'s identity reached the service after the \(change) began",
+            otherwise:
+                "\(late.count) requests with \(previous)'s identity reached the service after the \(change) began"
         )
 
         let inbox = try await send(.readInbox).get()
@@ -126,7 +142,12 @@ extension Scenario {
             leaked == 0 && opened == 0 && cached == 0 && !previousReports.isEmpty,
             "\(next) cannot see \(previous)'s private report or chat (inbox leaks \(max(leaked, 0)), "
                 + "report #\(previousReports.map(String.init).joined(separator: ",")) opened \(opened) times, "
-                + "cached \(cached))"
+                + "cached \(cached))",
+            otherwise: previousReports.isEmpty
+                ? "\(previous) had no private report to check"
+                : "\(next) could see \(previous)'s private data (inbox leaks \(max(leaked, 0)), "
+                    + "report #\(previousReports.map(String.init).joined(separator: ",")) opened \(opened) times, "
+                    + "cached \(cached)\(leaked < 0 ? ", the inbox could not be read" : ""))"
         )
         if DemoAccounts.session(for: next)?.properties != nil {
             try await tamperChecks(next)
@@ -140,8 +161,8 @@ extension Scenario {
         let installed = try await driver.perform { try await $0.withIdentity { $0 } }.get()
         let issued = try await backend.fetchCredential(for: account)
         await note("the project's secret is rotated in the backend and the service")
-        try await backend.rotateSecret()
-        try service.rotateSecret(to: DemoSecrets.rotated(baseSecret, generation: 1))
+        let generation = try await backend.rotateSecret()
+        try service.rotateSecret(to: DemoSecrets.rotated(baseSecret, generation: generation))
 
         let replies = [installed, issued].map {
             service.handle(.submitAction("vote for roadmap item 9"), headers: IdentityHeaders($0))
@@ -150,7 +171,9 @@ extension Scenario {
             verdictFor: 4,
             replies.allSatisfy { $0 == .refused(.signatureMismatch) },
             "both credentials issued before the rotation are refused "
-                + "(\(Set(replies.map(Self.describe)).sorted().joined(separator: "; ")))"
+                + "(\(Set(replies.map(Self.describe)).sorted().joined(separator: "; ")))",
+            otherwise: "a credential issued before the rotation was not refused for its signature "
+                + "(\(replies.map(Self.describe).joined(separator: "; ")))"
         )
 
         let fetches = engine.metrics.fetchesStarted
@@ -167,7 +190,10 @@ extension Scenario {
             verdictFor: 4,
             accepted && renewals == 1 && attempts.withLock { $0 } == 2 && engine.state.isIdentified,
             "the engine recovered by renewing once: \(renewals) fetch, \(attempts.withLock { $0 }) attempts, "
-                + "the retried vote was \(accepted ? "accepted" : "not accepted")"
+                + "the retried vote was accepted",
+            otherwise: "the engine did not recover by renewing once: \(renewals) fetches, "
+                + "\(attempts.withLock { $0 }) attempts, the retried vote was \(accepted ? "accepted" : "not accepted"), "
+                + "state \(engine.state.name)"
         )
     }
 

@@ -13,7 +13,9 @@ extension Scenario {
             await note(
                 verdictFor: 2,
                 reply == .refused(.signatureMismatch),
-                "\(account)'s credential with its signed \(field) changed is refused (\(Self.describe(reply)))"
+                "\(account)'s credential with its signed \(field) changed is refused (\(Self.describe(reply)))",
+                otherwise: "\(account)'s credential with its signed \(field) changed was not refused for its signature "
+                    + "(\(Self.describe(reply)))"
             )
         }
     }
@@ -119,10 +121,27 @@ extension Scenario {
     }
 
     /// Records one part of a Verify check and prints it once the engine is idle.
-    func note(verdictFor check: Int, _ passed: Bool, _ text: String) async {
+    ///
+    /// - Parameters:
+    ///   - check: The Verify check's number.
+    ///   - passed: Whether this part of it held.
+    ///   - text: What held, printed when it passed.
+    ///   - failure: What went wrong instead, printed when it did not.
+    func note(verdictFor check: Int, _ passed: Bool, _ text: String, otherwise failure: @autoclosure () -> String)
+        async
+    {
         await driver.settle()
         verdicts.record(check, passed)
-        timeline.check(check, passed, text)
+        timeline.check(check, passed, passed ? text : failure())
+    }
+
+    /// A short description of the outcome of a request the host sent.
+    static func describe(_ outcome: Result<ServiceStandIn.Reply, any Error>) -> String {
+        switch outcome {
+        case .success(let reply): describe(reply)
+        case .failure(let error as SessionError): "blocked locally with \(error.code.rawValue)"
+        case .failure: "the request failed"
+        }
     }
 
     /// A short description of a service reply for the timeline.

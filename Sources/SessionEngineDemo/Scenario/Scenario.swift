@@ -81,6 +81,7 @@ final class Scenario: Sendable {
         let printer = Task { await timeline.consume(events) }
         await installHook()
         do {
+            try await followBackendSecret()
             var poll = try await openingPhase(accounts[0])
             await driver.advance(to: plan.outage)
             try await outagePhase(poll)
@@ -123,6 +124,15 @@ final class Scenario: Sendable {
             timeline.plain("")
             timeline.plain("     time  state       what happened")
         }
+    }
+
+    /// Starts the service stand-in on the backend's current secret: a backend that outlives a run is left rotated by
+    /// it, and the next run must verify with the secret that backend signs with now.
+    private func followBackendSecret() async throws {
+        let generation = try await backend.secretGeneration()
+        guard generation > 0 else { return }
+        try service.rotateSecret(to: DemoSecrets.rotated(baseSecret, generation: generation))
+        await note("the backend signs with secret generation \(generation), left by earlier runs; the service follows it")
     }
 
     private func installHook() async {

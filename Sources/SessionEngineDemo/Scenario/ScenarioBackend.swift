@@ -12,8 +12,13 @@ protocol ScenarioBackend: CredentialFetcher {
     var label: String { get }
     /// Starts or ends an outage: while it lasts every fetch fails with a 503.
     func setOutage(_ on: Bool) async throws
+    /// The signing secret's current generation (see ``DemoSecrets``): 0 until the first rotation. A backend that
+    /// outlives one run of the scenario starts the next at the generation the last run left it at.
+    func secretGeneration() async throws -> Int
     /// Rotates the signing secret to the next generation (see ``DemoSecrets``).
-    func rotateSecret() async throws
+    ///
+    /// - Returns: The new generation.
+    func rotateSecret() async throws -> Int
 }
 
 /// A backend in the process: it signs with ``IdentitySigner`` over the host's own sessions, as the contract's
@@ -57,14 +62,19 @@ final class EmbeddedBackend: ScenarioBackend {
         state.withLock { $0.outage = on }
     }
 
-    func rotateSecret() async throws {
+    func secretGeneration() async throws -> Int {
+        state.withLock { $0.generation }
+    }
+
+    func rotateSecret() async throws -> Int {
         let projectID = self.projectID
         let baseSecret = self.baseSecret
         let clock = self.clock
-        try state.withLock { state throws in
+        return try state.withLock { state throws -> Int in
             state.generation += 1
             let secret = DemoSecrets.rotated(baseSecret, generation: state.generation)
             state.signer = try IdentitySigner(projectID: projectID, secret: secret, clock: clock)
+            return state.generation
         }
     }
 }
@@ -99,11 +109,31 @@ final class RemoteBackend: ScenarioBackend {
         try await post("/admin/outage", query: "on=\(on ? 1 : 0)")
     }
 
-    func rotateSecret() async throws {
-        try await post("/admin/rotate", query: nil)
+    func secretGeneration() async throws -> Int {
+        try Self.generation(in: await call("GET", "/admin/generation", query: nil))
+    }
+
+    func rotateSecret() async throws -> Int {
+        try Self.generation(in: await call("POST", "/admin/rotate", query: nil))
     }
 
     private func post(_ path: String, query: String?) async throws {
+        _ = try await call("POST", path, query: query)
+    }
+
+    /// Reads `{"generation": n}` from an admin endpoint's answer.
+    private static func generation(in body: Data) throws -> Int {
+        guard body.count <= 1024,
+            let object = try? JSONSerialization.jsonObject(with: body) as? [String: Any],
+            let generation = object["generation"] as? Int, generation >= 0
+        else {
+            throw SessionError.fetchFailed("the backend's admin endpoint did not answer with a secret generation")
+        }
+        return generation
+    }
+
+    /// Calls one of the backend's admin endpoints; returns its body.
+    private func call(_ method: String, _ path: String, query: String?) async throws -> Data {
         guard var components = URLComponents(url: endpoint, resolvingAgainstBaseURL: false) else {
             throw SessionError.fetchFailed("the backend URL is not valid")
         }
@@ -111,11 +141,12 @@ final class RemoteBackend: ScenarioBackend {
         components.query = query
         guard let url = components.url else { throw SessionError.fetchFailed("the backend URL is not valid") }
         var request = URLRequest(url: url)
-        request.httpMethod = "POST"
+        request.httpMethod = method
         request.timeoutInterval = 5
-        let (_, response) = try await URLSession.shared.data(for: request)
+        let (body, response) = try await URLSession.shared.data(for: request)
         guard let status = (response as? HTTPURLResponse)?.statusCode, status == 200 else {
             throw SessionError.fetchFailed("the backend's \(path) endpoint did not answer 200")
         }
+        return body
     }
 }

@@ -19,7 +19,10 @@ Endpoints:
     GET /identity            the handler; authenticate with "Authorization: Bearer session-<name>" or
                              "Cookie: session=session-<name>"; requires "Accept: application/json" (else 406).
     POST /admin/outage?on=1  every /identity request answers 503 with "Retry-After: 120" until ?on=0.
-    POST /admin/rotate       rotates the secret: generation n signs with "<secret>:rotated:<n>".
+    POST /admin/rotate       rotates the secret: generation n signs with "<secret>:rotated:<n>"; answers
+                             {"generation": n}.
+    GET /admin/generation    the secret's current generation, {"generation": n}, so a client that follows the
+                             rotations (the demo's service stand-in) can start where an earlier run left off.
 
 Behaviour per request, for tests (query parameters of /identity):
     mode=slow&delay=S        wait S seconds (default 3) before answering.
@@ -188,6 +191,11 @@ class Handler(BaseHTTPRequestHandler):
         state = self.server.state
         url = urlparse(self.path)
         query = parse_qs(url.query)
+        if url.path == "/admin/generation":
+            with state.lock:
+                generation = state.generation
+            self.send_json(200, {"generation": generation})
+            return
         if url.path != "/identity":
             self.send_json(404, {"error": "not found"})
             return
