@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the demo's scenario twice against one loopback backend (tests/Fixtures/backend/identity_backend.py): the first
 # run rotates the backend's secret, so the second passes only if the demo follows the backend's secret generation.
-# Then a run with the wrong secret must fail, and each failed check must say what went wrong.
+# Then a run with the wrong secret must fail, and each failed check must say what went wrong. A demo built with
+# --sanitize=thread must report no race in any run.
 #
 #   Scripts/check-demo-backend.sh [DEMO]    # DEMO: the demo binary (default: built with `swift build`)
 #
@@ -48,6 +49,10 @@ grep -q "check 1 FAILED: the service did not accept" "$logs/wrong.log" || {
 }
 if grep -q "not-the-backends-secret\|$secret" "$logs"/run-*.log "$logs/wrong.log"; then
     echo "a secret reached the demo's output" >&2
+    exit 1
+fi
+if grep -l "WARNING: ThreadSanitizer" "$logs"/run-*.log "$logs/wrong.log"; then
+    echo "the thread sanitizer reported a race in the demo" >&2
     exit 1
 fi
 echo "demo against one backend: 2 runs passed, the wrong secret failed with its reasons"
