@@ -37,6 +37,9 @@ cleanup() {
 trap cleanup EXIT
 
 fail() {
+    if grep -qs "WARNING: ThreadSanitizer" "$work/daemon.log"; then
+        set -- "ThreadSanitizer reported a data race ($*)"
+    fi
     echo "check-example-daemon: FAIL: $*" >&2
     if [[ -s $work/daemon.log ]]; then
         echo "--- daemon output" >&2

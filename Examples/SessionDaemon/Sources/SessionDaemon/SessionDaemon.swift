@@ -88,11 +88,11 @@ func signIn(_ engine: SessionEngine, _ account: AccountID) async -> Bool {
 func performIdentifiedActions(_ engine: SessionEngine) async {
     var done = 0
     for tick in 1... {
-        try? await Task.sleep(for: .seconds(1))
-        if tick.isMultiple(of: 5) { log(describe(engine.metrics)) }
         do {
+            try await Task.sleep(for: .seconds(1))
+            if tick.isMultiple(of: 5) { log(describe(engine.metrics)) }
             // Work bound to the account: an account change cancels it, a graceful shutdown lets it finish.
-            let (email, headers) = try await engine.withIdentity { credential in
+            let (email, headerCount) = try await engine.withIdentity { credential in
                 let headers = IdentityHeaders(credential)
                 // Send your request here with `headers`; when the service answers INVALID_IDENTITY, throw
                 // SessionError.credentialRejected and the engine renews once and runs this closure again.
@@ -100,9 +100,11 @@ func performIdentifiedActions(_ engine: SessionEngine) async {
                 return (credential.email, headers.fields.count)
             }
             done += 1
-            log("identified action \(done) done as \(email) with \(headers) identity headers")
+            log("identified action \(done) done as \(email) with \(headerCount) identity headers")
         } catch let error as SessionError where error.code == .shutDown {
             log("identified actions stopped: the engine is shutting down")
+            return
+        } catch is CancellationError {
             return
         } catch {
             // INVALID_IDENTITY once the credential has expired (the engine keeps renewing in the background),
