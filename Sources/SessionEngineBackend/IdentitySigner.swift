@@ -3,7 +3,7 @@ public import SessionEngine
 
 /// Issues credentials on a Swift backend, exactly as the contract's JavaScript handler does.
 ///
-/// The signer normalizes the email (`trim()` then `toLowerCase()`, see ``IdentityEmail``), stamps `expiresAt` from
+/// The signer normalizes the email (`trim()` then `toLowerCase()`, see `IdentityEmail`), stamps `expiresAt` from
 /// its clock plus ``lifetime``, builds the `v1` or `v2` payload and signs it with HMAC-SHA256. The secret's HMAC
 /// state is computed once at creation, so signing a credential costs two SHA-256 compressions plus the payload.
 ///
@@ -12,7 +12,7 @@ public import SessionEngine
 /// mirror never show the secret or its HMAC key state, which would forge a signature for any email as well as the
 /// secret itself.
 public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
-    /// The longest lifetime the contract allows: 24 hours (``IdentityCredential/maximumLifetime``).
+    /// The longest lifetime the contract allows: 24 hours (`IdentityCredential.maximumLifetime`).
     public static let maximumLifetime: Duration = IdentityCredential.maximumLifetime
     /// ``maximumLifetime`` in seconds, converted once rather than on every signature.
     private static let maximumLifetimeSeconds = maximumLifetime.timeInterval
@@ -35,7 +35,7 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
     ///   - secret: The project's identity secret, as the UTF-8 string stored in the backend's environment.
     ///   - lifetime: How long issued credentials live; whole seconds, at most 24 hours.
     ///   - clock: The source of wall time for `expiresAt`.
-    /// - Throws: ``CredentialError`` for an empty or multi-line project ID, an empty secret, or a lifetime that is
+    /// - Throws: `CredentialError` for an empty or multi-line project ID, an empty secret, or a lifetime that is
     ///   not positive or exceeds 24 hours.
     public init(
         projectID: String,
@@ -66,7 +66,7 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
     ///   - email: The email from the authenticated backend session; it is normalized before signing.
     ///   - properties: Signed properties; `nil` issues `v1`, a set (even empty) issues `v2`.
     /// - Returns: The signed credential.
-    /// - Throws: ``CredentialError`` for an email that is empty after normalization or holds a control character.
+    /// - Throws: `CredentialError` for an email that is empty after normalization or holds a control character.
     public func sign(email: String, properties: IdentityProperties? = nil) throws(CredentialError) -> IdentityCredential
     {
         let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
@@ -83,7 +83,7 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
     ///   - properties: Signed properties; `nil` issues `v1`, a set (even empty) issues `v2`.
     ///   - expiresAt: The expiry in integer Unix seconds.
     /// - Returns: The signed credential.
-    /// - Throws: ``CredentialError`` for a bad email, a non-positive expiry or one beyond the 24-hour maximum.
+    /// - Throws: `CredentialError` for a bad email, a non-positive expiry or one beyond the 24-hour maximum.
     public func sign(
         email: String,
         properties: IdentityProperties?,

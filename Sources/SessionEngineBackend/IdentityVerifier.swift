@@ -26,7 +26,7 @@ public struct IdentityVerifier: Sendable, CustomStringConvertible, CustomDebugSt
     ///   - secret: The project's identity secret.
     ///   - maximumLifetime: The longest remaining lifetime accepted; 24 hours by default.
     ///   - clock: The source of wall time for the expiry checks.
-    /// - Throws: ``CredentialError`` for an empty or multi-line project ID or an empty secret.
+    /// - Throws: `CredentialError` for an empty or multi-line project ID or an empty secret.
     public init(
         projectID: String,
         secret: String,
@@ -43,7 +43,7 @@ public struct IdentityVerifier: Sendable, CustomStringConvertible, CustomDebugSt
     /// Replaces the secret; every signature made with an earlier secret fails from now on.
     ///
     /// - Parameter secret: The new secret.
-    /// - Throws: ``CredentialError`` with ``CredentialError/Code/emptySecret`` for an empty secret.
+    /// - Throws: `CredentialError` with `CredentialError.Code.emptySecret` for an empty secret.
     public mutating func rotateSecret(to secret: String) throws(CredentialError) {
         hmac = try Self.key(secret)
     }

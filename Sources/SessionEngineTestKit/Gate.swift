@@ -3,9 +3,9 @@ import Synchronization
 
 /// A gate that code the engine runs (an account-change hook, scoped work) waits at until the test opens it.
 ///
-/// Waiting at the gate counts as parked for ``SessionEngine/waitUntilIdle()``, like a fetch the script holds, so a
-/// test can hold an account change inside its hooks, wait until everything else has settled, act, and then open the
-/// gate. Only tasks the engine counts may wait at a gate: its hooks and scoped work.
+/// Waiting at the gate counts as parked for ``SessionEngine/SessionEngine/waitUntilIdle()``, like a fetch the script
+/// holds, so a test can hold an account change inside its hooks, wait until everything else has settled, act, and
+/// then open the gate. Only tasks the engine counts may wait at a gate: its hooks and scoped work.
 public final class Gate: Sendable {
     private struct State {
         var isOpen = false

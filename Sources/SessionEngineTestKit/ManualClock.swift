@@ -8,10 +8,10 @@ import Synchronization
 /// ``jumpWallClock(by:)`` moves only the wall clock, as an NTP correction or a suspended machine does; sleepers
 /// are not woken by it, just as a monotonic sleep is not.
 ///
-/// The clock also keeps the ledger behind ``SessionEngine/waitUntilIdle()``: every engine it drives counts its
-/// activities there, and a task asleep on the clock counts as parked. Every task that sleeps on a manual clock must
-/// therefore be one the ledger counts: an engine's own task or scoped work run through
-/// ``SessionEngine/withIdentity(_:)``. Nothing here waits on real time.
+/// The clock also keeps the ledger behind ``SessionEngine/SessionEngine/waitUntilIdle()``: every engine it drives
+/// counts its activities there, and a task asleep on the clock counts as parked. Every task that sleeps on a manual
+/// clock must therefore be one the ledger counts: an engine's own task or scoped work run through
+/// `SessionEngine.withIdentity(_:)`. Nothing here waits on real time.
 public final class ManualClock: SessionClock, ActivityLedgerClock {
     private struct Sleeper {
         var deadline: Duration
@@ -67,7 +67,7 @@ public final class ManualClock: SessionClock, ActivityLedgerClock {
 
     /// Suspends until the clock has been advanced by `duration`.
     ///
-    /// The sleeping task counts as parked for ``SessionEngine/waitUntilIdle()`` until the clock wakes it.
+    /// The sleeping task counts as parked for ``SessionEngine/SessionEngine/waitUntilIdle()`` until the clock wakes it.
     ///
     /// - Parameter duration: How long to sleep in the clock's monotonic time.
     /// - Throws: `CancellationError` when the calling task is cancelled.

@@ -1,7 +1,7 @@
 public import SessionEngine
 import Synchronization
 
-/// A ``CredentialFetcher`` for tests that answers each fetch when the test says so.
+/// A `CredentialFetcher` for tests that answers each fetch when the test says so.
 ///
 /// Every call to ``fetchCredential(for:)`` becomes a ``Request`` that waits until the test answers it with
 /// ``respond(to:with:)``, so a test can hold a fetch open across a sign-out or a switch and then deliver a late
@@ -10,8 +10,8 @@ import Synchronization
 ///
 /// A request whose fetching task is cancelled ends with `CancellationError` and is counted in ``cancelledCount``.
 ///
-/// A fetch waiting for its answer counts as parked for ``SessionEngine/waitUntilIdle()`` when the engine runs on a
-/// ``ManualClock``: the engine is idle while the script holds the fetch.
+/// A fetch waiting for its answer counts as parked for ``SessionEngine/SessionEngine/waitUntilIdle()`` when the
+/// engine runs on a ``ManualClock``: the engine is idle while the script holds the fetch.
 public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerFetcher {
     /// One fetch the engine made.
     public struct Request: Sendable, Hashable, CustomStringConvertible {

@@ -2,7 +2,7 @@ public import SessionEngine
 public import SessionEngineBackend
 import Synchronization
 
-/// A stand-in for the service: it checks identity headers with ``IdentityVerifier`` and keeps each account's
+/// A stand-in for the service: it checks identity headers with `IdentityVerifier` and keeps each account's
 /// private reports and chat, answering only to the account the verified credential names.
 ///
 /// Hosts' tests use it to prove the contract's Verify steps end to end: an identified action is accepted with a real
@@ -71,7 +71,7 @@ public final class ServiceStandIn: Sendable {
     ///   - projectID: The project the credentials must name.
     ///   - secret: The identity secret.
     ///   - clock: The clock that decides expiry.
-    /// - Throws: ``CredentialError`` for an invalid project ID or an empty secret.
+    /// - Throws: `CredentialError` for an invalid project ID or an empty secret.
     public init(projectID: String, secret: String, clock: any SessionClock) throws {
         state = Mutex(State(verifier: try IdentityVerifier(projectID: projectID, secret: secret, clock: clock)))
     }
@@ -90,7 +90,7 @@ public final class ServiceStandIn: Sendable {
     /// Rotates the secret: every credential signed before fails from now on.
     ///
     /// - Parameter secret: The new secret.
-    /// - Throws: ``CredentialError`` for an empty secret.
+    /// - Throws: `CredentialError` for an empty secret.
     public func rotateSecret(to secret: String) throws {
         try state.withLock { state throws in try state.verifier.rotateSecret(to: secret) }
     }

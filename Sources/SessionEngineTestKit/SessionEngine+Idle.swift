@@ -21,8 +21,8 @@ extension SessionEngine {
 
     /// Starts `call` in a new task and returns once the call has entered the engine and the engine is idle again.
     ///
-    /// `call` must begin with one of the engine's asynchronous methods (``signIn(_:)``, ``switchAccount(to:)``,
-    /// ``signOut()``, ``renew()``, ``withIdentity(_:)``, ``credentialRejected(_:)``, ``shutdown()`` or ``run()``);
+    /// `call` must begin with one of the engine's asynchronous methods (`signIn(_:)`, `switchAccount(to:)`,
+    /// `signOut()`, `renew()`, `withIdentity(_:)`, `credentialRejected(_:)`, `shutdown()` or `run()`);
     /// a call that waits, for a fetch or for scoped work, is parked, so the engine can be idle while it waits.
     /// Start calls one after another from one task: the engine receives them in that order.
     ///

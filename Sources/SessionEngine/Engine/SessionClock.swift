@@ -6,7 +6,7 @@ public import Foundation
 /// jumps. The engine therefore sleeps on the monotonic clock in slices of at most 30 seconds and re-reads ``now``
 /// after each slice, so a wall-clock jump or a suspended machine is noticed within one slice.
 ///
-/// ``SystemClock`` is the default; ``ManualClock`` drives the engine in tests.
+/// ``SystemClock`` is the default; `ManualClock` (in the SessionEngineTestKit product) drives the engine in tests.
 public protocol SessionClock: Sendable {
     /// The current wall-clock time.
     var now: Date { get }

@@ -6,7 +6,7 @@ import Synchronization
 /// The engine signs an account in, renews its credential from a ``CredentialFetcher`` before it expires, blocks
 /// identified work with `INVALID_IDENTITY` once the credential has expired (never downgrading it to anonymous),
 /// cancels the account's in-flight work on sign-out or an account switch, recovers when the service rejects a
-/// credential, and publishes all of it through ``events()``.
+/// credential, and publishes all of it through ``events(bufferLimit:)``.
 ///
 /// A pure state machine decides every transition; this actor only performs the actions the machine returns. Every
 /// account session has an epoch, and a fetch result, timer or rejection from an earlier epoch is discarded, so a

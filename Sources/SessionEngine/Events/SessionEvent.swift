@@ -1,6 +1,7 @@
 public import Foundation
 
-/// Something the engine did or saw, as published by ``SessionEngine/events()``, stamped with when it happened.
+/// Something the engine did or saw, as published by ``SessionEngine/events(bufferLimit:)``, stamped with when it
+/// happened.
 ///
 /// Every event carries the engine clock's wall time and monotonic instant of the step that produced it, the epoch
 /// of the account session it belongs to and a sequence number. Events of one step share their time; sequence

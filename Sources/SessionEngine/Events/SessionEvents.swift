@@ -1,8 +1,8 @@
 /// The engine's events as an `AsyncSequence` that never throws.
 ///
-/// The first element is the state current when ``SessionEngine/events()`` was called; every later state change,
-/// renewal, failure, rejection and cancellation follows in the order the engine performed them. The sequence ends
-/// when the engine shuts down, or when the iterating task is cancelled.
+/// The first element is the state current when ``SessionEngine/events(bufferLimit:)`` was called; every later state
+/// change, renewal, failure, rejection and cancellation follows in the order the engine performed them. The sequence
+/// ends when the engine shuts down, or when the iterating task is cancelled.
 ///
 /// Each sequence has its own buffer of ``SessionConfiguration/eventBufferLimit`` events. A subscriber that falls
 /// further behind loses its oldest undelivered events and receives ``SessionEvent/Kind/eventsDropped(count:)`` in their
