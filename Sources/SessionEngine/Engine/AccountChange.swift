@@ -1,5 +1,5 @@
 /// An account change, as account-change hooks see it.
-public struct AccountChange: Sendable, Hashable {
+public struct AccountChange: Sendable, Hashable, CustomStringConvertible {
     /// The account being left; `nil` when signing in from signed out.
     public let from: AccountID?
     /// The account being entered; `nil` when signing out.
@@ -13,5 +13,10 @@ public struct AccountChange: Sendable, Hashable {
     public init(from: AccountID?, to: AccountID?) {
         self.from = from
         self.to = to
+    }
+
+    /// `from: alice, to: bob`, with `none` for no account: `from: none, to: alice` is a sign-in.
+    public var description: String {
+        "from: \(from?.rawValue ?? "none"), to: \(to?.rawValue ?? "none")"
     }
 }

@@ -6,9 +6,9 @@ final class MetricsRecorder: Sendable {
         var metrics = SessionMetrics()
         /// The epoch of the last account change counted.
         var changeEpoch: UInt64 = 0
-        /// Recent fetch durations, a ring of ``LatencySummary/window`` entries.
-        var latencies: [Duration] = []
-        var nextLatency = 0
+        /// Recent durations of successful fetches, and of failed ones.
+        var latencies = LatencyRing()
+        var failedLatencies = LatencyRing()
         /// The epoch whose account session last installed a credential.
         var installedEpoch: UInt64?
         /// The last published state, to count transitions.
@@ -50,7 +50,7 @@ final class MetricsRecorder: Sendable {
                     state.metrics.credentialsPushed += 1
                 } else {
                     state.metrics.fetchesSucceeded += 1
-                    state.record(fetch.duration)
+                    state.latencies.record(fetch.duration)
                 }
                 state.metrics.credentialsInstalled += 1
                 if state.installedEpoch == identity.epoch { state.metrics.renewals += 1 }
@@ -59,7 +59,7 @@ final class MetricsRecorder: Sendable {
             case .fetchFailed(let failure):
                 state.metrics.fetchesFailed[failure.error.code, default: 0] += 1
                 if failure.serverRetryAfter != nil { state.metrics.serverDirectedDelays += 1 }
-                state.record(failure.fetch.duration)
+                state.failedLatencies.record(failure.fetch.duration)
             case .clockSkewSuspected(let report):
                 state.metrics.appliedClockOffset = report.serverClockOffset
             case .credentialRejected:
@@ -76,20 +76,25 @@ final class MetricsRecorder: Sendable {
     var snapshot: SessionMetrics {
         state.withLock { state in
             var metrics = state.metrics
-            metrics.fetchLatency = LatencySummary(of: state.latencies)
+            metrics.fetchLatency = LatencySummary(of: state.latencies.durations)
+            metrics.failedFetchLatency = LatencySummary(of: state.failedLatencies.durations)
             metrics.liveTasks = state.liveTasks
             return metrics
         }
     }
 }
 
-extension MetricsRecorder.State {
-    fileprivate mutating func record(_ duration: Duration) {
-        if latencies.count < LatencySummary.window {
-            latencies.append(duration)
+/// The last ``LatencySummary/window`` durations recorded.
+struct LatencyRing {
+    private(set) var durations: [Duration] = []
+    private var next = 0
+
+    mutating func record(_ duration: Duration) {
+        if durations.count < LatencySummary.window {
+            durations.append(duration)
         } else {
-            latencies[nextLatency] = duration
-            nextLatency = (nextLatency + 1) % LatencySummary.window
+            durations[next] = duration
+            next = (next + 1) % LatencySummary.window
         }
     }
 }

@@ -543,7 +543,7 @@ public actor SessionEngine {
         defer { ledger?.leave() }
         let now = instant()
         let actions = machine.gracefulShutdownRequested(grace: gracePeriod, at: now)
-        if !actions.isEmpty { log(.info, "graceful shutdown began", ["gracePeriod": "\(gracePeriod)"]) }
+        if !actions.isEmpty { log(.info, "graceful shutdown began", ["gracePeriod": gracePeriod.readable]) }
         apply(actions, at: now)
         await stopped.wait()
     }
@@ -599,7 +599,8 @@ public actor SessionEngine {
                 events.append((kind, epoch))
             case .cancelWork(let epoch, let account):
                 let count = store.cancelWork(before: epoch)
-                if account != nil || count > 0 {
+                // An account change that cancelled nothing reports nothing.
+                if count > 0 {
                     events.append((.workCancelled(account: account, count: count), epoch))
                 }
             case .finishShutdown:
@@ -822,8 +823,8 @@ public actor SessionEngine {
                 "fetch failed",
                 [
                     "account": failure.account.rawValue, "code": failure.error.code.rawValue,
-                    "retryIn": failure.retryIn.map { "\($0)" } ?? "never",
-                    "serverRetryAfter": failure.serverRetryAfter.map { "\($0)" } ?? "none",
+                    "retryIn": failure.retryIn?.readable ?? "never",
+                    "serverRetryAfter": failure.serverRetryAfter?.readable ?? "none",
                 ]
             )
         case .credentialRejected(let report):
@@ -836,7 +837,7 @@ public actor SessionEngine {
                 [
                     "account": report.account.rawValue, "localTime": "\(report.localTime)",
                     "expiresAt": "\(report.expiresAt)",
-                    "serverClockOffset": report.serverClockOffset.map { "\($0)" } ?? "none",
+                    "serverClockOffset": report.serverClockOffset?.readable ?? "none",
                 ]
             )
         case .stateChanged, .workCancelled, .eventsDropped:

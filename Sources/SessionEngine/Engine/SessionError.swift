@@ -97,6 +97,6 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
     /// `CODE: reason`, and the backend's requested delay when it gave one.
     public var description: String {
         guard let retryAfter else { return "\(code): \(reason)" }
-        return "\(code): \(reason) (retry after \(retryAfter))"
+        return "\(code): \(reason) (retry after \(retryAfter.readable))"
     }
 }

@@ -37,8 +37,15 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     public var eventsPublished: Int
     /// Events dropped because a subscriber fell behind, over all subscribers.
     public var eventsDropped: Int
-    /// How long recent fetches took, from start to the engine's handling of the result.
+    /// How long recent successful fetches took, from start to the engine's handling of the result: the last
+    /// ``LatencySummary/window`` fetches whose credential was installed.
+    ///
+    /// Failures are kept apart in ``failedFetchLatency``, so a backend that refuses at once does not make the
+    /// successful fetches look fast, nor a timeout make them look slow.
     public var fetchLatency: LatencySummary
+    /// How long recent failed fetches took (failures and refused credentials alike), over the last
+    /// ``LatencySummary/window`` of them.
+    public var failedFetchLatency: LatencySummary
     /// How long the usable credential has left by the engine's clock; `nil` when none is usable.
     public var credentialRemainingLifetime: Duration?
     /// Engine tasks running: fetches, timers, account-change preparations and scoped work.
@@ -71,7 +78,8 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     ///   - scopedWorkCancelled: Scoped work cancelled.
     ///   - eventsPublished: Events published.
     ///   - eventsDropped: Events dropped.
-    ///   - fetchLatency: Recent fetch durations.
+    ///   - fetchLatency: Recent durations of successful fetches.
+    ///   - failedFetchLatency: Recent durations of failed fetches.
     ///   - credentialRemainingLifetime: The usable credential's remaining lifetime.
     ///   - liveTasks: Engine tasks running.
     ///   - subscribers: Live subscribers.
@@ -94,6 +102,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         eventsPublished: Int = 0,
         eventsDropped: Int = 0,
         fetchLatency: LatencySummary = LatencySummary(),
+        failedFetchLatency: LatencySummary = LatencySummary(),
         credentialRemainingLifetime: Duration? = nil,
         liveTasks: Int = 0,
         subscribers: Int = 0,
@@ -116,6 +125,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         self.eventsPublished = eventsPublished
         self.eventsDropped = eventsDropped
         self.fetchLatency = fetchLatency
+        self.failedFetchLatency = failedFetchLatency
         self.credentialRemainingLifetime = credentialRemainingLifetime
         self.liveTasks = liveTasks
         self.subscribers = subscribers
@@ -129,12 +139,12 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
             .map { "\($0.key)=\($0.value)" }.joined(separator: ",")
         return "fetches started=\(fetchesStarted) succeeded=\(fetchesSucceeded) failed=[\(failed)] "
             + "pushed=\(credentialsPushed) serverDelays=\(serverDirectedDelays) "
-            + "clockOffset=\(clockOffset.map { "\($0)" } ?? "none") "
-            + "appliedClockOffset=\(appliedClockOffset.map { "\($0)" } ?? "none") "
+            + "clockOffset=\(clockOffset?.readable ?? "none") "
+            + "appliedClockOffset=\(appliedClockOffset?.readable ?? "none") "
             + "installed=\(credentialsInstalled) renewals=\(renewals) rejections=\(rejections) expiries=\(expiries) "
             + "changes=\(accountChanges) workCancelled=\(scopedWorkCancelled) events=\(eventsPublished) "
-            + "dropped=\(eventsDropped) latency=\(fetchLatency) "
-            + "remaining=\(credentialRemainingLifetime.map { "\($0)" } ?? "none") tasks=\(liveTasks) "
+            + "dropped=\(eventsDropped) latency=[\(fetchLatency)] failedLatency=[\(failedFetchLatency)] "
+            + "remaining=\(credentialRemainingLifetime?.readable ?? "none") tasks=\(liveTasks) "
             + "subscribers=\(subscribers) waiters=\(waiters) work=\(scopedWork)"
     }
 }
@@ -189,5 +199,7 @@ public struct LatencySummary: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// `n=count p50 p90 p99 max`.
-    public var description: String { "n=\(count) p50=\(p50) p90=\(p90) p99=\(p99) max=\(max)" }
+    public var description: String {
+        "n=\(count) p50=\(p50.readable) p90=\(p90.readable) p99=\(p99.readable) max=\(max.readable)"
+    }
 }

@@ -44,7 +44,7 @@ public enum SessionState: Sendable, Hashable, CustomStringConvertible {
         case .renewing(let identity): "renewing(\(identity))"
         case .expired(let expired): "expired(\(expired))"
         case .switching(let from, let to):
-            "switching(from: \(from.map(\.rawValue) ?? "nil"), to: \(to.map(\.rawValue) ?? "nil"))"
+            "switching(from: \(from.map(\.rawValue) ?? "none"), to: \(to.map(\.rawValue) ?? "none"))"
         }
     }
 }

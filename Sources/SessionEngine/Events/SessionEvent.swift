@@ -33,7 +33,7 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
             case .fetchFailed(let failure): "fetch failed \(failure)"
             case .credentialRejected(let report): "credential rejected \(report)"
             case .workCancelled(let account, let count):
-                "work cancelled account: \(account.map(\.rawValue) ?? "nil"), count: \(count)"
+                "work cancelled account: \(account.map(\.rawValue) ?? "none"), count: \(count)"
             case .clockSkewSuspected(let report): "clock skew suspected \(report)"
             case .eventsDropped(let count): "events dropped count: \(count)"
             }
@@ -93,7 +93,7 @@ public struct SessionInstant: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The wall time in Unix seconds and the monotonic time.
-    public var description: String { "wall \(wall.timeIntervalSince1970), uptime \(uptime)" }
+    public var description: String { "wall \(wall.timeIntervalSince1970), uptime \(uptime.readable)" }
 }
 
 /// One fetch as the engine saw it: which attempt it was and how long the fetcher took.
@@ -127,8 +127,8 @@ public struct FetchAttempt: Sendable, Hashable, CustomStringConvertible {
 
     /// `attempt N in D`, `pushed` for a credential the host handed over, and the clock offset when measured.
     public var description: String {
-        let base = pushed ? "pushed by the host" : "attempt \(number) in \(duration)"
-        return base + (serverClockOffset.map { ", server clock offset \($0)" } ?? "")
+        let base = pushed ? "pushed by the host" : "attempt \(number) in \(duration.readable)"
+        return base + (serverClockOffset.map { ", server clock offset \($0.readable)" } ?? "")
     }
 }
 
@@ -173,8 +173,8 @@ public struct FetchFailure: Sendable, Hashable, CustomStringConvertible {
 
     /// `account, error, attempt, retry`, and the backend's requested delay when it gave one.
     public var description: String {
-        "\(account), \(error.code), \(fetch), retryIn: \(retryIn.map { "\($0)" } ?? "never")"
-            + (serverRetryAfter.map { ", server asked for \($0)" } ?? "")
+        "\(account), \(error.code), \(fetch), retryIn: \(retryIn?.readable ?? "never")"
+            + (serverRetryAfter.map { ", server asked for \($0.readable)" } ?? "")
     }
 }
 
@@ -207,7 +207,7 @@ public struct RejectionReport: Sendable, Hashable, CustomStringConvertible {
     /// `account, expiresAt, renewing`.
     public var description: String {
         "\(account), expiresAt: \(expiresAt), renewing: \(renewing)"
-            + (retryIn.map { ", retryIn: \($0)" } ?? "")
+            + (retryIn.map { ", retryIn: \($0.readable)" } ?? "")
     }
 }
 
@@ -240,6 +240,6 @@ public struct ClockSkewReport: Sendable, Hashable, CustomStringConvertible {
     /// `account, localTime, expiresAt`, and the applied offset when there is one.
     public var description: String {
         "\(account), localTime: \(localTime), expiresAt: \(expiresAt)"
-            + (serverClockOffset.map { ", server clock offset: \($0)" } ?? "")
+            + (serverClockOffset.map { ", server clock offset: \($0.readable)" } ?? "")
     }
 }

@@ -222,9 +222,13 @@ extension SessionStateMachine {
         // The backend's own delay (Retry-After) is a floor on top of the backoff, bounded by its own maximum; it
         // holds back every fetch of the session until it has passed, whatever asks for one.
         let serverDelay = error.retryAfter.map { min($0, configuration.maximumRetryAfter) }
+        var error = error
         if let serverDelay {
             delay = max(delay, serverDelay)
             session.retryNotBefore = now.uptime + serverDelay
+            // The error the event and the waiters see carries the delay the engine applies, so a capped request
+            // shows one number everywhere.
+            error.retryAfter = serverDelay
         }
         session.fetch = .waiting(until: now.uptime + delay, reason)
         if session.credential == nil {
