@@ -1,9 +1,11 @@
 import Foundation
+import Testing
 
 /// A Python server from `Fixtures/backend`, started by a test on a free loopback port.
 ///
 /// The server binds `127.0.0.1` port 0 and prints the port it got; it stops when its standard input closes, so it
-/// cannot outlive the test process.
+/// cannot outlive the test process. It runs as a ``ChildProcess``: no thread of the concurrency pool reads its output
+/// or waits for its exit, and each of those waits is bounded.
 final class PythonServer: Sendable {
     /// `python3` on `PATH`, if any.
     static let python: URL? = {
@@ -17,14 +19,17 @@ final class PythonServer: Sendable {
     static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Fixtures/backend")
 
-    let port: Int
-    private let process: Process
-    private let input: Pipe
+    /// How long a server may take to print its port (the TLS servers make a certificate first).
+    static let startLimit: Duration = .seconds(30)
+    /// How long a stopped server may take to exit before it is killed.
+    static let stopLimit: Duration = .seconds(10)
 
-    private init(port: Int, process: Process, input: Pipe) {
+    let port: Int
+    private let child: ChildProcess
+
+    private init(port: Int, child: ChildProcess) {
         self.port = port
-        self.process = process
-        self.input = input
+        self.child = child
     }
 
     /// Starts `script` (a file name in `Fixtures/backend`) and waits until it has printed its port.
@@ -35,34 +40,26 @@ final class PythonServer: Sendable {
         -> PythonServer
     {
         guard let python else { throw BackendFailure(description: "python3 is not on PATH") }
-        let process = Process()
-        process.executableURL = python
-        process.arguments =
-            [directory.appendingPathComponent(script).path, "--exit-on-stdin-eof"]
-            + (tls.map { ["--tls", $0.path] } ?? [])
-        process.environment = ProcessInfo.processInfo.environment.merging(extra) { $1 }
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        try process.run()
-        let reader = output.fileHandleForReading
-        let line = await withCheckedContinuation { (continuation: CheckedContinuation<String, Never>) in
-            DispatchQueue.global().async {
-                var buffer = Data()
-                while !buffer.contains(UInt8(ascii: "\n")) {
-                    let chunk = reader.availableData
-                    if chunk.isEmpty { break }
-                    buffer.append(chunk)
-                }
-                continuation.resume(returning: String(decoding: buffer, as: UTF8.self))
-            }
+        let child = try ChildProcess.launch(
+            python,
+            arguments: [directory.appendingPathComponent(script).path, "--exit-on-stdin-eof"]
+                + (tls.map { ["--tls", $0.path] } ?? []),
+            environment: ProcessInfo.processInfo.environment.merging(extra) { $1 },
+            name: script,
+            keepsInputOpen: true
+        )
+        let line: String
+        do {
+            line = try await child.firstLine(within: startLimit)
+        } catch {
+            child.kill()
+            throw error
         }
         guard let port = Int(line.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            process.terminate()
+            child.kill()
             throw BackendFailure(description: "\(script) did not print its port")
         }
-        return PythonServer(port: port, process: process, input: input)
+        return PythonServer(port: port, child: child)
     }
 
     /// A fresh directory for a TLS server's certificate.
@@ -73,16 +70,17 @@ final class PythonServer: Sendable {
         return directory
     }
 
-    /// Stops the server and waits for it to exit.
+    /// Stops the server and waits for it to exit; a server that does not exit within ``stopLimit``, or that wrote
+    /// more than a ``ChildProcess`` may, fails the running test.
     func stop() async {
-        try? input.fileHandleForWriting.close()
-        let process = self.process
-        process.terminate()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            DispatchQueue.global().async {
-                process.waitUntilExit()
-                continuation.resume()
-            }
+        child.closeInput()
+        child.terminate()
+        do {
+            _ = try await child.finish(within: Self.stopLimit)
+        } catch is CancellationError {
+            // The test was cancelled, and the wait killed the server.
+        } catch {
+            Issue.record("stopping the server: \(error)")
         }
     }
 }

@@ -22,34 +22,24 @@ struct ToolSecurityTests {
     }
 
     /// Runs the demo with `arguments` and `secret` in the environment (raw bytes, through `/bin/sh`'s `printf`).
-    static func run(_ arguments: [String], secretPrintf: String = "loopback-secret", input: String = "") throws
+    ///
+    /// The demo runs as a ``ChildProcess``: its pipes are drained on a thread of their own and its exit awaited, so
+    /// no thread of the concurrency pool waits for it, and a demo that hangs is killed and fails the test.
+    static func run(_ arguments: [String], secretPrintf: String = "loopback-secret", input: String = "") async throws
         -> Outcome
     {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
         let script = #"APPNORTH_IDENTITY_SECRET="$(printf '\#(secretPrintf)')" exec "$0" "$@""#
-        process.arguments = ["-c", script, demo.path] + arguments
         var environment = ProcessInfo.processInfo.environment
         environment["APPNORTH_PROJECT_ID"] = "proj_tools"
-        process.environment = environment
-        let output = Pipe()
-        let error = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = stdin
-        try process.run()
-        stdin.fileHandleForWriting.write(Data(input.utf8))
-        try stdin.fileHandleForWriting.close()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Outcome(
-            status: process.terminationStatus,
-            reason: process.terminationReason,
-            output: String(decoding: out, as: UTF8.self),
-            error: String(decoding: err, as: UTF8.self)
+        let outcome = try await ChildProcess.run(
+            URL(fileURLWithPath: "/bin/sh"),
+            arguments: ["-c", script, demo.path] + arguments,
+            environment: environment,
+            name: "SessionEngineDemo \(arguments.first ?? "")",
+            input: Data(input.utf8)
         )
+        return Outcome(
+            status: outcome.status, reason: outcome.reason, output: outcome.outputText, error: outcome.errorText)
     }
 
     @Test func theDemoBinaryIsBuilt() {
@@ -57,7 +47,7 @@ struct ToolSecurityTests {
             FileManager.default.isExecutableFile(atPath: Self.demo.path), "run swift build first: \(Self.demo.path)")
     }
 
-    @Test func verifyNeverTrapsOnExtremeTimes() throws {
+    @Test func verifyNeverTrapsOnExtremeTimes() async throws {
         let now = Date()
         let signer = try IdentitySigner(projectID: "proj_tools", secret: "loopback-secret")
         let expired = try signer.sign(email: "a@b.c", properties: nil, expiresAt: 1)
@@ -77,31 +67,31 @@ struct ToolSecurityTests {
             (["verify", "--credential", expiredJSON, "--now", String(Int64(now.timeIntervalSince1970))], 1),
         ]
         for (arguments, status) in cases {
-            let outcome = try Self.run(arguments)
+            let outcome = try await Self.run(arguments)
             #expect(outcome.reason == .exit, "\(arguments) trapped: \(outcome.error)")
             #expect(outcome.status == status, "\(arguments): \(outcome.output) \(outcome.error)")
             #expect(!(outcome.output + outcome.error).isEmpty)
         }
     }
 
-    @Test func aSecretThatIsNotUTF8IsRefused() throws {
+    @Test func aSecretThatIsNotUTF8IsRefused() async throws {
         // `ab\xff\xfecd` used to sign as `ab\u{FFFD}\u{FFFD}cd`, another key than the backend's.
         for command in [["sign", "--email", "a@b.c"], ["verify", "--credential", "{}"]] {
-            let outcome = try Self.run(command, secretPrintf: #"ab\377\376cd"#)
+            let outcome = try await Self.run(command, secretPrintf: #"ab\377\376cd"#)
             #expect(outcome.status == 2, "\(command): \(outcome.output)")
             #expect(outcome.error.contains("not valid UTF-8"))
             #expect(!outcome.output.contains("signature"))
         }
-        let valid = try Self.run(["sign", "--email", "a@b.c"], secretPrintf: #"caf\303\251"#)
+        let valid = try await Self.run(["sign", "--email", "a@b.c"], secretPrintf: #"caf\303\251"#)
         #expect(valid.status == 0, "\(valid.error)")
     }
 
-    @Test func aStrayArgumentIsNamedByPositionNeverEchoed() throws {
+    @Test func aStrayArgumentIsNamedByPositionNeverEchoed() async throws {
         for arguments in [
             ["sign", "--email", "a@b.c", "XYZSECRET"], ["verify", "XYZSECRET"], ["sign", "--XYZSECRET"],
             ["verify", "--now", "1", "--XYZSECRET=1"],
         ] {
-            let outcome = try Self.run(arguments)
+            let outcome = try await Self.run(arguments)
             #expect(outcome.status == 2)
             #expect(!(outcome.output + outcome.error).contains("XYZSECRET"), "\(arguments): \(outcome.error)")
             #expect(outcome.error.contains("position"), "\(arguments): \(outcome.error)")
