@@ -168,6 +168,31 @@ final class OutcomeWaiters: Sendable {
         return try await wait(ticket)
     }
 
+    /// Fails one registered caller, whether or not it has suspended yet; a caller already resolved is left alone.
+    ///
+    /// - Parameters:
+    ///   - ticket: The caller's ticket.
+    ///   - error: What the caller receives.
+    func fail(_ ticket: Ticket, with error: SessionError) {
+        let waiting = state.withLock { state -> UnsafeContinuation<IdentityCredential, any Error>? in
+            switch state.slots[ticket.id] {
+            case .registered:
+                state.slots[ticket.id] = .resolved(.failure(error))
+                state.awaiting -= 1
+                return nil
+            case .waiting(_, _, let continuation):
+                state.slots.removeValue(forKey: ticket.id)
+                state.awaiting -= 1
+                return continuation
+            case .resolved, nil:
+                return nil
+            }
+        }
+        guard let waiting else { return }
+        ledger?.unpark()
+        waiting.resume(throwing: error)
+    }
+
     /// Resolves the epoch's waiters of the given kinds with an outcome, in registration order.
     func resolve(
         epoch: UInt64,

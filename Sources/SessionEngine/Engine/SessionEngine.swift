@@ -163,10 +163,13 @@ public actor SessionEngine {
 
     /// Signs an account in and waits for its first credential.
     ///
-    /// Signing in is an account change: the state passes through ``SessionState/switching(from:to:)``. Transient
-    /// fetch failures are retried with backoff while this call waits (the state is then
-    /// ``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable``). Cancelling the calling task
-    /// stops the wait, not the sign-in. Signing in to the account that is already current returns at once.
+    /// Signing in is an account change: the state passes through ``SessionState/switching(from:to:)``. The call
+    /// returns once the previous account's work has drained, the hooks have run and the account's first credential is
+    /// installed. Transient fetch failures are retried with backoff while this call waits (the state is then
+    /// ``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable``), for as long as it takes:
+    /// through a backend outage or a misconfiguration that is until shutdown. A host whose loop must run whatever
+    /// the backend does signs in with ``signIn(_:timeout:)``. Cancelling the calling task stops the wait, not the
+    /// sign-in. Signing in to the account that is already current returns once it is identified.
     ///
     /// - Parameter account: The account to sign in.
     /// - Throws: ``SessionError`` with ``SessionError/Code/backendSessionEnded`` when the backend refuses the account
@@ -176,6 +179,29 @@ public actor SessionEngine {
         ledger?.enter()
         defer { ledger?.leave() }
         try await changeAccount(to: account)
+    }
+
+    /// Signs an account in and waits for its first credential, for at most `timeout` on the engine's clock.
+    ///
+    /// This is ``signIn(_:)`` with a deadline. When the first credential is installed in time the call returns as
+    /// ``signIn(_:)`` does. When the deadline passes first (the backend is down, refuses every credential, or is
+    /// misconfigured), the call throws ``SessionError/Code/signInTimedOut`` and the sign-in goes on: the account stays
+    /// signed in (``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable`` once the first fetch
+    /// failed, ``SessionState/switching(from:to:)`` while the previous account's work still drains), identified work
+    /// fails with `INVALID_IDENTITY`, and the engine keeps fetching with backoff and becomes
+    /// ``SessionState/identified(_:)`` as soon as the backend answers, which ``events(bufferLimit:)`` reports. The
+    /// error's reason says why the last fetch failed, when one did. Cancelling the calling task stops the wait as
+    /// with ``signIn(_:)``.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - timeout: How long to wait for the first credential, on the engine's clock; from the call.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/signInTimedOut`` when the deadline passed first; otherwise
+    ///   as ``signIn(_:)``.
+    public func signIn(_ account: AccountID, timeout: Duration) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(to: account, timeout: max(.zero, timeout))
     }
 
     /// Signs an account in with a credential the host already holds, such as one its login response carried.
@@ -277,7 +303,11 @@ public actor SessionEngine {
         hooks.append(hook)
     }
 
-    private func changeAccount(to target: AccountID?, pushing credential: IdentityCredential? = nil) async throws {
+    private func changeAccount(
+        to target: AccountID?,
+        pushing credential: IdentityCredential? = nil,
+        timeout: Duration? = nil
+    ) async throws {
         let now = instant()
         switch machine.changeAccount(to: target, pushing: credential, at: now) {
         case .shutDown:
@@ -292,10 +322,18 @@ public actor SessionEngine {
                 return
             }
             if let credential { try push(credential, for: target) }
+            if let timeout {
+                try await waitForIdentity(epoch: epoch, of: target, preparedBy: nil, within: timeout)
+                return
+            }
             try await waitForIdentity(epoch: epoch)
         case .began(let epoch, let actions):
             log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
             apply(actions, at: now)
+            if let timeout, let target {
+                try await waitForIdentity(epoch: epoch, of: target, preparedBy: preparation, within: timeout)
+                return
+            }
             // The actions started this change's preparation; a caller returns only once it is done, even when a
             // later change superseded it, so no work of the previous account still runs.
             await preparation?.wait()
@@ -322,6 +360,64 @@ public actor SessionEngine {
             throw SessionError(.accountChanged, reason: "another account change superseded this one")
         }
         _ = try await waiters.wait(epoch: epoch, kind: .identity)
+    }
+
+    /// Waits for the identity of `epoch` as ``waitForIdentity(epoch:)`` does, for at most `timeout`, the change's
+    /// preparation (`latch`) included.
+    ///
+    /// The caller registers for the epoch's identity at once, so the deadline covers the preparation too, and an
+    /// engine task sleeping on the engine's clock fails that one registration when the deadline passes. Every other
+    /// outcome, a superseding change's included, returns only once the change's preparation is done, as without a
+    /// deadline.
+    private func waitForIdentity(
+        epoch: UInt64,
+        of account: AccountID,
+        preparedBy latch: Latch?,
+        within timeout: Duration
+    ) async throws {
+        if latch == nil, machine.epoch == epoch, machine.usableCredential != nil { return }
+        guard machine.epoch == epoch, machine.currentAccount != nil else {
+            if machine.isShutDown { throw SessionStateMachine.shutDownError }
+            throw SessionError(.accountChanged, reason: "another account change superseded this one")
+        }
+        let ticket = waiters.register(epoch: epoch, kind: .identity)
+        let clock = self.clock
+        let deadline = startTask { [weak self] in
+            do {
+                try await clock.sleep(for: timeout)
+            } catch {
+                return
+            }
+            await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
+        }
+        defer { deadline.cancel() }
+        do {
+            _ = try await waiters.wait(ticket)
+        } catch let error as SessionError where error.code == .signInTimedOut {
+            throw error
+        } catch {
+            await latch?.wait()
+            throw error
+        }
+        await latch?.wait()
+    }
+
+    /// A sign-in's deadline passed: its caller fails with `SIGN_IN_TIMED_OUT` unless it was resolved already, and
+    /// the sign-in goes on.
+    private func signInDeadlinePassed(
+        _ ticket: OutcomeWaiters.Ticket,
+        epoch: UInt64,
+        account: AccountID,
+        timeout: Duration
+    ) {
+        var reason = "\(account) was not identified within \(timeout.readable); the engine keeps trying"
+        if machine.epoch == epoch, let failure = machine.activeSession?.lastFailure {
+            reason += " (the last fetch failed: \(failure))"
+        } else if machine.epoch == epoch, machine.activeSession == nil {
+            reason += " (the previous account's work is still draining)"
+        }
+        log(.info, "sign-in timed out", ["account": account.rawValue, "timeout": timeout.readable])
+        waiters.fail(ticket, with: SessionError(.signInTimedOut, reason: reason, isTransient: true))
     }
 
     // MARK: - Renewal and rejection

@@ -94,6 +94,7 @@ extension SessionStateMachine {
         session.expiredReason = nil
         session.rejectedSignature = nil
         session.retryNotBefore = nil
+        session.lastFailure = nil
         session.renewedAfterRejection = reason == .rejection || reason == .retryAfterRejection
         if !session.renewedAfterRejection { session.rejectionStreak = 0 }
         // The renewal point is a share of the lifetime left on the backend's clock, expressed in local time.
@@ -231,6 +232,7 @@ extension SessionStateMachine {
             error.retryAfter = serverDelay
         }
         session.fetch = .waiting(until: now.uptime + delay, reason)
+        session.lastFailure = error
         if session.credential == nil {
             // The first fetch of the account failed: no credential is available yet.
             session.expiredReason = .unavailable

@@ -57,6 +57,8 @@ struct SessionStateMachine: Sendable {
         var expiredReason: ExpiredIdentity.Reason?
         /// The monotonic time before which no fetch may start, because the backend asked for a delay (`Retry-After`).
         var retryNotBefore: Duration?
+        /// Why the last fetch failed, while no fetch has succeeded since: what a sign-in that runs out of time reports.
+        var lastFailure: SessionError?
 
         init(account: AccountID, epoch: UInt64) {
             self.account = account
