@@ -5,8 +5,9 @@
 // is ready, a libcurl timer is due, or `se_curl_start` / `se_curl_wake` wakes it. The multi handle is touched by that
 // thread only; the other threads hand it work through a mutex-protected list and `curl_multi_wakeup`.
 //
-// The option numbers and signatures are libcurl's stable ABI (curl.h of libcurl 7.68 and later, SONAME
-// libcurl.so.4); they are declared here instead of included, so that no development package is needed.
+// The option numbers and signatures are libcurl's stable ABI (curl.h, SONAME libcurl.so.4); they are declared here
+// instead of included, so that no development package is needed. libcurl 7.77 or later is needed for trusting given
+// authorities (CURLOPT_CAINFO_BLOB); everything else works from 7.68 (Debian 12 has 7.88).
 
 #include "CSessionEngineCurl.h"
 
@@ -15,6 +16,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,22 +40,27 @@ enum {
     SE_CURLM_OK = 0,
     SE_CURLMSG_DONE = 1,
     // Options: CURLOPTTYPE_LONG + n, CURLOPTTYPE_OBJECTPOINT (10000) + n, CURLOPTTYPE_FUNCTIONPOINT (20000) + n,
-    // CURLOPTTYPE_OFF_T (30000) + n.
+    // CURLOPTTYPE_OFF_T (30000) + n, CURLOPTTYPE_BLOB (40000) + n.
     SE_CURLOPT_WRITEDATA = 10001,
     SE_CURLOPT_URL = 10002,
+    SE_CURLOPT_PROXY = 10004,
     SE_CURLOPT_HTTPHEADER = 10023,
     SE_CURLOPT_HEADERDATA = 10029,
     SE_CURLOPT_CUSTOMREQUEST = 10036,
     SE_CURLOPT_XFERINFODATA = 10057,
     SE_CURLOPT_CAINFO = 10065,
+    SE_CURLOPT_CAPATH = 10097,
     SE_CURLOPT_PRIVATE = 10103,
     SE_CURLOPT_COPYPOSTFIELDS = 10165,
+    SE_CURLOPT_NOPROXY = 10177,
+    SE_CURLOPT_CAINFO_BLOB = 40309,
     SE_CURLOPT_WRITEFUNCTION = 20011,
     SE_CURLOPT_HEADERFUNCTION = 20079,
     SE_CURLOPT_XFERINFOFUNCTION = 20219,
     SE_CURLOPT_POSTFIELDSIZE_LARGE = 30120,
     SE_CURLOPT_NOPROGRESS = 43,
     SE_CURLOPT_FOLLOWLOCATION = 52,
+    SE_CURLOPT_HTTPPROXYTUNNEL = 61,
     SE_CURLOPT_SSL_VERIFYPEER = 64,
     SE_CURLOPT_SSL_VERIFYHOST = 81,
     SE_CURLOPT_NOSIGNAL = 99,
@@ -63,8 +70,29 @@ enum {
     SE_CURLOPT_SUPPRESS_CONNECT_HEADERS = 265,
     SE_CURLPROTO_HTTP = 1,
     SE_CURLPROTO_HTTPS = 2,
-    // CURLINFO_STRING (0x100000) + 21.
+    SE_CURL_BLOB_COPY = 1,
+    // CURLINFO_STRING (0x100000) + n, CURLINFO_LONG (0x200000) + n.
     SE_CURLINFO_PRIVATE = 0x100015,
+    SE_CURLINFO_CAINFO = 0x10003D,  // libcurl 7.84 and later: the built-in CA bundle's path
+    SE_CURLINFO_SSL_VERIFYRESULT = 0x20000D,
+    SE_CURLINFO_HTTP_CONNECTCODE = 0x200016,
+    SE_CURLINFO_PROXY_ERROR = 0x20003B,  // libcurl 7.73 and later
+};
+
+/// libcurl's `struct curl_blob`.
+typedef struct {
+    void *data;
+    size_t len;
+    unsigned int flags;
+} se_curl_blob;
+
+/// Where the system's CA bundle is on the common distributions, for a libcurl too old to say where its own is.
+static const char *const system_bundles[] = {
+    "/etc/ssl/certs/ca-certificates.crt",                 // Debian, Ubuntu, Alpine, Arch
+    "/etc/pki/tls/certs/ca-bundle.crt",                   // Fedora, RHEL
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",  // RHEL, CentOS
+    "/etc/ssl/ca-bundle.pem",                             // openSUSE
+    NULL,
 };
 
 typedef int (*curl_global_init_f)(long flags);
@@ -184,6 +212,64 @@ static int on_progress(void *user, int64_t download_total, int64_t downloaded, i
     return callbacks->proceed(callbacks->context) ? 0 : 1;
 }
 
+/// Appends the file's bytes to `*buffer` (of `*length` bytes, grown with realloc); 0 when the file was read.
+static int append_file(const char *path, unsigned char **buffer, size_t *length) {
+    FILE *file = fopen(path, "rbe");
+    if (file == NULL) {
+        return 1;
+    }
+    unsigned char chunk[16384];
+    size_t count;
+    int failed = 0;
+    while ((count = fread(chunk, 1, sizeof chunk, file)) > 0) {
+        unsigned char *grown = realloc(*buffer, *length + count);
+        if (grown == NULL) {
+            failed = 1;
+            break;
+        }
+        memcpy(grown + *length, chunk, count);
+        *buffer = grown;
+        *length += count;
+    }
+    failed |= ferror(file) != 0;
+    fclose(file);
+    return failed;
+}
+
+/// Trusts the request's authorities: instead of the system's (no bundle, no directory), or beside them (the PEM
+/// followed by the system's bundle, whose path libcurl knows, and libcurl's directory left as it is). libcurl copies
+/// the blob. 0 on success.
+static int trust_authorities(CURL *handle, const se_curl_request *request) {
+    if (!request->ca_include_system) {
+        se_curl_blob blob = {(void *)request->ca_pem, request->ca_pem_length, SE_CURL_BLOB_COPY};
+        int failed = api.easy_setopt(handle, SE_CURLOPT_CAINFO_BLOB, &blob);
+        failed |= api.easy_setopt(handle, SE_CURLOPT_CAINFO, (char *)NULL);
+        failed |= api.easy_setopt(handle, SE_CURLOPT_CAPATH, (char *)NULL);
+        return failed;
+    }
+    // A blob replaces libcurl's bundle file, so the system's bundle goes into the blob after the given authorities.
+    size_t length = request->ca_pem_length + 1;
+    unsigned char *combined = malloc(length);
+    if (combined == NULL) {
+        return 1;
+    }
+    memcpy(combined, request->ca_pem, request->ca_pem_length);
+    combined[request->ca_pem_length] = '\n';
+    char *bundle = NULL;
+    int read = 1;
+    if (api.easy_getinfo(handle, SE_CURLINFO_CAINFO, &bundle) == SE_CURLE_OK && bundle != NULL) {
+        read = append_file(bundle, &combined, &length);
+    }
+    for (size_t index = 0; read != 0 && system_bundles[index] != NULL; index++) {
+        read = append_file(system_bundles[index], &combined, &length);
+    }
+    // Without a readable bundle the system's authorities are those of libcurl's directory, if it has one.
+    se_curl_blob blob = {combined, length, SE_CURL_BLOB_COPY};
+    int failed = api.easy_setopt(handle, SE_CURLOPT_CAINFO_BLOB, &blob);
+    free(combined);
+    return failed;
+}
+
 static void release(transfer *item) {
     if (item->handle != NULL) {
         api.easy_cleanup(item->handle);
@@ -221,8 +307,16 @@ static int configure(transfer *item, const se_curl_request *request) {
     failed |= api.easy_setopt(handle, SE_CURLOPT_SUPPRESS_CONNECT_HEADERS, 1L);
     failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYPEER, 1L);
     failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYHOST, 2L);
-    if (request->ca_file != NULL) {
-        failed |= api.easy_setopt(handle, SE_CURLOPT_CAINFO, request->ca_file);
+    if (request->ca_pem != NULL) {
+        failed |= trust_authorities(handle, request);
+    }
+    // An empty proxy turns every proxy off, the environment's included; a named one tunnels every request.
+    if (request->proxy != NULL) {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_PROXY, request->proxy);
+    }
+    if (request->proxy != NULL && request->proxy[0] != '\0') {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_NOPROXY, "");
+        failed |= api.easy_setopt(handle, SE_CURLOPT_HTTPPROXYTUNNEL, 1L);
     }
     failed |= api.easy_setopt(handle, SE_CURLOPT_NOSIGNAL, 1L);
     failed |= api.easy_setopt(handle, SE_CURLOPT_TIMEOUT_MS, request->timeout_ms);
@@ -270,6 +364,14 @@ void se_curl_wake(void) {
 
 /// Takes the transfer out of the multi handle and the running list, reports it, and frees it.
 static void finish(transfer *item, int code) {
+    se_curl_outcome outcome = {.code = code};
+    if (code > 0) {
+        api.easy_getinfo(item->handle, SE_CURLINFO_SSL_VERIFYRESULT, &outcome.ssl_verify_result);
+        api.easy_getinfo(item->handle, SE_CURLINFO_HTTP_CONNECTCODE, &outcome.connect_code);
+        if (api.easy_getinfo(item->handle, SE_CURLINFO_PROXY_ERROR, &outcome.proxy_error) != SE_CURLE_OK) {
+            outcome.proxy_error = 0;
+        }
+    }
     if (item->previous != NULL) {
         item->previous->next = item->next;
     } else {
@@ -281,7 +383,7 @@ static void finish(transfer *item, int code) {
     api.multi_remove_handle(driver.multi, item->handle);
     se_curl_callbacks callbacks = item->callbacks;
     release(item);
-    callbacks.done(callbacks.context, code);
+    callbacks.done(callbacks.context, &outcome);
 }
 
 static void *drive(void *unused) {
@@ -308,7 +410,8 @@ static void *drive(void *unused) {
             if (api.multi_add_handle(driver.multi, item->handle) != SE_CURLM_OK) {
                 se_curl_callbacks callbacks = item->callbacks;
                 release(item);
-                callbacks.done(callbacks.context, SE_CURL_SETUP_FAILED);
+                se_curl_outcome outcome = {.code = SE_CURL_SETUP_FAILED};
+                callbacks.done(callbacks.context, &outcome);
                 continue;
             }
             item->previous = NULL;

@@ -328,11 +328,14 @@ final class LoopbackBackend: Sendable {
     private let server: PythonServer
     /// The PEM file of the backend's self-signed certificate when it speaks HTTPS.
     let certificate: String?
+    /// Trust in that certificate alone, or the system's for plain HTTP.
+    let trust: CertificateTrust
     var port: Int { server.port }
 
-    private init(server: PythonServer, certificate: String?) {
+    private init(server: PythonServer, certificate: String?) throws {
         self.server = server
         self.certificate = certificate
+        trust = try certificate.map { .authorities([try CertificateAuthorities(pemFile: $0)]) } ?? .system
     }
 
     /// Starts the backend (over TLS with a fresh self-signed certificate when `tls`) and waits until it has printed
@@ -344,7 +347,8 @@ final class LoopbackBackend: Sendable {
             environment: ["APPNORTH_PROJECT_ID": projectID, "APPNORTH_IDENTITY_SECRET": secret],
             tls: directory
         )
-        return LoopbackBackend(server: server, certificate: directory?.appendingPathComponent("certificate.pem").path)
+        return try LoopbackBackend(
+            server: server, certificate: directory?.appendingPathComponent("certificate.pem").path)
     }
 
     /// The credential endpoint, with an optional query that selects the backend's behaviour.
@@ -355,11 +359,13 @@ final class LoopbackBackend: Sendable {
 
     /// A fetcher that authenticates as the account's session and lets the backend sign on `clock`, moved by
     /// `backendOffset` seconds (the backend's clock minus the host's); the fetcher measures its offset on `clock`.
+    /// It trusts the backend's own certificate unless given another `trust`.
     func fetcher(
         query: String = "",
         timeout: Duration = .seconds(5),
         requiresNoStore: Bool = true,
         transfer: HTTPCredentialFetcher.TransferChoice = .automatic,
+        trust: CertificateTrust? = nil,
         classifier: HTTPFailureClassifier = .standard,
         backendOffset: Int64 = 0,
         clock: ManualClock
@@ -369,7 +375,7 @@ final class LoopbackBackend: Sendable {
             timeout: timeout,
             requiresNoStore: requiresNoStore,
             transfer: transfer,
-            certificateAuthorities: certificate,
+            trust: trust ?? self.trust,
             classifier: classifier,
             clock: clock
         ) { account, request in

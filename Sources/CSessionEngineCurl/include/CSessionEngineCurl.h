@@ -30,9 +30,31 @@ typedef struct se_curl_request {
     size_t body_length;
     /// A backstop for the whole transfer, in milliseconds; the caller's own deadline normally ends it first.
     long timeout_ms;
-    /// A PEM file of the certificate authorities to trust instead of the system's, or NULL.
-    const char *_Nullable ca_file;
+    /// PEM text of the certificate authorities to trust, or NULL for the system's (libcurl's built-in bundle and
+    /// directory). It is copied before ``se_curl_start`` returns.
+    const unsigned char *_Nullable ca_pem;
+    /// The length of `ca_pem`.
+    size_t ca_pem_length;
+    /// With `ca_pem`: non-zero to trust the system's authorities as well, zero to trust only `ca_pem`.
+    int ca_include_system;
+    /// The proxy to tunnel the request through, a URL as libcurl's `CURLOPT_PROXY` takes it; the empty string for
+    /// none, whatever the environment says; NULL to let libcurl read the environment's proxy variables itself.
+    const char *_Nullable proxy;
 } se_curl_request;
+
+/// How a transfer ended.
+typedef struct se_curl_outcome {
+    /// 0 when the whole response was received, the `CURLcode` of the failure otherwise (23 or 42 when a callback
+    /// stopped it), or one of the negative `SE_CURL_` codes.
+    int code;
+    /// The certificate verification's result (OpenSSL's `X509_V_ERR_` code, `CURLINFO_SSL_VERIFYRESULT`); 0 when it
+    /// passed or did not run.
+    long ssl_verify_result;
+    /// The proxy's answer to `CONNECT` (`CURLINFO_HTTP_CONNECTCODE`), 0 when there was none.
+    long connect_code;
+    /// libcurl's detail of a proxy failure (`CURLINFO_PROXY_ERROR`, a `CURLproxycode`), 0 when there was none.
+    long proxy_error;
+} se_curl_outcome;
 
 /// Where the response goes. Every callback runs on the transfers' thread. `header`, `body` and `proceed` return
 /// non-zero to go on and zero to stop the transfer at once; `done` is called exactly once, last.
@@ -45,9 +67,8 @@ typedef struct se_curl_callbacks {
     int (*_Nonnull body)(void *_Nullable context, const unsigned char *_Nonnull bytes, size_t length);
     /// Called often while the transfer runs, and for every transfer after ``se_curl_wake``.
     int (*_Nonnull proceed)(void *_Nullable context);
-    /// The transfer ended: 0 when the whole response was received, the `CURLcode` of the failure otherwise (23 or
-    /// 42 when a callback stopped it), or one of the negative `SE_CURL_` codes.
-    void (*_Nonnull done)(void *_Nullable context, int code);
+    /// The transfer ended, as `outcome` says (valid only during the call).
+    void (*_Nonnull done)(void *_Nullable context, const se_curl_outcome *_Nonnull outcome);
 } se_curl_callbacks;
 
 /// The transfer could not start: libcurl is not available.
@@ -65,7 +86,8 @@ int se_curl_is_available(void);
 ///
 /// Everything in `request` is copied before this returns. Redirects are never followed, only `http` and `https` are
 /// spoken, certificates are verified, the body is never decoded (libcurl sends no `Accept-Encoding` and content
-/// decoding is off), a proxy's connection headers are not reported, and no signal is used for timeouts.
+/// decoding is off), a proxy named in `request` tunnels every request with `CONNECT` (`http` included), a proxy's
+/// connection headers are not reported, and no signal is used for timeouts.
 ///
 /// - Returns: 0 when the transfer was handed to the thread; `done` then reports its end. A negative `SE_CURL_` code
 ///   when it could not start; `done` is not called then.

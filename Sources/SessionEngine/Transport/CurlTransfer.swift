@@ -11,8 +11,9 @@ import Foundation
 /// of that when driven directly: it sends no `Accept-Encoding` and decodes no body, and a callback that refuses data
 /// ends the transfer before libcurl reads more. So the head (at most 16 KiB) is checked by ``ResponsePolicy`` before
 /// any body is kept, at most 64 KiB of body is kept, and the transfer stops within one callback of the limit.
-/// Certificates are verified against the system's authorities (or the ones the fetcher was given), redirects are
-/// never followed and only `http` and `https` are spoken.
+/// Certificates are verified against the fetcher's ``CertificateTrust`` (the system's authorities, given ones, or
+/// both), a proxy is used only when the fetcher's ``HTTPProxy`` picked one for the endpoint (never one libcurl finds
+/// in the environment by itself), redirects are never followed and only `http` and `https` are spoken.
 ///
 /// One thread drives every transfer of the process, so a thousand fetches in flight cost no thread each, and
 /// connections to the backend are reused. The caller is resumed as soon as the outcome is known; a deadline or a
@@ -24,38 +25,40 @@ enum CurlTransfer {
 
     /// Sends the request and reads a response that passes ``ResponsePolicy``.
     ///
-    /// - Parameter certificateAuthorities: A PEM file of the authorities to trust instead of the system's.
+    /// - Parameters:
+    ///   - trust: The authorities the backend's certificate must chain to.
+    ///   - proxy: The proxy to tunnel through, or `nil` for none.
     /// - Throws: ``SessionError`` for every refusal and failure, `CancellationError` when the caller is cancelled.
     static func perform(
         _ request: CheckedHTTPRequest,
         timeout: Duration,
         requiresNoStore: Bool,
-        certificateAuthorities: String?,
+        trust: CertificateTrust,
+        proxy: String?,
         timeoutError: SessionError
     ) async throws -> HTTPTransferResult {
         let control = TransferControl()
-        let reader = ResponseReader(control: control, requiresNoStore: requiresNoStore, timeoutError: timeoutError)
+        let reader = ResponseReader(
+            control: control, requiresNoStore: requiresNoStore, throughProxy: proxy != nil, timeoutError: timeoutError)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 control.install(continuation)
                 DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
                     if control.finish(.failure(timeoutError)) { se_curl_wake() }
                 }
-                let code = reader.start(
-                    request,
-                    backstop: timeout + .seconds(1),
-                    certificateAuthorities: certificateAuthorities
-                )
-                if code != 0 { control.finish(.failure(Self.failure(code))) }
+                let code = reader.start(request, backstop: timeout + .seconds(1), trust: trust, proxy: proxy)
+                if code != 0 { control.finish(.failure(Self.failure(Self.outcome(code)))) }
             }
         } onCancel: {
             if control.finish(.failure(CancellationError())) { se_curl_wake() }
         }
     }
 
-    /// The error for a transfer libcurl ended with `code`; the reason names the class of failure and the code,
-    /// never the URL or anything the backend sent.
-    static func failure(_ code: Int32) -> SessionError {
+    /// The error for a transfer that ended as `outcome` says; the reason says whether the proxy or the backend failed
+    /// and names the class of failure and libcurl's code, never the URL, the proxy's or anything either sent.
+    static func failure(_ outcome: se_curl_outcome, throughProxy: Bool = false) -> SessionError {
+        let code = outcome.code
+        if throughProxy, let failure = proxyFailure(outcome) { return failure }
         switch code {
         case SE_CURL_UNAVAILABLE:
             return SessionError(
@@ -73,7 +76,12 @@ enum CurlTransfer {
         case 7: return SessionError.fetchFailed("the backend could not be reached (connection failed)")
         case 18: return SessionError.fetchFailed("the backend closed the connection before the body ended")
         case 52: return SessionError.fetchFailed("the backend closed the connection without answering")
-        case 35, 53, 54, 58, 59, 60, 64, 66, 77, 80, 82, 83, 90, 91, 98:
+        case 60:
+            return SessionError.fetchFailed(
+                "the backend's certificate was not trusted: \(untrusted(outcome.ssl_verify_result)) "
+                    + "(libcurl error 60, verification result \(outcome.ssl_verify_result))"
+            )
+        case 35, 53, 54, 58, 59, 64, 66, 77, 80, 82, 83, 90, 91, 98:
             return SessionError.fetchFailed(
                 "the secure connection to the backend failed: its certificate was not trusted or TLS failed "
                     + "(libcurl error \(code))"
@@ -82,27 +90,74 @@ enum CurlTransfer {
         }
     }
 
+    /// The outcome of a transfer that could not start.
+    private static func outcome(_ code: Int32) -> se_curl_outcome {
+        se_curl_outcome(code: code, ssl_verify_result: 0, connect_code: 0, proxy_error: 0)
+    }
+
+    /// Why certificate verification failed, from OpenSSL's verification result.
+    private static func untrusted(_ result: Int) -> String {
+        switch result {
+        case 2, 18, 19, 20, 21:
+            "it is not signed by an authority the fetcher trusts (see CertificateTrust)"
+        case 9, 10:
+            "it is not valid at this time (expired or not yet valid)"
+        case 0, 62, 64:
+            "it does not name the endpoint's host"
+        default:
+            "its chain did not verify"
+        }
+    }
+
+    /// The error for a failure of the proxy rather than the backend, or `nil` when the backend failed.
+    private static func proxyFailure(_ outcome: se_curl_outcome) -> SessionError? {
+        let code = outcome.code
+        let connect = outcome.connect_code
+        if code == 5 {
+            return SessionError.fetchFailed("the proxy's host name could not be resolved (libcurl error 5)")
+        }
+        if code == 7 && connect == 0 {
+            return SessionError.fetchFailed("the proxy could not be reached (connection failed, libcurl error 7)")
+        }
+        if connect != 0 && !(200...299).contains(connect) {
+            return SessionError.fetchFailed(
+                "the proxy refused to connect to the backend: it answered CONNECT with \(connect) "
+                    + "(libcurl error \(code))"
+            )
+        }
+        if code == 97 || outcome.proxy_error != 0 {
+            return SessionError.fetchFailed(
+                "the proxy failed (libcurl error \(code), proxy error \(outcome.proxy_error))")
+        }
+        return nil
+    }
+
     /// Reads one response on the transfers' thread: collects the head line by line, checks it, and keeps the body
     /// within the limit. Once started it is used on that thread only, which holds a reference until the transfer is
     /// done; what it decides goes through the ``TransferControl``.
     private final class ResponseReader {
         let control: TransferControl
         let requiresNoStore: Bool
+        let throughProxy: Bool
         let timeoutError: SessionError
         private var status: Int?
+        private var version = ""
         private var fields: [(name: String, value: String)] = []
         private var headBytes = 0
         private var informational = 0
         private var headDone = false
 
-        init(control: TransferControl, requiresNoStore: Bool, timeoutError: SessionError) {
+        init(control: TransferControl, requiresNoStore: Bool, throughProxy: Bool, timeoutError: SessionError) {
             self.control = control
             self.requiresNoStore = requiresNoStore
+            self.throughProxy = throughProxy
             self.timeoutError = timeoutError
         }
 
         /// Hands the transfer to the transfers' thread; returns 0, or the negative code of why it could not start.
-        func start(_ request: CheckedHTTPRequest, backstop: Duration, certificateAuthorities: String?) -> Int32 {
+        func start(_ request: CheckedHTTPRequest, backstop: Duration, trust: CertificateTrust, proxy: String?)
+            -> Int32
+        {
             let lines = request.headerLines.map { strdup($0)! }
             defer { lines.forEach { free($0) } }
             let context = Unmanaged.passRetained(self)
@@ -117,26 +172,32 @@ enum CurlTransfer {
                 proceed: { context in
                     ResponseReader.reader(context).control.isFinished ? 0 : 1
                 },
-                done: { context, code in
-                    Unmanaged<ResponseReader>.fromOpaque(context!).takeRetainedValue().complete(code)
+                done: { context, outcome in
+                    Unmanaged<ResponseReader>.fromOpaque(context!).takeRetainedValue().complete(outcome.pointee)
                 }
             )
+            let authorities = trust.isSystem ? nil : trust.pem
             let code = request.url.withCString { url in
                 request.method.withCString { method in
                     lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
                         request.body.withUnsafeBufferPointer { body in
-                            Self.withOptionalCString(certificateAuthorities) { authorities in
-                                var transfer = se_curl_request(
-                                    url: url,
-                                    method: method,
-                                    headers: headers.baseAddress,
-                                    header_count: headers.count,
-                                    body: body.isEmpty ? nil : body.baseAddress,
-                                    body_length: body.count,
-                                    timeout_ms: Int(backstop.timeInterval * 1000),
-                                    ca_file: authorities
-                                )
-                                return se_curl_start(&transfer, &callbacks)
+                            Self.withOptionalBytes(authorities) { pem in
+                                Self.withOptionalCString(proxy) { proxy in
+                                    var transfer = se_curl_request(
+                                        url: url,
+                                        method: method,
+                                        headers: headers.baseAddress,
+                                        header_count: headers.count,
+                                        body: body.isEmpty ? nil : body.baseAddress,
+                                        body_length: body.count,
+                                        timeout_ms: Int(backstop.timeInterval * 1000),
+                                        ca_pem: pem.baseAddress,
+                                        ca_pem_length: pem.count,
+                                        ca_include_system: trust.includesSystem ? 1 : 0,
+                                        proxy: proxy
+                                    )
+                                    return se_curl_start(&transfer, &callbacks)
+                                }
                             }
                         }
                     }
@@ -148,11 +209,13 @@ enum CurlTransfer {
 
         /// The transfer ended with `code`: decides the outcome, unless a limit, the deadline or a cancellation
         /// already did.
-        private func complete(_ code: Int32) {
-            if code == 0, let result = control.received() {
+        private func complete(_ outcome: se_curl_outcome) {
+            if outcome.code == 0, let result = control.received() {
                 control.finish(.success(result))
+            } else if outcome.code == 28 {
+                control.finish(.failure(timeoutError))
             } else {
-                control.finish(.failure(code == 28 ? timeoutError : CurlTransfer.failure(code)))
+                control.finish(.failure(CurlTransfer.failure(outcome, throughProxy: throughProxy)))
             }
         }
 
@@ -163,6 +226,12 @@ enum CurlTransfer {
         private static func withOptionalCString<T>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> T) -> T {
             guard let text else { return body(nil) }
             return text.withCString { body($0) }
+        }
+
+        /// Calls `body` with the bytes, or with an empty buffer whose base address is nil.
+        private static func withOptionalBytes<T>(_ bytes: [UInt8]?, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+            guard let bytes else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
+            return bytes.withUnsafeBufferPointer { body($0) }
         }
 
         /// One header line, CRLF included. After the final head, libcurl may pass trailers; they count towards the
@@ -178,10 +247,11 @@ enum CurlTransfer {
             while end > 0, bytes[end - 1] == 0x0A || bytes[end - 1] == 0x0D { end -= 1 }
             let line = String(decoding: bytes[..<end], as: UTF8.self)
             guard let status else {
-                guard let (_, status) = HTTPResponseHead.statusLine(line) else {
+                guard let (version, status) = HTTPResponseHead.statusLine(line) else {
                     return fail("sent a malformed status line")
                 }
                 self.status = status
+                self.version = String(version)
                 return true
             }
             guard !line.isEmpty else { return endOfHead(status) }
@@ -200,7 +270,7 @@ enum CurlTransfer {
                 fields = []
                 return true
             }
-            let head = HTTPResponseHead(status: status, fields: fields)
+            let head = HTTPResponseHead(status: status, fields: fields, version: version)
             do {
                 _ = try ResponsePolicy.check(head, requiresNoStore: requiresNoStore)
             } catch {

@@ -40,7 +40,8 @@ public import Foundation
 /// and stop the transfer the moment a limit, the deadline or a cancellation is reached. Where libcurl cannot be
 /// loaded, and on Apple platforms, an ephemeral `URLSession` with no cache and no cookie storage streams the body to
 /// a delegate that enforces the same limits. Plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which
-/// reads at most the limit from a socket it owns. Certificates are verified against the system's authorities.
+/// reads at most the limit from a socket it owns. Certificates are verified against ``trust``: the system's
+/// authorities by default, or given ones (a private CA) instead of them or beside them.
 ///
 /// ```swift
 /// let fetcher = HTTPCredentialFetcher(endpoint: URL(string: "https://api.example.com/appnorth/identity")!) {
@@ -65,8 +66,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     public let allowsInsecureHTTP: Bool
     /// Decides what a response whose status is not 2xx means.
     public let classifier: HTTPFailureClassifier
+    /// The certificate authorities an `https` endpoint's certificate must chain to.
+    public let trust: CertificateTrust
     private let transfer: TransferChoice
-    private let certificateAuthorities: String?
     private let clock: any SessionClock
     private let authenticate: @Sendable (AccountID, inout URLRequest) async throws -> Void
 
@@ -85,6 +87,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///   - allowsInsecureHTTP: Whether to allow plain `http` to a host that is not loopback. The host's
     ///     authentication and the credential then cross the network in clear; use it only on a network you
     ///     trust completely, such as a private link to a sidecar.
+    ///   - trust: The certificate authorities an `https` endpoint's certificate must chain to:
+    ///     ``CertificateTrust/system`` by default, or ``CertificateTrust/authorities(_:includingSystem:)`` for a
+    ///     private CA.
     ///   - classifier: Decides what a response whose status is not 2xx means; ``HTTPFailureClassifier/standard``
     ///     by default.
     ///   - clock: The local clock the backend's `Date` is compared with; give the engine's clock.
@@ -96,6 +101,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         timeout: Duration = .seconds(10),
         requiresNoStore: Bool = true,
         allowsInsecureHTTP: Bool = false,
+        trust: CertificateTrust = .system,
         classifier: HTTPFailureClassifier = .standard,
         clock: some SessionClock = SystemClock(),
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
@@ -106,6 +112,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             requiresNoStore: requiresNoStore,
             allowsInsecureHTTP: allowsInsecureHTTP,
             transfer: .automatic,
+            trust: trust,
             classifier: classifier,
             clock: clock,
             authenticate: authenticate
@@ -123,15 +130,14 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         case urlSession
     }
 
-    /// Creates a fetcher with a choice of transfer (so tests can drive the `https` transfer over loopback `http`)
-    /// and, for the `https` transfer on libcurl, the certificate authorities to trust instead of the system's.
+    /// Creates a fetcher with a choice of transfer, so tests can drive the `https` transfer over loopback `http`.
     package init(
         endpoint: URL,
         timeout: Duration = .seconds(10),
         requiresNoStore: Bool = true,
         allowsInsecureHTTP: Bool = false,
         transfer: TransferChoice,
-        certificateAuthorities: String? = nil,
+        trust: CertificateTrust = .system,
         classifier: HTTPFailureClassifier = .standard,
         clock: any SessionClock = SystemClock(),
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
@@ -141,7 +147,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         self.requiresNoStore = requiresNoStore
         self.allowsInsecureHTTP = allowsInsecureHTTP
         self.transfer = transfer
-        self.certificateAuthorities = certificateAuthorities
+        self.trust = trust
         self.classifier = classifier
         self.clock = clock
         self.authenticate = authenticate
@@ -159,7 +165,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///   a body that is not a valid credential; what `authenticate` throws; `CancellationError` when the calling
     ///   task is cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        try await fetch(account: account).credential
+        try await fetch(account: account).fetched.credential
     }
 
     /// Fetches a credential for the engine's fetch and estimates the backend's clock offset.
@@ -168,10 +174,12 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     /// - Returns: The validated credential and the backend's clock offset, when the response carried a `Date`.
     /// - Throws: What ``fetchCredential(for:)`` throws.
     public func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
-        try await fetch(account: request.account)
+        try await fetch(account: request.account).fetched
     }
 
-    private func fetch(account: AccountID) async throws -> FetchedCredential {
+    /// Fetches a credential and says which HTTP version carried it (`1.1`, `2`; empty where the transfer does not
+    /// say), for tests against real servers.
+    package func fetch(account: AccountID) async throws -> (fetched: FetchedCredential, httpVersion: String) {
         _ = try EndpointPolicy.check(endpoint, allowsInsecureHTTP: allowsInsecureHTTP)
         var request = URLRequest(url: endpoint)
         request.httpMethod = "GET"
@@ -182,9 +190,47 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         try await authenticate(account, &request)
         // `authenticate` may have changed the URL: the final request is checked again.
         let isPlain = try EndpointPolicy.check(request.url, allowsInsecureHTTP: allowsInsecureHTTP)
+        if !isPlain, trust.authorities.allSatisfy({ $0.count == 0 }), !trust.includesSystem {
+            throw SessionError(
+                .fetchFailed,
+                reason: "the fetcher trusts no certificate authority (CertificateTrust.authorities with none and "
+                    + "without the system's), so no https backend can be verified",
+                isTransient: false
+            )
+        }
+        let sent = (wall: clock.now, uptime: clock.uptime)
+        let result = try await send(request, isPlain: isPlain, requiresNoStore: requiresNoStore)
+        let roundTrip = max(.zero, clock.uptime - sent.uptime)
+        let serverDate = result.head.value("Date").flatMap(HTTPDate.parse)
+        guard (200...299).contains(result.head.status) else {
+            throw failure(result, serverDate: serverDate, sentAt: sent.wall)
+        }
+        let credential = try Self.credential(from: result.body)
+        // The backend stamped `Date` somewhere within the round trip: compare it with the local time at its middle.
+        let offset = serverDate.map { date in
+            Duration.seconds(date.timeIntervalSince(sent.wall) - roundTrip.timeInterval / 2)
+        }
+        return (FetchedCredential(credential, serverClockOffset: offset), result.head.version)
+    }
+
+    /// Sends another request to the endpoint's origin the way fetches go (the same transfer, trust, limits and
+    /// timeout; no `no-store` required), for a host's own calls to its backend such as the demo's admin endpoints.
+    ///
+    /// - Parameter request: The request, whose URL passes the same endpoint policy.
+    /// - Returns: The status and the body (at most ``maximumResponseSize`` bytes).
+    /// - Throws: ``SessionError`` as a fetch does, `CancellationError` when the calling task is cancelled.
+    package func exchange(_ request: URLRequest) async throws -> (status: Int, body: [UInt8]) {
+        let isPlain = try EndpointPolicy.check(request.url, allowsInsecureHTTP: allowsInsecureHTTP)
+        let result = try await send(request, isPlain: isPlain, requiresNoStore: false)
+        return (result.head.status, result.body)
+    }
+
+    /// Sends the request on the transfer for its scheme.
+    private func send(_ request: URLRequest, isPlain: Bool, requiresNoStore: Bool) async throws
+        -> HTTPTransferResult
+    {
         let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
         let result: HTTPTransferResult
-        let sent = (wall: clock.now, uptime: clock.uptime)
         if isPlain && transfer == .automatic {
             result = try await PlainHTTPTransfer.perform(
                 try CheckedHTTPRequest(request),
@@ -197,7 +243,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 try CheckedHTTPRequest(request),
                 timeout: timeout,
                 requiresNoStore: requiresNoStore,
-                certificateAuthorities: certificateAuthorities,
+                trust: trust,
+                proxy: nil,
                 timeoutError: timeoutError
             )
         } else {
@@ -205,21 +252,12 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 request,
                 timeout: timeout,
                 requiresNoStore: requiresNoStore,
+                trust: trust,
                 timeoutError: timeoutError
             )
         }
         if Task.isCancelled { throw CancellationError() }
-        let roundTrip = max(.zero, clock.uptime - sent.uptime)
-        let serverDate = result.head.value("Date").flatMap(HTTPDate.parse)
-        guard (200...299).contains(result.head.status) else {
-            throw failure(result, serverDate: serverDate, sentAt: sent.wall)
-        }
-        let credential = try Self.credential(from: result.body)
-        // The backend stamped `Date` somewhere within the round trip: compare it with the local time at its middle.
-        let offset = serverDate.map { date in
-            Duration.seconds(date.timeIntervalSince(sent.wall) - roundTrip.timeInterval / 2)
-        }
-        return FetchedCredential(credential, serverClockOffset: offset)
+        return result
     }
 
     /// The error for a response whose status is not 2xx, as the classifier decides; the body never reaches it.
@@ -285,7 +323,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     public var description: String {
         let origin = "\(endpoint.scheme ?? "?")://\(endpoint.host ?? "?")"
         return "HTTPCredentialFetcher(endpoint: \(origin), timeout: \(Self.describe(timeout)), "
-            + "requiresNoStore: \(requiresNoStore), allowsInsecureHTTP: \(allowsInsecureHTTP))"
+            + "requiresNoStore: \(requiresNoStore), allowsInsecureHTTP: \(allowsInsecureHTTP), trust: \(trust))"
     }
 
     /// The same as ``description``.
@@ -298,6 +336,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             children: [
                 "endpoint": "\(endpoint.scheme ?? "?")://\(endpoint.host ?? "?")", "timeout": timeout,
                 "requiresNoStore": requiresNoStore, "allowsInsecureHTTP": allowsInsecureHTTP,
+                "trust": trust.description,
             ],
             displayStyle: .struct
         )

@@ -4,6 +4,14 @@ struct HTTPResponseHead: Sendable {
     var status: Int
     /// The header fields, in the order received; names as sent.
     var fields: [(name: String, value: String)]
+    /// The HTTP version of the status line (`1.1`, `2`), or empty when the transfer does not say.
+    var version = ""
+
+    init(status: Int, fields: [(name: String, value: String)], version: String = "") {
+        self.status = status
+        self.fields = fields
+        self.version = version
+    }
 
     /// Every value of the header with this name (matched case-insensitively), in order.
     func values(_ name: String) -> [String] {

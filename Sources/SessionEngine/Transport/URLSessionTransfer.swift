@@ -5,6 +5,9 @@ import Synchronization
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
+#if canImport(Security)
+    import Security
+#endif
 
 /// The fetcher's `https` transfer on Apple platforms, and on Linux where libcurl cannot be loaded: a `URLSession`
 /// data task whose body streams to a delegate that enforces the limits.
@@ -18,6 +21,12 @@ import Synchronization
 /// (libcurl underneath) decompresses whatever the server sends and delivers data for a short while after
 /// `cancel()`; the delegate drops that data, but libcurl's own buffers still grow (hundreds of megabytes at loopback
 /// speed), which is why ``CurlTransfer`` drives libcurl directly there.
+///
+/// A ``CertificateTrust`` other than the system's is applied on Apple platforms by the delegate's server-trust
+/// challenge: the given authorities become the trust's anchors (the only ones, unless the system's are included) and
+/// the trust is evaluated again, host name included. Linux's `URLSession` offers no such challenge and always
+/// verifies against the first system bundle it finds, so there an `https` fetch with given authorities is refused
+/// before any connection; ``CurlTransfer``, which Linux uses for `https`, applies them instead.
 ///
 /// One transfer (one session) serves every fetcher of the process: creating and tearing down a session per fetcher
 /// costs seconds on Linux, and the delegate keeps each task's state apart.
@@ -49,13 +58,24 @@ final class URLSessionTransfer: Sendable {
         _ request: URLRequest,
         timeout: Duration,
         requiresNoStore: Bool,
+        trust: CertificateTrust,
         timeoutError: SessionError
     ) async throws -> HTTPTransferResult {
+        #if !canImport(Security)
+            if !trust.isSystem, request.url?.scheme?.lowercased() == "https" {
+                throw SessionError(
+                    .fetchFailed,
+                    reason: "URLSession on this platform cannot trust given certificate authorities, and libcurl, "
+                        + "which can, could not be loaded",
+                    isTransient: false
+                )
+            }
+        #endif
         var request = request
         request.setValue("identity", forHTTPHeaderField: "Accept-Encoding")
         let control = TransferControl()
         let task = session.dataTask(with: request)
-        delegate.register(task, control: control, requiresNoStore: requiresNoStore)
+        delegate.register(task, control: control, requiresNoStore: requiresNoStore, trust: trust)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 control.install(continuation)
@@ -74,12 +94,16 @@ final class URLSessionTransfer: Sendable {
         private struct Entry {
             let control: TransferControl
             let requiresNoStore: Bool
+            let trust: CertificateTrust
         }
 
         private let entries = Mutex<[Int: Entry]>([:])
 
-        func register(_ task: URLSessionTask, control: TransferControl, requiresNoStore: Bool) {
-            entries.withLock { $0[task.taskIdentifier] = Entry(control: control, requiresNoStore: requiresNoStore) }
+        func register(_ task: URLSessionTask, control: TransferControl, requiresNoStore: Bool, trust: CertificateTrust)
+        {
+            entries.withLock { entries in
+                entries[task.taskIdentifier] = Entry(control: control, requiresNoStore: requiresNoStore, trust: trust)
+            }
         }
 
         private func entry(_ task: URLSessionTask) -> Entry? {
@@ -147,6 +171,40 @@ final class URLSessionTransfer: Sendable {
                 entry.control.finish(.failure(SessionError.fetchFailed("the backend's answer is not an HTTP response")))
             }
         }
+
+        #if canImport(Security)
+            /// Evaluates the server's certificate against the fetch's given authorities; the system's own evaluation
+            /// handles the system's trust.
+            func urlSession(
+                _ session: URLSession,
+                task: URLSessionTask,
+                didReceive challenge: URLAuthenticationChallenge,
+                completionHandler: @escaping @Sendable (URLSession.AuthChallengeDisposition, URLCredential?) -> Void
+            ) {
+                guard challenge.protectionSpace.authenticationMethod == NSURLAuthenticationMethodServerTrust,
+                    let serverTrust = challenge.protectionSpace.serverTrust, let entry = entry(task),
+                    !entry.trust.isSystem
+                else {
+                    completionHandler(.performDefaultHandling, nil)
+                    return
+                }
+                let anchors = entry.trust.certificates.compactMap { der in
+                    SecCertificateCreateWithData(nil, Data(der) as CFData)
+                }
+                SecTrustSetAnchorCertificates(serverTrust, anchors as CFArray)
+                SecTrustSetAnchorCertificatesOnly(serverTrust, !entry.trust.includesSystem)
+                if SecTrustEvaluateWithError(serverTrust, nil) {
+                    completionHandler(.useCredential, URLCredential(trust: serverTrust))
+                } else {
+                    entry.control.finish(
+                        .failure(
+                            SessionError.fetchFailed(
+                                "the backend's certificate was not trusted: it does not verify against the "
+                                    + "fetcher's certificate authorities (see CertificateTrust)")))
+                    completionHandler(.cancelAuthenticationChallenge, nil)
+                }
+            }
+        #endif
 
         func urlSession(
             _ session: URLSession,

@@ -86,10 +86,12 @@ final class RemoteBackend: ScenarioBackend {
     private let fetcher: HTTPCredentialFetcher
     private let endpoint: URL
 
-    init(endpoint: URL, clock: any SessionClock) {
+    init(endpoint target: BackendTarget, clock: any SessionClock) {
+        let endpoint = target.url
         self.endpoint = endpoint
         label = "backend at \(endpoint.host ?? "?"):\(endpoint.port.map(String.init) ?? "default port")"
-        fetcher = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5), clock: clock) { account, request in
+        fetcher = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5), trust: target.trust, clock: clock) {
+            account, request in
             request.setValue("Bearer \(DemoAccounts.sessionToken(for: account))", forHTTPHeaderField: "Authorization")
             // The backend signs on the scenario's simulated clock, so accelerated time and expiry agree.
             request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
@@ -132,7 +134,7 @@ final class RemoteBackend: ScenarioBackend {
         return generation
     }
 
-    /// Calls one of the backend's admin endpoints; returns its body.
+    /// Calls one of the backend's admin endpoints the way fetches go (the same transfer and trust); returns its body.
     private func call(_ method: String, _ path: String, query: String?) async throws -> Data {
         guard var components = URLComponents(url: endpoint, resolvingAgainstBaseURL: false) else {
             throw SessionError.fetchFailed("the backend URL is not valid")
@@ -142,11 +144,10 @@ final class RemoteBackend: ScenarioBackend {
         guard let url = components.url else { throw SessionError.fetchFailed("the backend URL is not valid") }
         var request = URLRequest(url: url)
         request.httpMethod = method
-        request.timeoutInterval = 5
-        let (body, response) = try await URLSession.shared.data(for: request)
-        guard let status = (response as? HTTPURLResponse)?.statusCode, status == 200 else {
+        let (status, body) = try await fetcher.exchange(request)
+        guard status == 200 else {
             throw SessionError.fetchFailed("the backend's \(path) endpoint did not answer 200")
         }
-        return body
+        return Data(body)
     }
 }

@@ -1,9 +1,11 @@
 import Foundation
+import SessionEngine
 
 /// The options of the daemon scenario.
 struct ScenarioOptions: Sendable {
     static let usage = """
-        USAGE: SessionEngineDemo [--accounts N] [--hours H] [--seed S] [--json] [--backend URL [--project-id ID]]
+        USAGE: SessionEngineDemo [--accounts N] [--hours H] [--seed S] [--json]
+                                 [--backend URL [--project-id ID] [--ca-file PEM]]
                SessionEngineDemo sign ...      (see SessionEngineDemo sign --help)
                SessionEngineDemo verify ...    (see SessionEngineDemo verify --help)
 
@@ -23,19 +25,22 @@ struct ScenarioOptions: Sendable {
                            loopback backend: python3 Tests/SessionEngineTests/Fixtures/backend/identity_backend.py
                            It needs APPNORTH_IDENTITY_SECRET and --project-id or APPNORTH_PROJECT_ID, set as for
                            the backend, so the service stand-in can check its credentials.
+          --ca-file PEM    with an https --backend: trust the certificate authorities in the PEM file instead of
+                           the system's, as curl's --cacert does (a private CA, or a self-signed certificate)
         """
 
     var accounts = 3
     var hours = 24
     var seed: UInt64 = 1
     var json = false
-    var backend: URL?
+    var backend: BackendTarget?
     var projectID: String?
     var help = false
 
     init(_ arguments: [String]) throws(Options.UsageError) {
         let options = try Options(
-            command: arguments, valued: ["accounts", "hours", "seed", "backend", "project-id"], flags: ["json"])
+            command: arguments, valued: ["accounts", "hours", "seed", "backend", "project-id", "ca-file"],
+            flags: ["json"])
         help = options.has("help")
         json = options.has("json")
         accounts = try options.integer("accounts", in: 2...DemoAccounts.maximumCount, default: 3)
@@ -48,12 +53,31 @@ struct ScenarioOptions: Sendable {
             else {
                 throw Options.UsageError(description: "--backend must be an http or https URL")
             }
-            backend = url
+            var trust = CertificateTrust.system
+            if let path = options["ca-file"] {
+                guard scheme == "https" else {
+                    throw Options.UsageError(description: "--ca-file applies only to an https --backend")
+                }
+                do {
+                    trust = .authorities([try CertificateAuthorities(pemFile: path)])
+                } catch {
+                    throw Options.UsageError(description: "--ca-file: \(error.reason)")
+                }
+            }
+            backend = BackendTarget(url: url, trust: trust)
             projectID = IdentityEnvironment.projectID(options)
-        } else if options["project-id"] != nil {
-            throw Options.UsageError(description: "--project-id applies only with --backend")
+        } else if options["project-id"] != nil || options["ca-file"] != nil {
+            throw Options.UsageError(description: "--project-id and --ca-file apply only with --backend")
         }
     }
+}
+
+/// Where `--backend` points, and which certificate authorities its certificate must chain to.
+struct BackendTarget: Sendable {
+    /// The credential endpoint.
+    let url: URL
+    /// The system's authorities, or those of `--ca-file`.
+    let trust: CertificateTrust
 }
 
 /// When each phase of the scenario happens, as simulated time since the start.

@@ -66,20 +66,21 @@ struct HostileBackendTests {
         -> HTTPCredentialFetcher
     {
         let endpoint: URL
-        var authorities: String?
+        var trust = CertificateTrust.system
         switch route {
         case .plain, .secureTransferOverHTTP:
             endpoint = URL(string: "http://127.0.0.1:\(try await server.value.port)\(path)")!
         case .https:
             let (server, directory) = try await tlsServer.value
             endpoint = URL(string: "https://localhost:\(server.port)\(path)")!
-            authorities = directory.appendingPathComponent("certificate.pem").path
+            let path = directory.appendingPathComponent("certificate.pem").path
+            trust = .authorities([try CertificateAuthorities(pemFile: path)])
         }
         return HTTPCredentialFetcher(
             endpoint: endpoint,
             timeout: timeout,
             transfer: route == .plain ? .automatic : .secure,
-            certificateAuthorities: authorities
+            trust: trust
         ) { _, request in
             request.setValue("Bearer hostile-test-token", forHTTPHeaderField: "Authorization")
         }
