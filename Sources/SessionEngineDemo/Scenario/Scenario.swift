@@ -132,7 +132,8 @@ final class Scenario: Sendable {
         let generation = try await backend.secretGeneration()
         guard generation > 0 else { return }
         try service.rotateSecret(to: DemoSecrets.rotated(baseSecret, generation: generation))
-        await note("the backend signs with secret generation \(generation), left by earlier runs; the service follows it")
+        await note(
+            "the backend signs with secret generation \(generation), left by earlier runs; the service follows it")
     }
 
     private func installHook() async {
