@@ -102,8 +102,11 @@ enum CurlTransfer {
             "it is not signed by an authority the fetcher trusts (see CertificateTrust)"
         case 9, 10:
             "it is not valid at this time (expired or not yet valid)"
-        case 0, 62, 64:
+        case 62, 64:
             "it does not name the endpoint's host"
+        case 0, 1:
+            // libcurl checks the name itself once the chain has verified, and reports 0 or 1 when it does not match.
+            "its chain verified, but it does not name the endpoint's host"
         default:
             "its chain did not verify"
         }
