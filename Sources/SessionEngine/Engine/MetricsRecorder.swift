@@ -59,6 +59,7 @@ final class MetricsRecorder: Sendable {
             case .fetchFailed(let failure):
                 state.metrics.fetchesFailed[failure.error.code, default: 0] += 1
                 if failure.serverRetryAfter != nil { state.metrics.serverDirectedDelays += 1 }
+                if failure.error.failureClass == .misconfiguration { state.metrics.misconfigurations += 1 }
                 state.failedLatencies.record(failure.fetch.duration)
             case .clockSkewSuspected(let report):
                 state.metrics.appliedClockOffset = report.serverClockOffset

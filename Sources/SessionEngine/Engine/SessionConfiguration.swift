@@ -10,6 +10,15 @@ public struct SessionConfiguration: Sendable {
     public var renewal: RenewalPolicy
     /// How transient failures are retried.
     public var retry: RetryPolicy
+    /// How failures of class ``SessionError/FailureClass/misconfiguration`` are retried: slower than an outage,
+    /// since only someone changing the backend, the network path or the host's setup can fix them, and a fleet
+    /// retrying every few seconds for ever helps nobody.
+    ///
+    /// The wait after such a failure is drawn uniformly from the upper half of the policy's ceiling (`ceiling / 2
+    /// ..< ceiling`, above what the minimum interval still requires), so it is never short. The default, from 2 min
+    /// doubling up to 15 min, retries after 1 to 2 minutes first and every 7.5 to 15 minutes once the ceiling is
+    /// reached, so a fixed backend is noticed within a quarter of an hour.
+    public var misconfigurationRetry: RetryPolicy
     /// The least time between the starts of two fetches in one account session, whatever the fetcher does.
     ///
     /// This makes refresh storms impossible: not even a fetcher that returns already-expired credentials (clock
@@ -43,6 +52,7 @@ public struct SessionConfiguration: Sendable {
     /// - Parameters:
     ///   - renewal: When a credential is renewed.
     ///   - retry: How transient failures are retried.
+    ///   - misconfigurationRetry: How misconfigurations are retried.
     ///   - minimumFetchInterval: The least time between two fetch starts in one account session.
     ///   - clockSkewTolerance: How far past 24 hours a lifetime may reach, and the backend clock offset beyond
     ///     which the engine runs on the backend's time.
@@ -53,6 +63,7 @@ public struct SessionConfiguration: Sendable {
     public init(
         renewal: RenewalPolicy = RenewalPolicy(),
         retry: RetryPolicy = RetryPolicy(),
+        misconfigurationRetry: RetryPolicy = RetryPolicy(initial: .seconds(120), multiplier: 2, cap: .seconds(900)),
         minimumFetchInterval: Duration = .seconds(5),
         clockSkewTolerance: Duration = .seconds(60),
         maximumRetryAfter: Duration = .seconds(600),
@@ -62,6 +73,7 @@ public struct SessionConfiguration: Sendable {
     ) {
         self.renewal = renewal
         self.retry = retry
+        self.misconfigurationRetry = misconfigurationRetry
         self.minimumFetchInterval = minimumFetchInterval
         self.clockSkewTolerance = clockSkewTolerance
         self.maximumRetryAfter = max(.zero, maximumRetryAfter)
@@ -150,7 +162,7 @@ public struct RetryPolicy: Sendable, Hashable {
 /// | `debug` | a fetch started, a credential installed, a state change |
 /// | `info` | an account change began, a graceful shutdown, a failed fetch the engine retries, a backend session that ended, a rejected credential, a suspected clock skew |
 /// | `warning` | none today |
-/// | `error` | where the host must act: the backend hands out another user's credential, or a session ended because its credentials can never be used |
+/// | `error` | where the host must act: a failure of class misconfiguration (another user's credential, a refused endpoint, an untrusted certificate, a redirect, …), or a session ended because its credentials can never be used |
 ///
 /// Messages are for people and may change in any release; programs watch ``SessionEvent`` and ``SessionMetrics``.
 public struct SessionLogRecord: Sendable, Hashable, CustomStringConvertible {

@@ -417,7 +417,9 @@ public actor SessionEngine {
             reason += " (the previous account's work is still draining)"
         }
         log(.info, "sign-in timed out", ["account": account.rawValue, "timeout": timeout.readable])
-        waiters.fail(ticket, with: SessionError(.signInTimedOut, reason: reason, isTransient: true))
+        let failureClass = machine.epoch == epoch ? machine.activeSession?.lastFailure?.failureClass : nil
+        waiters.fail(
+            ticket, with: SessionError(.signInTimedOut, reason: reason, isTransient: true, failureClass: failureClass))
     }
 
     // MARK: - Renewal and rejection
@@ -874,15 +876,25 @@ public actor SessionEngine {
     ///
     /// Terminal, ending the session: ``SessionError/Code/backendSessionEnded``, and a credential refused for good
     /// (``SessionError/Code/invalidCredential`` marked not transient, or a ``CredentialError`` with
-    /// ``CredentialError/Code/unpairedSurrogate``), since fetching again would return the same one. Everything else is
-    /// transient and retried with backoff.
+    /// ``CredentialError/Code/unpairedSurrogate``), since fetching again would return the same one. A
+    /// ``SessionError/Code/fetchFailed`` the fetcher marked not transient (it refused the endpoint or the request)
+    /// becomes ``SessionError/Code/backendMisconfigured``. Everything else is transient and retried with backoff, a
+    /// misconfiguration on its slower schedule.
     static func classify(_ error: any Error) -> SessionError {
         switch error {
         case let error as SessionError:
             // Terminal: the backend ended the session, or said its credential can never verify.
             let terminal =
                 error.code == .backendSessionEnded || (error.code == .invalidCredential && !error.isTransient)
-            return SessionError(error.code, reason: error.reason, isTransient: !terminal, retryAfter: error.retryAfter)
+            if error.code == .fetchFailed && !error.isTransient {
+                // The fetcher refused to fetch (an endpoint it must not use, a request it cannot send): fetching
+                // again fails the same way until someone changes the setup.
+                return SessionError(
+                    .backendMisconfigured, reason: error.reason, isTransient: true, retryAfter: error.retryAfter)
+            }
+            return SessionError(
+                error.code, reason: error.reason, isTransient: !terminal, retryAfter: error.retryAfter,
+                failureClass: error.failureClass)
         case let error as CredentialError:
             // A credential the reference backend signs but no verifier can check is refused for good: retrying
             // would fetch the same one for ever.
@@ -919,6 +931,7 @@ public actor SessionEngine {
                 "fetch failed",
                 [
                     "account": failure.account.rawValue, "code": failure.error.code.rawValue,
+                    "class": failure.error.failureClass?.rawValue ?? "none", "reason": failure.error.reason,
                     "retryIn": failure.retryIn?.readable ?? "never",
                     "serverRetryAfter": failure.serverRetryAfter?.readable ?? "none",
                 ]
@@ -941,12 +954,14 @@ public actor SessionEngine {
         }
     }
 
-    /// The level of a failed fetch's record: `info` for one the engine retries (an outage is the backend's to fix and
-    /// the engine's to wait out) and for a backend session that ended (the user signed out elsewhere); `error` where
-    /// someone must fix the backend or its configuration: it hands out another user's credential (retried, but it
-    /// never heals by itself), or the session ended because its credentials can never be used.
+    /// The level of a failed fetch's record: `info` for an outage the engine retries (the backend's to fix and the
+    /// engine's to wait out) and for a backend session that ended (the user signed out elsewhere); `error` where
+    /// someone must fix the backend, the network path or the host's setup: every failure of class
+    /// ``SessionError/FailureClass/misconfiguration`` (retried slowly, but it never heals by itself: another user's
+    /// credential, a refused endpoint, an untrusted certificate, …), and a session that ended because its
+    /// credentials can never be used.
     static func logLevel(for failure: FetchFailure) -> SessionLogRecord.Level {
-        if failure.error.code == .identityMismatch { return .error }
+        if failure.error.failureClass == .misconfiguration { return .error }
         guard failure.retryIn == nil else { return .info }
         switch failure.error.code {
         case .backendSessionEnded: return .info

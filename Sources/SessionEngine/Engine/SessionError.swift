@@ -26,6 +26,13 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let backendSessionEnded = Code("BACKEND_SESSION_ENDED")
         /// Fetching a credential failed transiently; the engine retries with backoff.
         public static let fetchFailed = Code("FETCH_FAILED")
+        /// The backend, the network path to it or the fetcher's setup is misconfigured: the answer can never be a
+        /// usable credential until someone changes something (an endpoint the fetcher refuses, an untrusted
+        /// certificate, a redirect, a response without `no-store`, an encoding the fetcher does not accept). The
+        /// engine logs it at error, counts it in ``SessionMetrics/misconfigurations`` and retries it on the slower
+        /// ``SessionConfiguration/misconfigurationRetry`` schedule. Its ``SessionError/failureClass`` is
+        /// ``SessionError/FailureClass/misconfiguration``.
+        public static let backendMisconfigured = Code("BACKEND_MISCONFIGURED")
         /// A fetched credential names a different user than the account's first credential; it was refused.
         public static let identityMismatch = Code("IDENTITY_MISMATCH")
         /// A fetched credential had already expired by the local clock; the clocks may disagree.
@@ -47,6 +54,48 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         public var description: String { rawValue }
     }
 
+    /// What a failure asks of the host, for a program to switch on: wait out an ``outage``, page someone about a
+    /// ``misconfiguration``, or sign the user in again after ``sessionEnded``.
+    ///
+    /// Classes are open-ended like codes: new ones are added as static members, so a `switch` over them needs a
+    /// `default`. Each fetch failure has one; errors that are not about the backend (``Code/signedOut``,
+    /// ``Code/switching``, ``Code/accountChanged``, ``Code/shutDown``, …) have none.
+    public struct FailureClass: Hashable, Sendable, CustomStringConvertible {
+        /// The stable identifier, such as `misconfiguration`.
+        public let rawValue: String
+
+        private init(_ rawValue: String) {
+            self.rawValue = rawValue
+        }
+
+        /// The backend could not be reached or answered with an error that passes (a timeout, a refused
+        /// connection, a 5xx, a 429): the engine retries with ``SessionConfiguration/retry``; nobody needs to act
+        /// unless it lasts.
+        public static let outage = FailureClass("outage")
+        /// The answer cannot become a usable credential until someone changes the backend, the network path or
+        /// the host's setup (``Code/backendMisconfigured``, ``Code/identityMismatch``, ``Code/invalidCredential``,
+        /// a fetcher's refusal): logged at error, counted in ``SessionMetrics/misconfigurations``, and retried on
+        /// the slower ``SessionConfiguration/misconfigurationRetry``.
+        public static let misconfiguration = FailureClass("misconfiguration")
+        /// The account's backend session is gone (``Code/backendSessionEnded``): the engine signs the account out;
+        /// the user must sign in again.
+        public static let sessionEnded = FailureClass("sessionEnded")
+
+        /// The raw value.
+        public var description: String { rawValue }
+
+        /// The class of an error with this code and transience when nobody said otherwise.
+        static func of(_ code: Code, isTransient: Bool) -> FailureClass? {
+            switch code {
+            case .backendSessionEnded: .sessionEnded
+            case .backendMisconfigured, .identityMismatch, .invalidCredential: .misconfiguration
+            case .fetchFailed: isTransient ? .outage : .misconfiguration
+            case .credentialExpiredOnArrival, .lifetimeTooLong: .outage
+            default: nil
+            }
+        }
+    }
+
     /// The stable error code.
     public let code: Code
     /// A sentence that explains the error. Never contains a secret or a signature.
@@ -59,6 +108,14 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
     /// The engine waits at least this long, bounded by ``SessionConfiguration/maximumRetryAfter``, and never less
     /// than its own backoff and minimum interval require.
     public var retryAfter: Duration?
+    /// What the failure asks of the host; `nil` for errors that are not about the backend. See ``FailureClass``.
+    ///
+    /// It follows from the code unless the error was created with a class: ``Code/backendSessionEnded`` is
+    /// ``FailureClass/sessionEnded``; ``Code/backendMisconfigured``, ``Code/identityMismatch``,
+    /// ``Code/invalidCredential`` and a ``Code/fetchFailed`` that is not transient are
+    /// ``FailureClass/misconfiguration``; other fetch failures are ``FailureClass/outage``. A
+    /// ``Code/signInTimedOut`` carries the class of the last failed fetch.
+    public let failureClass: FailureClass?
 
     /// Creates an error.
     ///
@@ -67,11 +124,31 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
     ///   - reason: A sentence without secrets.
     ///   - isTransient: Whether retrying later may succeed.
     ///   - retryAfter: How long the backend asked to wait before the next fetch, if it said.
-    public init(_ code: Code, reason: String, isTransient: Bool = false, retryAfter: Duration? = nil) {
+    ///   - failureClass: What the failure asks of the host; `nil` derives it from the code (see ``failureClass``).
+    public init(
+        _ code: Code,
+        reason: String,
+        isTransient: Bool = false,
+        retryAfter: Duration? = nil,
+        failureClass: FailureClass? = nil
+    ) {
         self.code = code
         self.reason = reason
         self.isTransient = isTransient
         self.retryAfter = retryAfter.map { max(.zero, $0) }
+        self.failureClass = failureClass ?? FailureClass.of(code, isTransient: isTransient)
+    }
+
+    /// A failure that only a change to the backend, the network path or the host's setup can fix: the engine
+    /// retries it on the slower ``SessionConfiguration/misconfigurationRetry`` schedule and logs it at error.
+    ///
+    /// Fetchers throw it for answers that can never become a credential by waiting: an untrusted certificate, a
+    /// redirect, a response without `no-store`, an encoding the fetcher does not accept.
+    ///
+    /// - Parameter reason: What is misconfigured, without secrets.
+    /// - Returns: An error with code ``Code/backendMisconfigured``.
+    public static func backendMisconfigured(_ reason: String) -> SessionError {
+        SessionError(.backendMisconfigured, reason: reason, isTransient: true)
     }
 
     /// A transient fetch failure: the engine retries it with backoff.

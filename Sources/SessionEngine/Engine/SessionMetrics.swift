@@ -21,6 +21,11 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     public var appliedClockOffset: Duration?
     /// Fetches that failed or whose credential was refused, by error code.
     public var fetchesFailed: [SessionError.Code: Int]
+    /// Failed fetches of class ``SessionError/FailureClass/misconfiguration``: the failures someone must fix
+    /// (``SessionError/Code/backendMisconfigured``, ``SessionError/Code/identityMismatch``,
+    /// ``SessionError/Code/invalidCredential``, …), counted apart from outages so a host can page on this counter
+    /// alone.
+    public var misconfigurations: Int
     /// Credentials installed, the first of each account session included.
     public var credentialsInstalled: Int
     /// Credentials installed that replaced an earlier credential of the same account session.
@@ -70,6 +75,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     ///   - clockOffset: The backend clock offset last measured.
     ///   - appliedClockOffset: The backend clock offset the engine applies.
     ///   - fetchesFailed: Failed fetches by code.
+    ///   - misconfigurations: Failed fetches of class misconfiguration.
     ///   - credentialsInstalled: Credentials installed.
     ///   - renewals: Credentials that replaced one of the same account session.
     ///   - rejections: Rejection reports acted on.
@@ -93,6 +99,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         clockOffset: Duration? = nil,
         appliedClockOffset: Duration? = nil,
         fetchesFailed: [SessionError.Code: Int] = [:],
+        misconfigurations: Int = 0,
         credentialsInstalled: Int = 0,
         renewals: Int = 0,
         rejections: Int = 0,
@@ -116,6 +123,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         self.clockOffset = clockOffset
         self.appliedClockOffset = appliedClockOffset
         self.fetchesFailed = fetchesFailed
+        self.misconfigurations = misconfigurations
         self.credentialsInstalled = credentialsInstalled
         self.renewals = renewals
         self.rejections = rejections
@@ -138,7 +146,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         let failed = fetchesFailed.sorted { $0.key.rawValue < $1.key.rawValue }
             .map { "\($0.key)=\($0.value)" }.joined(separator: ",")
         return "fetches started=\(fetchesStarted) succeeded=\(fetchesSucceeded) failed=[\(failed)] "
-            + "pushed=\(credentialsPushed) serverDelays=\(serverDirectedDelays) "
+            + "misconfigurations=\(misconfigurations) pushed=\(credentialsPushed) serverDelays=\(serverDirectedDelays) "
             + "clockOffset=\(clockOffset?.readable ?? "none") "
             + "appliedClockOffset=\(appliedClockOffset?.readable ?? "none") "
             + "installed=\(credentialsInstalled) renewals=\(renewals) rejections=\(rejections) expiries=\(expiries) "

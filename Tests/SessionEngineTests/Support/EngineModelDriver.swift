@@ -18,6 +18,9 @@ import Synchronization
 final class EngineModelDriver {
     static let configuration = SessionConfiguration(
         retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(60)),
+        // Misconfigurations (another user's credential, a malformed one) retry slower, within the same cap, so the
+        // liveness bounds hold for both.
+        misconfigurationRetry: RetryPolicy(initial: .seconds(10), multiplier: 2, cap: .seconds(60)),
         minimumFetchInterval: .seconds(5)
     )
     static let projectID = "proj_model"

@@ -9,11 +9,15 @@ struct MachineHarness {
 
     static let configuration = SessionConfiguration(
         retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(60)),
+        // Misconfigurations (another user's credential, a malformed one) retry slower, within the same cap, so the
+        // liveness bounds hold for both.
+        misconfigurationRetry: RetryPolicy(initial: .seconds(10), multiplier: 2, cap: .seconds(60)),
         minimumFetchInterval: .seconds(5)
     )
     static let otherEmail = "mallory@example.com"
     /// The longest a planned fetch may wait: the backoff cap, or the longest delay a backend may impose.
-    static let longestWait = max(configuration.retry.cap, configuration.maximumRetryAfter)
+    static let longestWait = max(
+        configuration.retry.cap, configuration.misconfigurationRetry.cap, configuration.maximumRetryAfter)
 
     var machine: Machine
     var now = SessionInstant(wall: Date(timeIntervalSince1970: 1_800_000_000), uptime: .zero)

@@ -219,7 +219,11 @@ extension SessionStateMachine {
                 .resolveWaiters(epoch: session.epoch, kinds: [.identity, .nextOutcome], .failed(error)),
             ] + beginChange(to: nil, shutsDown: false, waitersFail: error)
         }
-        var delay = backoff(failures: session.failures, session: session, at: now)
+        // A misconfiguration heals only when someone acts: it is retried on its own, slower schedule.
+        var delay =
+            error.failureClass == .misconfiguration
+            ? slowBackoff(failures: session.failures, session: session, at: now)
+            : backoff(failures: session.failures, session: session, at: now)
         // The backend's own delay (Retry-After) is a floor on top of the backoff, bounded by its own maximum; it
         // holds back every fetch of the session until it has passed, whatever asks for one.
         let serverDelay = error.retryAfter.map { min($0, configuration.maximumRetryAfter) }

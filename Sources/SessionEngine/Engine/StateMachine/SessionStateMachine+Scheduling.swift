@@ -115,4 +115,16 @@ extension SessionStateMachine {
         let delay = floor + .seconds(ceiling.timeInterval * random.nextUnit())
         return max(delay, .milliseconds(1))
     }
+
+    /// The backoff after a misconfiguration: above the same floor, a uniform draw in the upper half of the
+    /// misconfiguration policy's ceiling, so the retry is never soon and a fleet still spreads out.
+    mutating func slowBackoff(failures: Int, session: AccountSession, at now: SessionInstant) -> Duration {
+        let ceiling = configuration.misconfigurationRetry.ceiling(afterFailures: failures).timeInterval
+        var floor = Duration.zero
+        if let last = session.lastFetchStart {
+            floor = max(.zero, last + configuration.minimumFetchInterval - now.uptime)
+        }
+        let delay = floor + .seconds(ceiling / 2 + ceiling / 2 * random.nextUnit())
+        return max(delay, .milliseconds(1))
+    }
 }

@@ -184,6 +184,7 @@ struct SessionStateMachine: Sendable {
     struct Configuration: Sendable {
         var renewal: RenewalPolicy
         var retry: RetryPolicy
+        var misconfigurationRetry: RetryPolicy
         var minimumFetchInterval: Duration
         var clockSkewTolerance: Duration
         var maximumRetryAfter: Duration
@@ -191,6 +192,7 @@ struct SessionStateMachine: Sendable {
         init(_ configuration: SessionConfiguration) {
             renewal = configuration.renewal
             retry = configuration.retry
+            misconfigurationRetry = configuration.misconfigurationRetry
             minimumFetchInterval = configuration.minimumFetchInterval
             clockSkewTolerance = configuration.clockSkewTolerance
             maximumRetryAfter = configuration.maximumRetryAfter
