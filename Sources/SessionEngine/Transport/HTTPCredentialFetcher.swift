@@ -6,9 +6,9 @@ public import Foundation
 
 /// Fetches credentials from the host's backend endpoint over HTTPS.
 ///
-/// Each fetch sends one request to ``endpoint`` with `Accept: application/json` and `Accept-Encoding: identity`,
-/// after the host's `authenticate` closure has added the account's authentication (a session cookie, a bearer
-/// token). The response must have a 2xx status and, unless the host opts out, `Cache-Control: no-store`; its body is
+/// Each fetch sends one request to ``endpoint`` with `Accept: application/json`, `Accept-Encoding: identity` and
+/// `User-Agent: SessionEngine/<version>` (``defaultUserAgent``), after the host's `authenticate` closure has added
+/// the account's authentication (a session cookie, a bearer token) and, if it likes, its own `User-Agent`. The response must have a 2xx status and, unless the host opts out, `Cache-Control: no-store`; its body is
 /// decoded with ``IdentityCredential/init(json:)`` and so validated against every rule of the contract.
 ///
 /// What the fetcher refuses, and why:
@@ -56,6 +56,13 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     /// The largest response body accepted, in bytes; a credential with the largest allowed properties is far smaller.
     public static let maximumResponseSize = ResponsePolicy.maximumBodySize
 
+    /// The `User-Agent` of every request whose `authenticate` closure sets none: `SessionEngine/` and the package's
+    /// version, such as `SessionEngine/0.1.0`. Many firewalls refuse a request without one.
+    public static let defaultUserAgent = "SessionEngine/\(packageVersion)"
+
+    /// The package's version, as released.
+    package static let packageVersion = "0.1.0"
+
     /// The backend endpoint that issues credentials.
     public let endpoint: URL
     /// How long one fetch may take, from sending the request to receiving the whole response.
@@ -74,8 +81,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
 
     /// Creates a fetcher for the host's credential endpoint.
     ///
-    /// The request is a `GET` with `Accept: application/json`; `authenticate` may change anything about it,
-    /// including the method and body, except `Accept-Encoding` (always `identity`). It is called once per fetch, so
+    /// The request is a `GET` with `Accept: application/json` and `User-Agent` set to ``defaultUserAgent``;
+    /// `authenticate` may change anything about it, including the method, the body and the `User-Agent`, except
+    /// `Accept-Encoding` (always `identity`). It is called once per fetch, so
     /// it can supply a token that was refreshed since the last fetch.
     ///
     /// - Parameters:
@@ -185,6 +193,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         request.httpMethod = "GET"
         request.cachePolicy = .reloadIgnoringLocalCacheData
         request.setValue("application/json", forHTTPHeaderField: "Accept")
+        request.setValue(Self.defaultUserAgent, forHTTPHeaderField: "User-Agent")
         // A backstop for the transport; the deadline of the transfer is the one that counts.
         request.timeoutInterval = (timeout.timeInterval + 1).rounded(.up)
         try await authenticate(account, &request)
@@ -220,6 +229,10 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     /// - Returns: The status and the body (at most ``maximumResponseSize`` bytes).
     /// - Throws: ``SessionError`` as a fetch does, `CancellationError` when the calling task is cancelled.
     package func exchange(_ request: URLRequest) async throws -> (status: Int, body: [UInt8]) {
+        var request = request
+        if request.value(forHTTPHeaderField: "User-Agent") == nil {
+            request.setValue(Self.defaultUserAgent, forHTTPHeaderField: "User-Agent")
+        }
         let isPlain = try EndpointPolicy.check(request.url, allowsInsecureHTTP: allowsInsecureHTTP)
         let result = try await send(request, isPlain: isPlain, requiresNoStore: false)
         return (result.head.status, result.body)

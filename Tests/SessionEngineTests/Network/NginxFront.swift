@@ -25,6 +25,8 @@ final class NginxFront: Sendable {
         var directives: String = ""
         /// Whether it presents the authority's certificate for another host instead of `localhost`'s.
         var otherHost = false
+        /// Whether it speaks TLS; plain HTTP/1.1 otherwise.
+        var tls = true
     }
 
     /// `nginx` on `PATH` or in `/usr/sbin`, if any.
@@ -111,12 +113,15 @@ final class NginxFront: Sendable {
         for (server, port) in zip(servers, ports) {
             let certificate = server.otherHost ? authority.otherHostCertificate : authority.serverCertificate
             let key = server.otherHost ? authority.otherHostKey : authority.serverKey
-            blocks += """
-                    server {
-                        listen 127.0.0.1:\(port) ssl\(server.http2 ? " http2" : "");
-                        ssl_certificate \(certificate);
+            let tls = """
+                ssl_certificate \(certificate);
                         ssl_certificate_key \(key);
                         ssl_protocols TLSv1.2 TLSv1.3;
+                """
+            blocks += """
+                    server {
+                        listen 127.0.0.1:\(port)\(server.tls ? " ssl" : "")\(server.http2 ? " http2" : "");
+                        \(server.tls ? tls : "")
                         location / {
                             proxy_pass http://127.0.0.1:\(backendPort);
                             \(server.directives)

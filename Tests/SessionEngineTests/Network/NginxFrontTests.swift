@@ -34,6 +34,8 @@ struct NginxFrontTests {
         case passedDate
         /// HTTP/2, with a certificate from the same authority for another host.
         case otherHost
+        /// Plain HTTP/1.1, no TLS.
+        case plain
 
         var server: NginxFront.Server {
             switch self {
@@ -45,6 +47,7 @@ struct NginxFrontTests {
                     directives: #"proxy_hide_header Date; add_header Date "Sat, 01 Jan 2000 00:00:00 GMT" always;"#)
             case .passedDate: NginxFront.Server(http2: true, directives: "proxy_pass_header Date;")
             case .otherHost: NginxFront.Server(http2: true, otherHost: true)
+            case .plain: NginxFront.Server(http2: false, tls: false)
             }
         }
 
@@ -138,18 +141,49 @@ struct NginxFrontTests {
         }
     }
 
+    /// Every request names the package and its version in `User-Agent` unless the host's `authenticate` sets its
+    /// own, on every transfer: libcurl over TLS, the plain HTTP/1.1 transfer and `URLSession`.
+    @Test func theUserAgentNamesThePackageUnlessTheHostReplacesIt() async throws {
+        try await withFront { nginx, _ in
+            let authority = try await Self.authority.value
+            let trust = CertificateTrust.authorities([try CertificateAuthorities(pemFile: authority.certificate)])
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let fetchers = [
+                Self.fetcher(nginx, .http2, trust: trust, clock: clock),
+                Self.fetcher(nginx, .plain, trust: trust, clock: clock),
+                Self.fetcher(nginx, .plain, trust: trust, transfer: .urlSession, clock: clock),
+                Self.fetcher(
+                    nginx, .http1, trust: trust, userAgent: "ExampleDaemon/2.0 (ops@example.com)", clock: clock),
+                Self.fetcher(
+                    nginx, .plain, trust: trust, userAgent: "ExampleDaemon/2.0 (ops@example.com)", clock: clock),
+            ]
+            for fetcher in fetchers { _ = try await fetcher.fetchCredential(for: "bob") }
+            let agents = try await nginx.accessLog(atLeast: fetchers.count).map { line in
+                line.split(separator: "\"").dropFirst().first.map(String.init) ?? line
+            }
+            #expect(HTTPCredentialFetcher.defaultUserAgent == "SessionEngine/0.1.0")
+            #expect(
+                agents == Array(repeating: "SessionEngine/0.1.0", count: 3)
+                    + Array(repeating: "ExampleDaemon/2.0 (ops@example.com)", count: 2))
+        }
+    }
+
     /// A fetcher for `front` that authenticates as the account's session and lets the backend sign on `clock`.
-    static func fetcher(_ nginx: NginxFront, _ front: Front, trust: CertificateTrust, clock: ManualClock)
-        -> HTTPCredentialFetcher
-    {
-        HTTPCredentialFetcher(
-            endpoint: URL(string: "https://localhost:\(nginx.ports[front.rawValue])/identity")!,
+    static func fetcher(
+        _ nginx: NginxFront, _ front: Front, trust: CertificateTrust,
+        transfer: HTTPCredentialFetcher.TransferChoice = .automatic, userAgent: String? = nil, clock: ManualClock
+    ) -> HTTPCredentialFetcher {
+        let origin = front == .plain ? "http://127.0.0.1" : "https://localhost"
+        return HTTPCredentialFetcher(
+            endpoint: URL(string: "\(origin):\(nginx.ports[front.rawValue])/identity")!,
             timeout: .seconds(5),
+            transfer: transfer,
             trust: trust,
             clock: clock
         ) { account, request in
             request.setValue("Bearer session-\(account.rawValue)", forHTTPHeaderField: "Authorization")
             request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
+            if let userAgent { request.setValue(userAgent, forHTTPHeaderField: "User-Agent") }
         }
     }
 
