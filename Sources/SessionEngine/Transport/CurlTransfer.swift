@@ -27,19 +27,20 @@ enum CurlTransfer {
     ///
     /// - Parameters:
     ///   - trust: The authorities the backend's certificate must chain to.
-    ///   - proxy: The proxy to tunnel through, or `nil` for none.
+    ///   - proxy: The proxy to tunnel through, or the empty string for none (the environment is not read).
     /// - Throws: ``SessionError`` for every refusal and failure, `CancellationError` when the caller is cancelled.
     static func perform(
         _ request: CheckedHTTPRequest,
         timeout: Duration,
         requiresNoStore: Bool,
         trust: CertificateTrust,
-        proxy: String?,
+        proxy: String,
         timeoutError: SessionError
     ) async throws -> HTTPTransferResult {
         let control = TransferControl()
         let reader = ResponseReader(
-            control: control, requiresNoStore: requiresNoStore, throughProxy: proxy != nil, timeoutError: timeoutError)
+            control: control, requiresNoStore: requiresNoStore, throughProxy: !proxy.isEmpty,
+            timeoutError: timeoutError)
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 control.install(continuation)
@@ -122,11 +123,16 @@ enum CurlTransfer {
         if code == 7 && connect == 0 {
             return SessionError.fetchFailed("the proxy could not be reached (connection failed, libcurl error 7)")
         }
-        if connect != 0 && !(200...299).contains(connect) {
+        switch connect {
+        case 0, 200...299: break
+        case 407:
+            return SessionError.fetchFailed("the proxy requires authentication: it answered CONNECT with 407")
+        case 500...599:
             return SessionError.fetchFailed(
-                "the proxy refused to connect to the backend: it answered CONNECT with \(connect) "
-                    + "(libcurl error \(code))"
-            )
+                "the proxy could not reach the backend: it answered CONNECT with \(connect)")
+        default:
+            return SessionError.fetchFailed(
+                "the proxy refused the tunnel to the backend: it answered CONNECT with \(connect)")
         }
         if code == 97 || outcome.proxy_error != 0 {
             return SessionError.fetchFailed(
@@ -158,7 +164,7 @@ enum CurlTransfer {
         }
 
         /// Hands the transfer to the transfers' thread; returns 0, or the negative code of why it could not start.
-        func start(_ request: CheckedHTTPRequest, backstop: Duration, trust: CertificateTrust, proxy: String?)
+        func start(_ request: CheckedHTTPRequest, backstop: Duration, trust: CertificateTrust, proxy: String)
             -> Int32
         {
             let lines = request.headerLines.map { strdup($0)! }
@@ -185,7 +191,7 @@ enum CurlTransfer {
                     lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
                         request.body.withUnsafeBufferPointer { body in
                             Self.withOptionalBytes(authorities) { pem in
-                                Self.withOptionalCString(proxy) { proxy in
+                                proxy.withCString { proxy in
                                     var transfer = se_curl_request(
                                         url: url,
                                         method: method,
@@ -224,11 +230,6 @@ enum CurlTransfer {
 
         private static func reader(_ context: UnsafeMutableRawPointer?) -> ResponseReader {
             Unmanaged<ResponseReader>.fromOpaque(context!).takeUnretainedValue()
-        }
-
-        private static func withOptionalCString<T>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> T) -> T {
-            guard let text else { return body(nil) }
-            return text.withCString { body($0) }
         }
 
         /// Calls `body` with the bytes, or with an empty buffer whose base address is nil.

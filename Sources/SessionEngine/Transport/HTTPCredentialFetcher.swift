@@ -40,7 +40,8 @@ public import Foundation
 /// and stop the transfer the moment a limit, the deadline or a cancellation is reached. Where libcurl cannot be
 /// loaded, and on Apple platforms, an ephemeral `URLSession` with no cache and no cookie storage streams the body to
 /// a delegate that enforces the same limits. Plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which
-/// reads at most the limit from a socket it owns. Certificates are verified against ``trust``: the system's
+/// reads at most the limit from a socket it owns, unless a ``proxy`` applies, when libcurl tunnels through it
+/// instead. Certificates are verified against ``trust``: the system's
 /// authorities by default, or given ones (a private CA) instead of them or beside them.
 ///
 /// ```swift
@@ -75,6 +76,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     public let classifier: HTTPFailureClassifier
     /// The certificate authorities an `https` endpoint's certificate must chain to.
     public let trust: CertificateTrust
+    /// Whether requests go through a forward proxy.
+    public let proxy: HTTPProxy
     private let transfer: TransferChoice
     private let clock: any SessionClock
     private let authenticate: @Sendable (AccountID, inout URLRequest) async throws -> Void
@@ -98,6 +101,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///   - trust: The certificate authorities an `https` endpoint's certificate must chain to:
     ///     ``CertificateTrust/system`` by default, or ``CertificateTrust/authorities(_:includingSystem:)`` for a
     ///     private CA.
+    ///   - proxy: Whether requests go through a forward proxy: ``HTTPProxy/environment`` by default (the proxy
+    ///     variables, as curl reads them; never for a loopback endpoint), ``HTTPProxy/none``, or
+    ///     ``HTTPProxy/url(_:includingLoopback:)``.
     ///   - classifier: Decides what a response whose status is not 2xx means; ``HTTPFailureClassifier/standard``
     ///     by default.
     ///   - clock: The local clock the backend's `Date` is compared with; give the engine's clock.
@@ -110,6 +116,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         requiresNoStore: Bool = true,
         allowsInsecureHTTP: Bool = false,
         trust: CertificateTrust = .system,
+        proxy: HTTPProxy = .environment,
         classifier: HTTPFailureClassifier = .standard,
         clock: some SessionClock = SystemClock(),
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
@@ -121,6 +128,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             allowsInsecureHTTP: allowsInsecureHTTP,
             transfer: .automatic,
             trust: trust,
+            proxy: proxy,
             classifier: classifier,
             clock: clock,
             authenticate: authenticate
@@ -146,6 +154,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         allowsInsecureHTTP: Bool = false,
         transfer: TransferChoice,
         trust: CertificateTrust = .system,
+        proxy: HTTPProxy = .environment,
         classifier: HTTPFailureClassifier = .standard,
         clock: any SessionClock = SystemClock(),
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
@@ -156,6 +165,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         self.allowsInsecureHTTP = allowsInsecureHTTP
         self.transfer = transfer
         self.trust = trust
+        self.proxy = proxy
         self.classifier = classifier
         self.clock = clock
         self.authenticate = authenticate
@@ -244,7 +254,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     {
         let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
         let result: HTTPTransferResult
-        if isPlain && transfer == .automatic {
+        // A proxy decided for this URL; the plain transfer speaks to the endpoint only, so libcurl tunnels then.
+        let proxy = request.url.flatMap { self.proxy.proxy(for: $0) }
+        if isPlain && transfer == .automatic && proxy == nil {
             result = try await PlainHTTPTransfer.perform(
                 try CheckedHTTPRequest(request),
                 timeout: timeout,
@@ -257,7 +269,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 timeout: timeout,
                 requiresNoStore: requiresNoStore,
                 trust: trust,
-                proxy: nil,
+                proxy: proxy ?? "",
                 timeoutError: timeoutError
             )
         } else {
@@ -336,7 +348,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     public var description: String {
         let origin = "\(endpoint.scheme ?? "?")://\(endpoint.host ?? "?")"
         return "HTTPCredentialFetcher(endpoint: \(origin), timeout: \(Self.describe(timeout)), "
-            + "requiresNoStore: \(requiresNoStore), allowsInsecureHTTP: \(allowsInsecureHTTP), trust: \(trust))"
+            + "requiresNoStore: \(requiresNoStore), allowsInsecureHTTP: \(allowsInsecureHTTP), trust: \(trust), "
+            + "proxy: \(proxy))"
     }
 
     /// The same as ``description``.
@@ -349,7 +362,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             children: [
                 "endpoint": "\(endpoint.scheme ?? "?")://\(endpoint.host ?? "?")", "timeout": timeout,
                 "requiresNoStore": requiresNoStore, "allowsInsecureHTTP": allowsInsecureHTTP,
-                "trust": trust.description,
+                "trust": trust.description, "proxy": proxy.description,
             ],
             displayStyle: .struct
         )

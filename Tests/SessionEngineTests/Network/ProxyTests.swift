@@ -1,0 +1,211 @@
+import Foundation
+import SessionEngine
+import SessionEngineBackend
+import SessionEngineTestKit
+import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// Which proxy the fetcher takes for an endpoint, read from the environment as curl reads it.
+@Suite struct HTTPProxyTests {
+    static let https = URL(string: "https://api.example.com/identity")!
+    static let http = URL(string: "http://api.example.com/identity")!
+
+    @Test func theEnvironmentIsReadAsCurlReadsIt() {
+        let proxy = "http://proxy.internal:3128"
+        #expect(HTTPProxy.environment(["HTTPS_PROXY": proxy]).proxy(for: Self.https) == proxy)
+        #expect(HTTPProxy.environment(["https_proxy": proxy, "HTTPS_PROXY": "x"]).proxy(for: Self.https) == proxy)
+        #expect(HTTPProxy.environment(["ALL_PROXY": proxy]).proxy(for: Self.https) == proxy)
+        #expect(HTTPProxy.environment(["all_proxy": proxy]).proxy(for: Self.http) == proxy)
+        #expect(HTTPProxy.environment(["http_proxy": proxy]).proxy(for: Self.http) == proxy)
+        // HTTP_PROXY is never read (a CGI request can set it), and https_proxy is not for plain http.
+        #expect(HTTPProxy.environment(["HTTP_PROXY": proxy]).proxy(for: Self.http) == nil)
+        #expect(HTTPProxy.environment(["https_proxy": proxy]).proxy(for: Self.http) == nil)
+        #expect(HTTPProxy.environment(["https_proxy": ""]).proxy(for: Self.https) == nil)
+        #expect(HTTPProxy.environment([:]).proxy(for: Self.https) == nil)
+        #expect(HTTPProxy.none.proxy(for: Self.https) == nil)
+        #expect(HTTPProxy.url(URL(string: proxy)!).proxy(for: Self.http) == proxy)
+        // Loopback is reached directly unless the proxy was given for it too.
+        for endpoint in ["https://127.0.0.1:8443/identity", "http://localhost:8080/identity", "https://[::1]/x"] {
+            let url = URL(string: endpoint)!
+            #expect(HTTPProxy.environment(["HTTPS_PROXY": proxy, "ALL_PROXY": proxy]).proxy(for: url) == nil)
+            #expect(HTTPProxy.url(URL(string: proxy)!).proxy(for: url) == nil)
+            #expect(HTTPProxy.url(URL(string: proxy)!, includingLoopback: true).proxy(for: url) == proxy)
+        }
+    }
+
+    @Test func noProxyListsHostsReachedDirectly() {
+        for (list, host) in [
+            ("*", "api.example.com"), ("example.com", "api.example.com"), (".example.com", "api.example.com"),
+            ("other.org, example.com", "example.com"), ("10.0.0.0/8", "10.1.2.3"), ("10.1.2.3", "10.1.2.3"),
+            ("EXAMPLE.com.", "api.example.com"), ("[::5]", "[::5]"),
+        ] {
+            #expect(HTTPProxy.matches(host, list), "\(list) \(host)")
+        }
+        for (list, host) in [
+            ("ample.com", "api.example.com"), ("10.0.0.0/8", "11.1.2.3"), ("", "example.com"),
+            ("api.example.com", "example.com"),
+        ] {
+            #expect(!HTTPProxy.matches(host, list), "\(list) \(host)")
+        }
+        let variables = ["HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "example.com"]
+        #expect(HTTPProxy.environment(variables).proxy(for: HTTPProxyTests.https) == nil)
+        #expect(HTTPProxy.environment(variables).proxy(for: URL(string: "https://example.org/")!) != nil)
+    }
+
+    @Test func descriptionsNameNoCredentials() {
+        let proxy = HTTPProxy.url(URL(string: "http://user:secret-password@proxy.internal:3128")!)
+        #expect(proxy.description == "proxy at proxy.internal:3128")
+        let fetcher = HTTPCredentialFetcher(endpoint: Self.https, proxy: proxy) { _, _ in }
+        #expect(!String(describing: fetcher).contains("secret-password"))
+        #expect(String(describing: fetcher).contains("proxy: proxy at proxy.internal:3128"))
+        #expect(HTTPProxy.environment.description == "environment")
+    }
+}
+
+/// `HTTPCredentialFetcher` through a real forward proxy: tinyproxy tunnelling with `CONNECT` to nginx in front of
+/// the loopback backend, over TLS and plain HTTP; and the failures of a dead proxy, a proxy that refuses the tunnel
+/// and one that cannot reach the backend, each named as the proxy's or the backend's.
+@Suite(
+    .enabled(if: TinyProxy.unavailableReason == nil, Comment(rawValue: TinyProxy.unavailableReason ?? "")),
+    .timeLimit(.minutes(2))
+)
+struct ProxyTests {
+    static let authority = Task { try await PrivateAuthority.make() }
+    static let start: Int64 = 1_800_000_000
+
+    @Test func fetchesThroughATunnellingProxyOverTLSAndPlainHTTP() async throws {
+        try await withServers { nginx, backend, trust in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            // One proxy for the explicit setting, one named by the (given) environment.
+            for fromEnvironment in [false, true] {
+                let proxy = try await TinyProxy.start(connectPorts: nginx.ports)
+                let url = proxy.url.absoluteString
+                let setting =
+                    fromEnvironment
+                    ? HTTPProxy.environment(["https_proxy": url, "http_proxy": url], includingLoopback: true)
+                    : HTTPProxy.url(proxy.url, includingLoopback: true)
+                for endpoint in Self.endpoints(nginx) {
+                    let fetcher = Self.fetcher(endpoint, trust: trust, proxy: setting, clock: clock)
+                    let credential = try await fetcher.fetchCredential(for: "bob")
+                    #expect(try backend.verifier(clock: clock).verify(credential).isValid, "\(endpoint) \(setting)")
+                }
+                // Each endpoint went through its own tunnel, plain HTTP included.
+                let tunnels = try await proxy.tunnels(atLeast: 2)
+                await proxy.stop()
+                #expect(tunnels == ["localhost:\(nginx.ports[0])", "127.0.0.1:\(nginx.ports[1])"], "\(tunnels)")
+            }
+        }
+    }
+
+    @Test func loopbackEndpointsAreReachedDirectlyUnlessTheProxyIsForThemToo() async throws {
+        try await withServers { nginx, _, trust in
+            let dead = URL(string: "http://127.0.0.1:\(try LoopbackPorts.free(count: 1)[0])")!
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let settings: [HTTPProxy] = [
+                .url(dead), .environment(["HTTPS_PROXY": dead.absoluteString, "ALL_PROXY": dead.absoluteString]),
+                .none,
+            ]
+            for setting in settings {
+                for endpoint in Self.endpoints(nginx) {
+                    _ = try await Self.fetcher(endpoint, trust: trust, proxy: setting, clock: clock)
+                        .fetchCredential(for: "bob")
+                }
+            }
+            // libcurl never reads the process's proxy variables by itself: the fetcher decides.
+            setenv("https_proxy", dead.absoluteString, 1)
+            defer { unsetenv("https_proxy") }
+            _ = try await Self.fetcher(Self.endpoints(nginx)[0], trust: trust, proxy: .environment, clock: clock)
+                .fetchCredential(for: "bob")
+        }
+    }
+
+    @Test func aDeadProxyIsNamedAsTheProxy() async throws {
+        try await withServers { nginx, _, trust in
+            let dead = URL(string: "http://127.0.0.1:\(try LoopbackPorts.free(count: 1)[0])")!
+            for endpoint in Self.endpoints(nginx) {
+                let fetcher = Self.fetcher(
+                    endpoint, trust: trust, proxy: .url(dead, includingLoopback: true), clock: ManualClock())
+                let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "bob") }
+                #expect(error?.code == .fetchFailed)
+                #expect(error?.isTransient == true)
+                #expect(
+                    error?.reason.hasPrefix("the proxy could not be reached") == true, "\(String(describing: error))")
+                #expect(error?.reason.contains(String(dead.port!)) == false, "the error names the proxy")
+            }
+        }
+    }
+
+    @Test func aProxyThatRefusesTheTunnelOrCannotReachTheBackendSaysSo() async throws {
+        try await withServers { nginx, _, trust in
+            let closed = try LoopbackPorts.free(count: 1)[0]
+            // CONNECT is allowed to the closed port only: nginx's ports are refused, the closed one cannot be reached.
+            let proxy = try await TinyProxy.start(connectPorts: [closed])
+            defer { Task { await proxy.stop() } }
+            let setting = HTTPProxy.url(proxy.url, includingLoopback: true)
+            let refused = await #expect(throws: SessionError.self) {
+                try await Self.fetcher(Self.endpoints(nginx)[0], trust: trust, proxy: setting, clock: ManualClock())
+                    .fetchCredential(for: "bob")
+            }
+            #expect(
+                refused?.reason == "the proxy refused the tunnel to the backend: it answered CONNECT with 403",
+                "\(String(describing: refused))")
+            let unreachable = await #expect(throws: SessionError.self) {
+                try await Self.fetcher(
+                    URL(string: "https://localhost:\(closed)/identity")!, trust: trust, proxy: setting,
+                    clock: ManualClock()
+                ).fetchCredential(for: "bob")
+            }
+            #expect(
+                unreachable?.reason.hasPrefix("the proxy could not reach the backend: it answered CONNECT with 5")
+                    == true,
+                "\(String(describing: unreachable))")
+        }
+    }
+
+    /// nginx's TLS front and its plain-HTTP one.
+    static func endpoints(_ nginx: NginxFront) -> [URL] {
+        [
+            URL(string: "https://localhost:\(nginx.ports[0])/identity")!,
+            URL(string: "http://127.0.0.1:\(nginx.ports[1])/identity")!,
+        ]
+    }
+
+    static func fetcher(_ endpoint: URL, trust: CertificateTrust, proxy: HTTPProxy, clock: ManualClock)
+        -> HTTPCredentialFetcher
+    {
+        HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5), trust: trust, proxy: proxy, clock: clock) {
+            account, request in
+            request.setValue("Bearer session-\(account.rawValue)", forHTTPHeaderField: "Authorization")
+            request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
+        }
+    }
+
+    /// Runs `body` with a loopback backend and an nginx in front of it (TLS with HTTP/2, and plain HTTP), with the
+    /// trust in nginx's authority, and stops both.
+    func withServers(_ body: (NginxFront, LoopbackBackend, CertificateTrust) async throws -> Void) async throws {
+        let authority = try await Self.authority.value
+        let trust = CertificateTrust.authorities([try CertificateAuthorities(pemFile: authority.certificate)])
+        let backend = try await LoopbackBackend.start()
+        let nginx: NginxFront
+        do {
+            nginx = try await NginxFront.start(
+                [NginxFront.Server(http2: true), NginxFront.Server(http2: false, tls: false)], authority: authority,
+                backendPort: backend.port)
+        } catch {
+            await backend.stop()
+            throw error
+        }
+        do {
+            try await body(nginx, backend, trust)
+        } catch {
+            await nginx.stop()
+            await backend.stop()
+            throw error
+        }
+        await nginx.stop()
+        await backend.stop()
+    }
+}
