@@ -68,16 +68,16 @@ struct HTTPCredentialFetcherTests {
         }
     }
 
-    /// The transfers besides the plain one: the `https` transfer over TLS (libcurl on Linux) and over plain `http`,
-    /// and `URLSession`, which serves `https` where libcurl cannot be loaded.
+    /// The routes a fetch can take: libcurl (Linux's one transfer) over TLS and over plain `http`, and `URLSession`,
+    /// Apple's transfer, which serves where libcurl cannot be loaded.
     enum SecureRoute: String, Sendable, CaseIterable {
-        case https, secureTransferOverHTTP, urlSessionOverHTTP
+        case https, http, urlSessionOverHTTP
     }
 
     @Test(arguments: SecureRoute.allCases)
-    func theOtherTransfersFetchAndRefuseAsThePlainOneDoes(_ route: SecureRoute) async throws {
+    func everyRouteFetchesAndRefusesAlike(_ route: SecureRoute) async throws {
         try await withLoopbackBackend(tls: route == .https) { backend in
-            let transfer: HTTPCredentialFetcher.TransferChoice = route == .urlSessionOverHTTP ? .urlSession : .secure
+            let transfer: HTTPCredentialFetcher.TransferChoice = route == .urlSessionOverHTTP ? .urlSession : .automatic
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
             #expect(backend.url().scheme == (route == .https ? "https" : "http"))
             let bob = try await backend.fetcher(transfer: transfer, clock: clock).fetchCredential(for: "bob")

@@ -5,18 +5,12 @@ import Foundation
 #endif
 
 /// The request the host's `authenticate` closure prepared, checked so that nothing in it can break a request line or
-/// a header line, whichever transfer sends it.
+/// a header line when libcurl sends it.
 struct CheckedHTTPRequest: Sendable {
     /// The absolute URL.
     var url: String
     /// The method, an HTTP token.
     var method: String
-    /// The host, without the brackets of an IPv6 literal.
-    var host: String
-    /// The port, the scheme's default when the URL has none.
-    var port: Int
-    /// The path and query, as sent in a request line.
-    var target: String
     /// The header fields, `Host` first; every name is a token and no value holds a control character.
     var fields: [(name: String, value: String)]
     /// The body.
@@ -38,7 +32,6 @@ struct CheckedHTTPRequest: Sendable {
         }
         var bare = host
         if bare.hasPrefix("["), bare.hasSuffix("]") { bare = String(bare.dropFirst().dropLast()) }
-        let port = url.port ?? (url.scheme?.lowercased() == "https" ? 443 : 80)
         let path = components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath
         let target = path + (components.percentEncodedQuery.map { "?" + $0 } ?? "")
         guard target.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
@@ -72,9 +65,6 @@ struct CheckedHTTPRequest: Sendable {
         }
         self.url = url.absoluteString
         self.method = method
-        self.host = bare
-        self.port = port
-        self.target = target
         self.fields = fields
         self.body = body
     }
@@ -84,14 +74,6 @@ struct CheckedHTTPRequest: Sendable {
     var headerLines: [String] {
         let framing: Set<String> = ["host", "connection", "content-length"]
         return fields.filter { !framing.contains($0.name.lowercased()) }.map { "\($0.name): \($0.value)" } + ["Expect:"]
-    }
-
-    /// The request line, the header lines and the body, as sent.
-    var bytes: [UInt8] {
-        var text = "\(method) \(target) HTTP/1.1\r\n"
-        for field in fields { text += "\(field.name): \(field.value)\r\n" }
-        text += "\r\n"
-        return Array(text.utf8) + body
     }
 
     private static func isToken(_ text: String) -> Bool {

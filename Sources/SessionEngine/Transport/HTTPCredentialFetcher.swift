@@ -35,14 +35,13 @@ public import Foundation
 /// trip, on the fetcher's clock (``FetchedCredential/serverClockOffset``): the backend's time minus the local time
 /// at the middle of the round trip, good to about a second, since `Date` has whole seconds.
 ///
-/// On Linux, `https` endpoints use libcurl directly (loaded at run time; Foundation's networking already links it),
-/// on one thread for every fetch of the process, with callbacks that check the head, keep at most the limit of body
-/// and stop the transfer the moment a limit, the deadline or a cancellation is reached. Where libcurl cannot be
-/// loaded, and on Apple platforms, an ephemeral `URLSession` with no cache and no cookie storage streams the body to
-/// a delegate that enforces the same limits. Plain `http` endpoints use the fetcher's own HTTP/1.1 transfer, which
-/// reads at most the limit from a socket it owns, unless a ``proxy`` applies, when libcurl tunnels through it
-/// instead. Certificates are verified against ``trust``: the system's
-/// authorities by default, or given ones (a private CA) instead of them or beside them.
+/// On Linux, every endpoint, `https` and plain `http` alike, uses libcurl directly (loaded at run time; Foundation's
+/// networking links it, so a process on Linux has it anyway), on one thread for every fetch of the process, with
+/// callbacks that check the head, keep at most the limit of body and stop the transfer the moment a limit, the
+/// deadline or a cancellation is reached. On Apple platforms an ephemeral `URLSession` with no cache and no cookie
+/// storage streams the body to a delegate that enforces the same limits (and serves where libcurl cannot be loaded).
+/// Certificates are verified against ``trust``: the system's authorities by default, or given ones (a private CA)
+/// instead of them or beside them. A ``proxy`` is tunnelled through with `CONNECT` for both schemes.
 ///
 /// ```swift
 /// let fetcher = HTTPCredentialFetcher(endpoint: URL(string: "https://api.example.com/appnorth/identity")!) {
@@ -137,16 +136,13 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
 
     /// Which transfer sends a request.
     package enum TransferChoice: Sendable {
-        /// Plain `http` on ``PlainHTTPTransfer``; `https` on ``CurlTransfer`` where libcurl loads, on `URLSession`
-        /// otherwise.
+        /// Every request on ``CurlTransfer`` where libcurl loads, on `URLSession` otherwise.
         case automatic
-        /// Every request, plain `http` included, on the transfer `https` uses.
-        case secure
         /// Every request on `URLSession`.
         case urlSession
     }
 
-    /// Creates a fetcher with a choice of transfer, so tests can drive the `https` transfer over loopback `http`.
+    /// Creates a fetcher with a choice of transfer, so tests can drive `URLSession` where libcurl loads too.
     package init(
         endpoint: URL,
         timeout: Duration = .seconds(10),
@@ -218,7 +214,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             )
         }
         let sent = (wall: clock.now, uptime: clock.uptime)
-        let result = try await send(request, isPlain: isPlain, requiresNoStore: requiresNoStore)
+        let result = try await send(request, requiresNoStore: requiresNoStore)
         let roundTrip = max(.zero, clock.uptime - sent.uptime)
         let serverDate = result.head.value("Date").flatMap(HTTPDate.parse)
         guard (200...299).contains(result.head.status) else {
@@ -243,27 +239,20 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         if request.value(forHTTPHeaderField: "User-Agent") == nil {
             request.setValue(Self.defaultUserAgent, forHTTPHeaderField: "User-Agent")
         }
-        let isPlain = try EndpointPolicy.check(request.url, allowsInsecureHTTP: allowsInsecureHTTP)
-        let result = try await send(request, isPlain: isPlain, requiresNoStore: false)
+        _ = try EndpointPolicy.check(request.url, allowsInsecureHTTP: allowsInsecureHTTP)
+        let result = try await send(request, requiresNoStore: false)
         return (result.head.status, result.body)
     }
 
-    /// Sends the request on the transfer for its scheme.
-    private func send(_ request: URLRequest, isPlain: Bool, requiresNoStore: Bool) async throws
+    /// Sends the request on libcurl, or on `URLSession` where libcurl is not there.
+    private func send(_ request: URLRequest, requiresNoStore: Bool) async throws
         -> HTTPTransferResult
     {
         let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
         let result: HTTPTransferResult
-        // A proxy decided for this URL; the plain transfer speaks to the endpoint only, so libcurl tunnels then.
-        let proxy = request.url.flatMap { self.proxy.proxy(for: $0) }
-        if isPlain && transfer == .automatic && proxy == nil {
-            result = try await PlainHTTPTransfer.perform(
-                try CheckedHTTPRequest(request),
-                timeout: timeout,
-                requiresNoStore: requiresNoStore,
-                timeoutError: timeoutError
-            )
-        } else if CurlTransfer.isAvailable && transfer != .urlSession {
+        if CurlTransfer.isAvailable && transfer != .urlSession {
+            // The proxy decided for this URL, or none (then libcurl does not read the environment either).
+            let proxy = request.url.flatMap { self.proxy.proxy(for: $0) }
             result = try await CurlTransfer.perform(
                 try CheckedHTTPRequest(request),
                 timeout: timeout,

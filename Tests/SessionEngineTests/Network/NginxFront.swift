@@ -1,4 +1,5 @@
 import Foundation
+import SessionEngine
 
 #if canImport(Glibc)
     import Glibc
@@ -90,7 +91,10 @@ final class NginxFront: Sendable {
                 statusFile: exited
             )
             let front = NginxFront(ports: ports, directory: directory, child: child)
-            if try await LoopbackPorts.waitUntilAccepting(ports, unlessExists: exited, within: .seconds(20)) {
+            let pidFile = directory.appendingPathComponent("nginx.pid").path
+            if try await LoopbackPorts.waitUntilAccepting(
+                ports, pidFile: pidFile, unlessExists: exited, within: .seconds(20))
+            {
                 return front
             }
             // nginx ended: a port was taken meanwhile, or the configuration is wrong.
@@ -163,21 +167,31 @@ final class NginxFront: Sendable {
         }
     }
 
-    /// Stops nginx (the wrapper sends it SIGTERM) and waits for it to exit.
+    /// Stops nginx (the wrapper sends it SIGTERM), waits for it to exit and removes its directory.
     func stop() async {
         child.closeInput()
         _ = try? await child.finish(within: .seconds(10))
+        try? FileManager.default.removeItem(at: directory)
     }
 }
 
 /// Free loopback ports, and waiting for a server to accept on them.
+///
+/// Two servers started at once by tests running in parallel must not be given one port: every port handed out is
+/// remembered and never handed out again in this process. A port the system gives another program in between (a
+/// loopback backend binds port 0) makes the server fail to start, which its starter sees (no pid file, an exit
+/// status) and retries on new ports; a server counts as ready only once it has written its pid file, which nginx and
+/// tinyproxy do after binding every port, so the listener on the port is the server's own.
 enum LoopbackPorts {
-    /// `count` distinct ports that were free a moment ago: each bound on 127.0.0.1 port 0, all at once, then closed.
+    private static let handedOut = Mutex<Set<Int>>([])
+
+    /// `count` distinct ports that were free a moment ago and were never handed out before in this process: each
+    /// bound on 127.0.0.1 port 0, all at once, then closed.
     static func free(count: Int) throws -> [Int] {
         var sockets: [Int32] = []
         defer { sockets.forEach { _ = close($0) } }
         var ports: [Int] = []
-        for _ in 0..<count {
+        while ports.count < count {
             let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             guard descriptor >= 0 else { throw NetworkTestFailure("socket() failed: errno \(errno)") }
             sockets.append(descriptor)
@@ -189,7 +203,10 @@ enum LoopbackPorts {
                 }
             }
             guard bound else { throw NetworkTestFailure("bind() to 127.0.0.1 port 0 failed: errno \(errno)") }
-            ports.append(Int(UInt16(bigEndian: address.sin_port)))
+            let port = Int(UInt16(bigEndian: address.sin_port))
+            // A port handed out before stays bound here (so the next bind gets another) and is not used.
+            if handedOut.withLock({ $0.insert(port).inserted }) { ports.append(port) }
+            guard sockets.count < 1000 else { throw NetworkTestFailure("no loopback port left that was not used") }
         }
         return ports
     }
@@ -208,14 +225,14 @@ enum LoopbackPorts {
         }
     }
 
-    /// Waits until every port accepts connections (`true`), or the server has ended, which the wrapper says by
-    /// writing `statusFile` (`false`); throws past `limit`.
-    static func waitUntilAccepting(_ ports: [Int], unlessExists statusFile: String, within limit: Duration)
-        async throws -> Bool
-    {
+    /// Waits until the server has written `pidFile` and every port accepts connections (`true`), or the server has
+    /// ended, which the wrapper says by writing `statusFile` (`false`); throws past `limit`.
+    static func waitUntilAccepting(
+        _ ports: [Int], pidFile: String, unlessExists statusFile: String, within limit: Duration
+    ) async throws -> Bool {
         let deadline = ContinuousClock.now + limit
         while ContinuousClock.now < deadline {
-            if ports.allSatisfy(accepts) { return true }
+            if FileManager.default.fileExists(atPath: pidFile), ports.allSatisfy(accepts) { return true }
             if FileManager.default.fileExists(atPath: statusFile) { return false }
             try await Task.sleep(for: .milliseconds(20))
         }

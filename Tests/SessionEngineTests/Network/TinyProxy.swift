@@ -59,7 +59,10 @@ final class TinyProxy: Sendable {
             let child = try NginxFront.launch(
                 [tinyproxy.path, "-d", "-c", configuration.path], name: "tinyproxy", statusFile: exited)
             let proxy = TinyProxy(port: port, directory: directory, child: child)
-            if try await LoopbackPorts.waitUntilAccepting([port], unlessExists: exited, within: .seconds(20)) {
+            let pidFile = directory.appendingPathComponent("tinyproxy.pid").path
+            if try await LoopbackPorts.waitUntilAccepting(
+                [port], pidFile: pidFile, unlessExists: exited, within: .seconds(20))
+            {
                 return proxy
             }
             let outcome = try await child.finish(within: .seconds(10))
@@ -86,9 +89,10 @@ final class TinyProxy: Sendable {
         }
     }
 
-    /// Stops tinyproxy and waits for it to exit.
+    /// Stops tinyproxy, waits for it to exit and removes its directory.
     func stop() async {
         child.closeInput()
         _ = try? await child.finish(within: .seconds(10))
+        try? FileManager.default.removeItem(at: directory)
     }
 }
