@@ -107,6 +107,24 @@ struct HTTPCredentialFetcherTests {
         }
     }
 
+    /// The backend's offset is measured against the engine's time of asking, which travels in the request, not
+    /// against the fetcher's own clock: a fetcher given another clock still reports the offset on the engine's.
+    @Test func theOffsetIsMeasuredAgainstTheEnginesTimeOfAsking() async throws {
+        try await withLoopbackBackend { backend in
+            // The fetcher's clock is an hour behind the engine's; the backend signs, and dates, on the engine's.
+            let fetcherClock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let engineNow = Date(timeIntervalSince1970: TimeInterval(Self.start + 3600))
+            let fetcher = backend.fetcher(backendOffset: 3600, clock: fetcherClock)
+            let asked = FetchRequest(id: 1, account: "bob", epoch: 1, attempt: 1, startedAt: engineNow)
+            let onEngineClock = try #require(try await fetcher.fetch(asked).serverClockOffset)
+            #expect(abs(onEngineClock.timeInterval) < 2, "measured \(onEngineClock) against the engine's time")
+            // A request that does not say when it was asked falls back on the fetcher's clock.
+            let unsaid = FetchRequest(id: 2, account: "bob", epoch: 1, attempt: 1)
+            let onFetcherClock = try #require(try await fetcher.fetch(unsaid).serverClockOffset)
+            #expect(abs(onFetcherClock.timeInterval - 3600) < 2, "measured \(onFetcherClock)")
+        }
+    }
+
     @Test func manyFetchesInFlightOverHTTPSShareOneTransferThread() async throws {
         try await withLoopbackBackend(tls: true) { backend in
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))

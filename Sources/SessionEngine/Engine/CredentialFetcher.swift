@@ -1,3 +1,5 @@
+public import Foundation
+
 /// Gets a fresh credential for an account from the host's backend.
 ///
 /// The engine calls ``fetchCredential(for:)`` at most once at a time per account session, and cancels the call when
@@ -87,7 +89,8 @@ public struct FetchedCredential: Sendable, Hashable {
     }
 }
 
-/// One fetch the engine starts: which account, which account session (its epoch) and which attempt.
+/// One fetch the engine starts: which account, which account session (its epoch), which attempt, and when on the
+/// engine's clock.
 public struct FetchRequest: Sendable, Hashable, CustomStringConvertible {
     /// The fetch's identity, unique over the engine's life.
     public let id: UInt64
@@ -98,6 +101,13 @@ public struct FetchRequest: Sendable, Hashable, CustomStringConvertible {
     public let epoch: UInt64
     /// The attempt's number among consecutive fetches of the account session: 1 unless the previous ones failed.
     public let attempt: Int
+    /// The engine's wall-clock time when it started the fetch, read on the engine's own clock; `nil` when whoever
+    /// made the request did not say.
+    ///
+    /// A fetcher that estimates the backend's clock offset measures it against this time, so the offset is on the
+    /// clock the engine applies it to, whatever clock the fetcher was given: ``HTTPCredentialFetcher`` compares the
+    /// response's `Date` with it, plus the time that passed since on a monotonic clock.
+    public let startedAt: Date?
 
     /// Creates a request.
     ///
@@ -107,10 +117,23 @@ public struct FetchRequest: Sendable, Hashable, CustomStringConvertible {
     ///   - epoch: The account session's epoch.
     ///   - attempt: The attempt's number.
     public init(id: UInt64, account: AccountID, epoch: UInt64, attempt: Int) {
+        self.init(id: id, account: account, epoch: epoch, attempt: attempt, startedAt: nil)
+    }
+
+    /// Creates a request that says when the engine started it.
+    ///
+    /// - Parameters:
+    ///   - id: The fetch's identity.
+    ///   - account: The account to fetch for.
+    ///   - epoch: The account session's epoch.
+    ///   - attempt: The attempt's number.
+    ///   - startedAt: The engine's wall-clock time when it started the fetch, on the engine's clock.
+    public init(id: UInt64, account: AccountID, epoch: UInt64, attempt: Int, startedAt: Date?) {
         self.id = id
         self.account = account
         self.epoch = epoch
         self.attempt = attempt
+        self.startedAt = startedAt
     }
 
     /// `fetch #id for account, epoch E, attempt N`.

@@ -32,8 +32,11 @@ public import Foundation
 /// ever holds the response body, the credential, the URL or the host's authentication.
 ///
 /// Each successful fetch also estimates the backend's clock offset from the response's `Date` header and the round
-/// trip, on the fetcher's clock (``FetchedCredential/serverClockOffset``): the backend's time minus the local time
-/// at the middle of the round trip, good to about a second, since `Date` has whole seconds.
+/// trip (``FetchedCredential/serverClockOffset``): the backend's time minus the local time at the middle of the round
+/// trip, good to about a second, since `Date` has whole seconds. The local time is the engine's: the time the engine
+/// started the fetch (``FetchRequest/startedAt``) plus what passed since on a monotonic clock, so the offset is on the
+/// clock the engine applies it to; only a fetch that does not say when it was asked
+/// (``fetchCredential(for:)`` called directly) reads the fetcher's own `clock`.
 ///
 /// On Linux, every endpoint, `https` and plain `http` alike, uses libcurl directly (loaded at run time; Foundation's
 /// networking links it, so a process on Linux has it anyway), on one thread for every fetch of the process, with
@@ -105,7 +108,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///     ``HTTPProxy/url(_:includingLoopback:)``.
     ///   - classifier: Decides what a response whose status is not 2xx means; ``HTTPFailureClassifier/standard``
     ///     by default.
-    ///   - clock: The local clock the backend's `Date` is compared with; give the engine's clock.
+    ///   - clock: The local clock the backend's `Date` is compared with when a fetch does not say when the engine
+    ///     asked (``fetchCredential(for:)`` called directly); the engine's own fetches carry the engine's time in
+    ///     ``FetchRequest/startedAt``, which takes its place.
     ///   - authenticate: Adds the account's authentication to the request. Throw
     ///     ``SessionError/backendSessionEnded(_:)`` when the account has no backend session any more; any other
     ///     error is treated as transient.
@@ -179,7 +184,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///   a body that is not a valid credential; what `authenticate` throws; `CancellationError` when the calling
     ///   task is cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        try await fetch(account: account).fetched.credential
+        try await fetch(account: account, startedAt: nil).fetched.credential
     }
 
     /// Fetches a credential for the engine's fetch and estimates the backend's clock offset.
@@ -188,12 +193,18 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     /// - Returns: The validated credential and the backend's clock offset, when the response carried a `Date`.
     /// - Throws: What ``fetchCredential(for:)`` throws.
     public func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
-        try await fetch(account: request.account).fetched
+        try await fetch(account: request.account, startedAt: request.startedAt).fetched
     }
 
     /// Fetches a credential and says which HTTP version carried it (`1.1`, `2`; empty where the transfer does not
     /// say), for tests against real servers.
-    package func fetch(account: AccountID) async throws -> (fetched: FetchedCredential, httpVersion: String) {
+    ///
+    /// - Parameter startedAt: The engine's wall-clock time when it asked, which the offset is measured against;
+    ///   the fetcher's own clock's when `nil`.
+    package func fetch(account: AccountID, startedAt: Date? = nil) async throws
+        -> (fetched: FetchedCredential, httpVersion: String)
+    {
+        let asked = ContinuousClock.now
         _ = try EndpointPolicy.check(endpoint, allowsInsecureHTTP: allowsInsecureHTTP)
         var request = URLRequest(url: endpoint)
         request.httpMethod = "GET"
@@ -213,17 +224,19 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 isTransient: false
             )
         }
-        let sent = (wall: clock.now, uptime: clock.uptime)
+        // The local time of sending: the engine's time of asking plus what `authenticate` took, or the fetcher's clock.
+        let sending = ContinuousClock.now
+        let sentAt = startedAt.map { $0.addingTimeInterval((sending - asked).timeInterval) } ?? clock.now
         let result = try await send(request, requiresNoStore: requiresNoStore)
-        let roundTrip = max(.zero, clock.uptime - sent.uptime)
+        let roundTrip = max(.zero, ContinuousClock.now - sending)
         let serverDate = result.head.value("Date").flatMap(HTTPDate.parse)
         guard (200...299).contains(result.head.status) else {
-            throw failure(result, serverDate: serverDate, sentAt: sent.wall)
+            throw failure(result, serverDate: serverDate, sentAt: sentAt)
         }
         let credential = try Self.credential(from: result.body)
         // The backend stamped `Date` somewhere within the round trip: compare it with the local time at its middle.
         let offset = serverDate.map { date in
-            Duration.seconds(date.timeIntervalSince(sent.wall) - roundTrip.timeInterval / 2)
+            Duration.seconds(date.timeIntervalSince(sentAt) - roundTrip.timeInterval / 2)
         }
         return (FetchedCredential(credential, serverClockOffset: offset), result.head.version)
     }
