@@ -61,6 +61,7 @@ enum {
     SE_CURLOPT_NOPROGRESS = 43,
     SE_CURLOPT_FOLLOWLOCATION = 52,
     SE_CURLOPT_HTTPPROXYTUNNEL = 61,
+    SE_CURLOPT_FRESH_CONNECT = 74,
     SE_CURLOPT_SSL_VERIFYPEER = 64,
     SE_CURLOPT_SSL_VERIFYHOST = 81,
     SE_CURLOPT_NOSIGNAL = 99,
@@ -317,6 +318,9 @@ static int configure(transfer *item, const se_curl_request *request) {
     if (request->proxy != NULL && request->proxy[0] != '\0') {
         failed |= api.easy_setopt(handle, SE_CURLOPT_NOPROXY, "");
         failed |= api.easy_setopt(handle, SE_CURLOPT_HTTPPROXYTUNNEL, 1L);
+    }
+    if (request->fresh_connection) {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_FRESH_CONNECT, 1L);
     }
     failed |= api.easy_setopt(handle, SE_CURLOPT_NOSIGNAL, 1L);
     failed |= api.easy_setopt(handle, SE_CURLOPT_TIMEOUT_MS, request->timeout_ms);

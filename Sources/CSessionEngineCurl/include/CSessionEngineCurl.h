@@ -40,6 +40,9 @@ typedef struct se_curl_request {
     /// The proxy to tunnel the request through, a URL as libcurl's `CURLOPT_PROXY` takes it; the empty string for
     /// none, whatever the environment says; NULL to let libcurl read the environment's proxy variables itself.
     const char *_Nullable proxy;
+    /// Non-zero to open a new connection for this transfer instead of reusing one (a retry after a failure, which
+    /// the connection may have caused).
+    int fresh_connection;
 } se_curl_request;
 
 /// How a transfer ended.

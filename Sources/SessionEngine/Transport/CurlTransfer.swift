@@ -16,7 +16,8 @@ import Foundation
 /// in the environment by itself), redirects are never followed and only `http` and `https` are spoken.
 ///
 /// One thread drives every transfer of the process, so a thousand fetches in flight cost no thread each, and
-/// connections to the backend are reused. The caller is resumed as soon as the outcome is known; a deadline or a
+/// connections to the backend are reused, except by a retry: a fetch after a failed one opens a new connection, so a
+/// connection to a worker that keeps failing (an nginx reloading) is not asked again. The caller is resumed as soon as the outcome is known; a deadline or a
 /// cancellation decides it at once and wakes the thread, which stops the transfer then. libcurl's own timeout, one
 /// second after the fetch's, is the backstop.
 enum CurlTransfer {
@@ -28,6 +29,7 @@ enum CurlTransfer {
     /// - Parameters:
     ///   - trust: The authorities the backend's certificate must chain to.
     ///   - proxy: The proxy to tunnel through, or the empty string for none (the environment is not read).
+    ///   - freshConnection: Whether to open a new connection instead of reusing one.
     /// - Throws: ``SessionError`` for every refusal and failure, `CancellationError` when the caller is cancelled.
     static func perform(
         _ request: CheckedHTTPRequest,
@@ -35,6 +37,7 @@ enum CurlTransfer {
         requiresNoStore: Bool,
         trust: CertificateTrust,
         proxy: String,
+        freshConnection: Bool = false,
         timeoutError: SessionError
     ) async throws -> HTTPTransferResult {
         let control = TransferControl()
@@ -47,7 +50,8 @@ enum CurlTransfer {
                 DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
                     if control.finish(.failure(timeoutError)) { se_curl_wake() }
                 }
-                let code = reader.start(request, backstop: timeout + .seconds(1), trust: trust, proxy: proxy)
+                let code = reader.start(
+                    request, backstop: timeout + .seconds(1), trust: trust, proxy: proxy, fresh: freshConnection)
                 if code != 0 { control.finish(.failure(Self.failure(Self.outcome(code)))) }
             }
         } onCancel: {
@@ -164,7 +168,10 @@ enum CurlTransfer {
         }
 
         /// Hands the transfer to the transfers' thread; returns 0, or the negative code of why it could not start.
-        func start(_ request: CheckedHTTPRequest, backstop: Duration, trust: CertificateTrust, proxy: String)
+        func start(
+            _ request: CheckedHTTPRequest, backstop: Duration, trust: CertificateTrust, proxy: String,
+            fresh: Bool
+        )
             -> Int32
         {
             let lines = request.headerLines.map { strdup($0)! }
@@ -203,7 +210,8 @@ enum CurlTransfer {
                                         ca_pem: pem.baseAddress,
                                         ca_pem_length: pem.count,
                                         ca_include_system: trust.includesSystem ? 1 : 0,
-                                        proxy: proxy
+                                        proxy: proxy,
+                                        fresh_connection: fresh ? 1 : 0
                                     )
                                     return se_curl_start(&transfer, &callbacks)
                                 }

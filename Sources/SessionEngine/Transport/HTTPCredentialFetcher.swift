@@ -184,7 +184,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///   a body that is not a valid credential; what `authenticate` throws; `CancellationError` when the calling
     ///   task is cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        try await fetch(account: account, startedAt: nil).fetched.credential
+        try await fetch(account: account, startedAt: nil, attempt: 1).fetched.credential
     }
 
     /// Fetches a credential for the engine's fetch and estimates the backend's clock offset.
@@ -193,15 +193,17 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     /// - Returns: The validated credential and the backend's clock offset, when the response carried a `Date`.
     /// - Throws: What ``fetchCredential(for:)`` throws.
     public func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
-        try await fetch(account: request.account, startedAt: request.startedAt).fetched
+        try await fetch(account: request.account, startedAt: request.startedAt, attempt: request.attempt).fetched
     }
 
     /// Fetches a credential and says which HTTP version carried it (`1.1`, `2`; empty where the transfer does not
     /// say), for tests against real servers.
     ///
-    /// - Parameter startedAt: The engine's wall-clock time when it asked, which the offset is measured against;
-    ///   the fetcher's own clock's when `nil`.
-    package func fetch(account: AccountID, startedAt: Date? = nil) async throws
+    /// - Parameters:
+    ///   - startedAt: The engine's wall-clock time when it asked, which the offset is measured against; the
+    ///     fetcher's own clock's when `nil`.
+    ///   - attempt: The attempt's number; a retry (2 and later) opens a new connection instead of reusing one.
+    package func fetch(account: AccountID, startedAt: Date? = nil, attempt: Int = 1) async throws
         -> (fetched: FetchedCredential, httpVersion: String)
     {
         let asked = ContinuousClock.now
@@ -227,7 +229,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         // The local time of sending: the engine's time of asking plus what `authenticate` took, or the fetcher's clock.
         let sending = ContinuousClock.now
         let sentAt = startedAt.map { $0.addingTimeInterval((sending - asked).timeInterval) } ?? clock.now
-        let result = try await send(request, requiresNoStore: requiresNoStore)
+        let result = try await send(request, requiresNoStore: requiresNoStore, freshConnection: attempt > 1)
         let roundTrip = max(.zero, ContinuousClock.now - sending)
         let serverDate = result.head.value("Date").flatMap(HTTPDate.parse)
         guard (200...299).contains(result.head.status) else {
@@ -258,7 +260,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     }
 
     /// Sends the request on libcurl, or on `URLSession` where libcurl is not there.
-    private func send(_ request: URLRequest, requiresNoStore: Bool) async throws
+    private func send(_ request: URLRequest, requiresNoStore: Bool, freshConnection: Bool = false) async throws
         -> HTTPTransferResult
     {
         let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
@@ -272,6 +274,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 requiresNoStore: requiresNoStore,
                 trust: trust,
                 proxy: proxy ?? "",
+                freshConnection: freshConnection,
                 timeoutError: timeoutError
             )
         } else {

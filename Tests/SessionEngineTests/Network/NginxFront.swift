@@ -16,7 +16,7 @@ import SessionEngine
 /// beyond what the test has and stops when the test process ends. nginx cannot listen on port 0, so free ports are
 /// picked first and the start is retried on new ones when one was taken meanwhile. ``start(_:authority:backendPort:)``
 /// returns once every port accepts connections. The access log has one line per request:
-/// `port protocol "user agent" status`.
+/// `port protocol "user agent" status connection`, the last nginx's serial number of the client connection.
 final class NginxFront: Sendable {
     /// One server block.
     struct Server: Sendable {
@@ -142,7 +142,7 @@ final class NginxFront: Sendable {
                 worker_connections 256;
             }
             http {
-                log_format session '$server_port $server_protocol "$http_user_agent" $status';
+                log_format session '$server_port $server_protocol "$http_user_agent" $status $connection';
                 access_log \(prefix)/logs/access.log session;
                 client_body_temp_path \(prefix)/client_body;
                 proxy_temp_path \(prefix)/proxy;
