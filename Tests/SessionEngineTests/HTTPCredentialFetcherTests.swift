@@ -95,7 +95,10 @@ struct HTTPCredentialFetcherTests {
             #expect(cacheable?.reason.contains("no-store") == true)
             let redirected = await fetchError(
                 backend.fetcher(query: "mode=redirect", transfer: transfer, clock: clock), "alice")
-            #expect(redirected?.reason == "the backend answered 302 instead of a credential")
+            #expect(redirected?.code == .backendMisconfigured)
+            #expect(
+                redirected?.reason
+                    == "the backend answered 302, a redirect, which the fetcher never follows; give it the final URL")
             let started = ContinuousClock.now
             let slow = await fetchError(
                 backend.fetcher(
@@ -258,7 +261,8 @@ struct HTTPCredentialFetcherTests {
         try await withLoopbackBackend { backend in
             let clock = ManualClock()
             let error = await fetchError(backend.fetcher(query: "mode=cacheable", clock: clock), "alice")
-            #expect(error?.code == .fetchFailed)
+            #expect(error?.code == .backendMisconfigured)
+            #expect(error?.failureClass == .misconfiguration)
             #expect(error?.reason.contains("no-store") == true)
 
             let lenient = backend.fetcher(query: "mode=cacheable", requiresNoStore: false, clock: clock)
@@ -280,8 +284,34 @@ struct HTTPCredentialFetcherTests {
     @Test func redirectsAreNotFollowed() async throws {
         try await withLoopbackBackend { backend in
             let error = await fetchError(backend.fetcher(query: "mode=redirect", clock: ManualClock()), "alice")
-            #expect(error?.code == .fetchFailed)
-            #expect(error?.reason == "the backend answered 302 instead of a credential")
+            #expect(error?.code == .backendMisconfigured)
+            #expect(error?.failureClass == .misconfiguration)
+            #expect(
+                error?.reason
+                    == "the backend answered 302, a redirect, which the fetcher never follows; give it the final URL")
+        }
+    }
+
+    /// What waiting cannot fix (a redirect, a response without `no-store`, an untrusted certificate) reaches the
+    /// engine as a misconfiguration, counted as one, not as an outage.
+    @Test func misconfigurationsReachTheEngineAsSuch() async throws {
+        try await withLoopbackBackend(tls: true) { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let cases: [(String, CertificateTrust?)] = [("mode=redirect", nil), ("mode=cacheable", nil), ("", .system)]
+            for (query, trust) in cases {
+                let engine = SessionEngine(
+                    fetcher: backend.fetcher(query: query, trust: trust, clock: clock),
+                    configuration: SessionConfiguration(randomSeed: 3),
+                    clock: clock
+                )
+                var events = engine.events(bufferLimit: .max).makeAsyncIterator()
+                let signIn = Task { try await engine.signIn("alice") }
+                let failure = await events.nextFailure()
+                #expect(failure?.error.code == .backendMisconfigured, "\(query) \(String(describing: trust))")
+                #expect(engine.metrics.misconfigurations == 1, "\(query)")
+                signIn.cancel()
+                await engine.shutdown()
+            }
         }
     }
 

@@ -82,7 +82,7 @@ enum CurlTransfer {
         case 18: return SessionError.fetchFailed("the backend closed the connection before the body ended")
         case 52: return SessionError.fetchFailed("the backend closed the connection without answering")
         case 60:
-            return SessionError.fetchFailed(
+            return SessionError.backendMisconfigured(
                 "the backend's certificate was not trusted: \(untrusted(outcome.ssl_verify_result)) "
                     + "(libcurl error 60, verification result \(outcome.ssl_verify_result))"
             )

@@ -27,7 +27,9 @@ public import Foundation
 /// terminal: the engine signs out), and so does a 403 whose JSON body is `{"error": "session_ended"}`; any other
 /// status (a 403 page from a proxy or firewall included), timeouts and connection failures are transient
 /// (``SessionError/Code/fetchFailed``, retried with backoff). A 429 or 503 with `Retry-After` (delay-seconds or an
-/// HTTP date) carries the delay in ``SessionError/retryAfter``, and the engine waits at least that long. A response
+/// HTTP date) carries the delay in ``SessionError/retryAfter``, and the engine waits at least that long. What waiting
+/// cannot fix fails with ``SessionError/Code/backendMisconfigured`` (retried on the slower misconfiguration
+/// schedule): an untrusted certificate, a redirect, a 2xx without `no-store`, a compressed body. A response
 /// that is not a valid credential fails with ``SessionError/Code/invalidCredential``. No error, log or description
 /// ever holds the response body, the credential, the URL or the host's authentication.
 ///
@@ -307,6 +309,11 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         case .sessionEnded:
             return SessionError.backendSessionEnded("the backend answered \(status); the account's session has ended")
         case .transient:
+            if (300...399).contains(status) {
+                return SessionError.backendMisconfigured(
+                    "the backend answered \(status), a redirect, which the fetcher never follows; give it the final URL"
+                )
+            }
             let reason =
                 switch status {
                 case 403: "the backend answered 403 without saying the session ended (a proxy or firewall page?)"

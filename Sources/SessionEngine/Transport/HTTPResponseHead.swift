@@ -72,18 +72,19 @@ enum ResponsePolicy {
     /// A response whose status is not 2xx passes with its body, within the same limits, so the fetcher can
     /// classify it (a 403's JSON body may say the session ended); only a 2xx must carry `no-store`.
     ///
-    /// - Throws: ``SessionError`` with ``SessionError/Code/fetchFailed`` for any refusal. No reason quotes a header
-    ///   value.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/backendMisconfigured`` for what only a change to the
+    ///   backend fixes (no `no-store`, a compressed body), ``SessionError/Code/fetchFailed`` for any other refusal.
+    ///   No reason quotes a header value.
     static func check(_ head: HTTPResponseHead, requiresNoStore: Bool) throws(SessionError) -> BodyFraming {
         if requiresNoStore, (200...299).contains(head.status), !hasNoStore(head.value("Cache-Control")) {
-            throw SessionError.fetchFailed(
+            throw SessionError.backendMisconfigured(
                 "the backend's response lacks Cache-Control: no-store, so the credential could be cached"
             )
         }
         for encoding in head.values("Content-Encoding") {
             let codings = encoding.split(separator: ",").map { $0.trimmingASCIISpaces().lowercased() }
             guard codings.allSatisfy({ $0.isEmpty || $0 == "identity" }) else {
-                throw SessionError.fetchFailed(
+                throw SessionError.backendMisconfigured(
                     "the backend sent a compressed body (Content-Encoding) although the fetcher asked for identity; "
                         + "compressed bodies are refused, never decompressed"
                 )
@@ -96,7 +97,7 @@ enum ResponsePolicy {
         let lengths = head.values("Content-Length")
         if !transferEncodings.isEmpty {
             guard transferEncodings == ["chunked"] else {
-                throw SessionError.fetchFailed(
+                throw SessionError.backendMisconfigured(
                     "the backend's Transfer-Encoding is not plain chunked; compressed bodies are refused"
                 )
             }

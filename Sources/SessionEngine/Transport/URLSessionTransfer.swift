@@ -198,7 +198,7 @@ final class URLSessionTransfer: Sendable {
                 } else {
                     entry.control.finish(
                         .failure(
-                            SessionError.fetchFailed(
+                            SessionError.backendMisconfigured(
                                 "the backend's certificate was not trusted: it does not verify against the "
                                     + "fetcher's certificate authorities (see CertificateTrust)")))
                     completionHandler(.cancelAuthenticationChallenge, nil)

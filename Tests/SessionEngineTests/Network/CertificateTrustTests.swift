@@ -87,8 +87,8 @@ struct CertificateTrustTests {
             ]
             for (trust, reason) in refused {
                 let error = await fetchError(backend.fetcher(trust: trust, clock: clock))
-                #expect(error?.code == .fetchFailed)
-                #expect(error?.isTransient == true)
+                #expect(error?.code == .backendMisconfigured)
+                #expect(error?.failureClass == .misconfiguration)
                 #expect(error?.reason.contains("certificate was not trusted") == true, "\(String(describing: error))")
                 #expect(error?.reason.contains(reason) == true, "\(String(describing: error))")
                 #expect(error?.reason.contains("localhost") == false, "the refusal names the URL")

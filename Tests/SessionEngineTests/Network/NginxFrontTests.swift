@@ -64,8 +64,8 @@ struct NginxFrontTests {
         try await withFront { nginx, _ in
             let fetcher = Self.fetcher(nginx, front, trust: .system, clock: ManualClock())
             let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "bob") }
-            #expect(error?.code == .fetchFailed)
-            #expect(error?.isTransient == true)
+            #expect(error?.code == .backendMisconfigured)
+            #expect(error?.failureClass == .misconfiguration)
             #expect(error?.reason.contains("certificate was not trusted") == true, "\(String(describing: error))")
             #expect(error?.reason.contains("not signed by an authority the fetcher trusts") == true)
             for leak in ["localhost", "127.0.0.1", String(nginx.ports[front.rawValue]), "identity"] {

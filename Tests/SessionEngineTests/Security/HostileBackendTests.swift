@@ -30,6 +30,8 @@ struct HostileBackendTests {
         let path: String
         let reason: String
         var timeout: Duration = .seconds(5)
+        /// The code the fetch fails with: a compressed body is a misconfiguration, not an outage.
+        var code = SessionError.Code.fetchFailed
 
         var testDescription: String { path }
     }
@@ -49,7 +51,7 @@ struct HostileBackendTests {
         Attack(path: "/huge-unsized", reason: "larger than 65536 bytes; the transfer was stopped"),
         Attack(path: "/endless", reason: "larger than 65536 bytes; the transfer was stopped"),
         Attack(path: "/big-chunk", reason: "larger than 65536 bytes; the transfer was stopped"),
-        Attack(path: "/gzip-bomb", reason: "compressed body"),
+        Attack(path: "/gzip-bomb", reason: "compressed body", code: .backendMisconfigured),
         Attack(path: "/trickle", reason: "did not answer within 1 s", timeout: .seconds(1)),
         Attack(path: "/slow-headers", reason: "did not answer within 1 s", timeout: .seconds(1)),
     ]
@@ -108,7 +110,7 @@ struct HostileBackendTests {
             Issue.record("\(attack.path) did not fail with a SessionError: \(outcome)")
             return
         }
-        #expect(error.code == .fetchFailed)
+        #expect(error.code == attack.code)
         #expect(error.reason.contains(attack.reason), "\(error.reason)")
         #expect(!error.reason.contains("xxxx"), "the response body leaked into the error")
         #expect(elapsed < attack.timeout + .seconds(2), "the fetch outlived its timeout")
@@ -168,8 +170,8 @@ struct HostileBackendTests {
             request.setValue("Bearer hostile-test-token", forHTTPHeaderField: "Authorization")
         }
         let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "alice") }
-        #expect(error?.code == .fetchFailed)
-        #expect(error?.isTransient == true)
+        #expect(error?.code == .backendMisconfigured)
+        #expect(error?.failureClass == .misconfiguration)
         #expect(error?.reason.contains("certificate was not trusted") == true, "\(String(describing: error))")
         #expect(error?.reason.contains("localhost") == false, "the refusal quotes the URL")
     }
