@@ -343,6 +343,9 @@ struct SessionEngineTests {
         let harness = EngineHarness(
             configuration: SessionConfiguration(
                 retry: RetryPolicy(initial: .milliseconds(1), multiplier: 1, cap: .milliseconds(1)),
+                // A credential no clock makes plausible is a misconfiguration: even its schedule at its quickest
+                // cannot beat the minimum interval.
+                misconfigurationRetry: RetryPolicy(initial: .milliseconds(1), multiplier: 1, cap: .milliseconds(1)),
                 minimumFetchInterval: minimum,
                 randomSeed: 9
             )

@@ -63,6 +63,8 @@ final class MetricsRecorder: Sendable {
                 state.failedLatencies.record(failure.fetch.duration)
             case .clockSkewSuspected(let report):
                 state.metrics.appliedClockOffset = report.serverClockOffset
+                if report.finding == .dateHeaderIgnored { state.metrics.clockOffsetsKeptOut += 1 }
+                if report.finding == .noClockPlausible { state.metrics.implausibleCredentials += 1 }
             case .credentialRejected:
                 state.metrics.rejections += 1
             case .workCancelled(_, let count):

@@ -940,12 +940,20 @@ public actor SessionEngine {
             log(
                 .info, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
         case .clockSkewSuspected(let report):
+            // No clock that makes the credential plausible is a misconfiguration someone must fix.
             log(
-                .info,
-                "clock skew suspected",
+                report.finding == .noClockPlausible ? .error : .info,
+                report.finding == .noClockPlausible
+                    ? "clocks disagree: no clock makes the credential plausible"
+                    : "clock skew suspected",
                 [
                     "account": report.account.rawValue, "localTime": "\(report.localTime)",
                     "expiresAt": "\(report.expiresAt)",
+                    "finding": report.finding?.rawValue ?? "none",
+                    "lifetimeOnHostClock": report.expiresAt == 0 ? "none" : report.lifetimeOnHostClock.readable,
+                    "dateHeaderOffset": report.dateHeaderOffset?.readable ?? "none",
+                    "lifetimeOnDateHeaderClock": report.expiresAt == 0
+                        ? "none" : report.lifetimeOnDateHeaderClock?.readable ?? "none",
                     "serverClockOffset": report.serverClockOffset?.readable ?? "none",
                 ]
             )

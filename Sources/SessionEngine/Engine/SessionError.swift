@@ -74,7 +74,7 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let outage = FailureClass("outage")
         /// The answer cannot become a usable credential until someone changes the backend, the network path or
         /// the host's setup (``Code/backendMisconfigured``, ``Code/identityMismatch``, ``Code/invalidCredential``,
-        /// a fetcher's refusal): logged at error, counted in ``SessionMetrics/misconfigurations``, and retried on
+        /// a credential no clock makes plausible, a fetcher's refusal): logged at error, counted in ``SessionMetrics/misconfigurations``, and retried on
         /// the slower ``SessionConfiguration/misconfigurationRetry``.
         public static let misconfiguration = FailureClass("misconfiguration")
         /// The account's backend session is gone (``Code/backendSessionEnded``): the engine signs the account out;
@@ -89,8 +89,8 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
             switch code {
             case .backendSessionEnded: .sessionEnded
             case .backendMisconfigured, .identityMismatch, .invalidCredential: .misconfiguration
+            case .credentialExpiredOnArrival, .lifetimeTooLong: .misconfiguration
             case .fetchFailed: isTransient ? .outage : .misconfiguration
-            case .credentialExpiredOnArrival, .lifetimeTooLong: .outage
             default: nil
             }
         }
@@ -112,7 +112,8 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
     ///
     /// It follows from the code unless the error was created with a class: ``Code/backendSessionEnded`` is
     /// ``FailureClass/sessionEnded``; ``Code/backendMisconfigured``, ``Code/identityMismatch``,
-    /// ``Code/invalidCredential`` and a ``Code/fetchFailed`` that is not transient are
+    /// ``Code/invalidCredential``, ``Code/credentialExpiredOnArrival``, ``Code/lifetimeTooLong`` (no clock made the
+    /// credential plausible) and a ``Code/fetchFailed`` that is not transient are
     /// ``FailureClass/misconfiguration``; other fetch failures are ``FailureClass/outage``. A
     /// ``Code/signInTimedOut`` carries the class of the last failed fetch.
     public let failureClass: FailureClass?

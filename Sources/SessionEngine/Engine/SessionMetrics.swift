@@ -17,8 +17,14 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     /// The backend's clock minus this process's, as the fetcher last measured it; `nil` until one reports it.
     public var clockOffset: Duration?
     /// The backend clock offset the engine applies to expiry and renewal: `nil` while it runs on the local clock
-    /// (no offset beyond ``SessionConfiguration/clockSkewTolerance`` was reported).
+    /// (no offset beyond ``SessionConfiguration/clockSkewTolerance`` was reported, or the last one was kept out).
     public var appliedClockOffset: Duration?
+    /// Fetched credentials installed on this host's clock because the backend's `Date` clock would have made them
+    /// implausible (``ClockSkewReport/Finding/dateHeaderIgnored``): the `Date` header and the signer disagree.
+    public var clockOffsetsKeptOut: Int
+    /// Fetched credentials no clock made plausible (``ClockSkewReport/Finding/noClockPlausible``), refused and
+    /// retried on the slow schedule: the signer's clock disagrees with this host's and the backend's `Date`.
+    public var implausibleCredentials: Int
     /// Fetches that failed or whose credential was refused, by error code.
     public var fetchesFailed: [SessionError.Code: Int]
     /// Failed fetches of class ``SessionError/FailureClass/misconfiguration``: the failures someone must fix
@@ -74,6 +80,8 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     ///   - serverDirectedDelays: Failures after which the engine waited as the backend asked.
     ///   - clockOffset: The backend clock offset last measured.
     ///   - appliedClockOffset: The backend clock offset the engine applies.
+    ///   - clockOffsetsKeptOut: Credentials installed on this host's clock against the `Date` header's.
+    ///   - implausibleCredentials: Credentials no clock made plausible.
     ///   - fetchesFailed: Failed fetches by code.
     ///   - misconfigurations: Failed fetches of class misconfiguration.
     ///   - credentialsInstalled: Credentials installed.
@@ -98,6 +106,8 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         serverDirectedDelays: Int = 0,
         clockOffset: Duration? = nil,
         appliedClockOffset: Duration? = nil,
+        clockOffsetsKeptOut: Int = 0,
+        implausibleCredentials: Int = 0,
         fetchesFailed: [SessionError.Code: Int] = [:],
         misconfigurations: Int = 0,
         credentialsInstalled: Int = 0,
@@ -122,6 +132,8 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
         self.serverDirectedDelays = serverDirectedDelays
         self.clockOffset = clockOffset
         self.appliedClockOffset = appliedClockOffset
+        self.clockOffsetsKeptOut = clockOffsetsKeptOut
+        self.implausibleCredentials = implausibleCredentials
         self.fetchesFailed = fetchesFailed
         self.misconfigurations = misconfigurations
         self.credentialsInstalled = credentialsInstalled
@@ -149,6 +161,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
             + "misconfigurations=\(misconfigurations) pushed=\(credentialsPushed) serverDelays=\(serverDirectedDelays) "
             + "clockOffset=\(clockOffset?.readable ?? "none") "
             + "appliedClockOffset=\(appliedClockOffset?.readable ?? "none") "
+            + "offsetsKeptOut=\(clockOffsetsKeptOut) implausible=\(implausibleCredentials) "
             + "installed=\(credentialsInstalled) renewals=\(renewals) rejections=\(rejections) expiries=\(expiries) "
             + "changes=\(accountChanges) workCancelled=\(scopedWorkCancelled) events=\(eventsPublished) "
             + "dropped=\(eventsDropped) latency=[\(fetchLatency)] failedLatency=[\(failedFetchLatency)] "

@@ -211,17 +211,62 @@ public struct RejectionReport: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
-/// Evidence that this process's clock and the backend's disagree.
+/// Evidence that this process's clock, the backend's `Date` clock and the signer's clock disagree, and what the
+/// engine did about it (``finding``).
+///
+/// Three clocks meet in a fetch: this host's wall clock (``localTime``), the backend's clock as its `Date` header
+/// says (``dateHeaderOffset`` from this host's), and the signer's, seen through the credential's ``expiresAt``. How
+/// far each disagrees with the credential is in ``lifetimeOnHostClock`` and ``lifetimeOnDateHeaderClock``.
 public struct ClockSkewReport: Sendable, Hashable, CustomStringConvertible {
+    /// What the engine found and did; open-ended, so a `switch` over it needs a `default`.
+    public struct Finding: Hashable, Sendable, CustomStringConvertible {
+        /// The stable identifier, such as `dateHeaderIgnored`.
+        public let rawValue: String
+
+        private init(_ rawValue: String) {
+            self.rawValue = rawValue
+        }
+
+        /// The offset the engine applies changed: it runs on the backend's `Date` clock from now on
+        /// (``serverClockOffset`` set), or on this host's clock again (`nil`).
+        public static let offsetApplied = Finding("offsetApplied")
+        /// The backend's `Date` clock would make the credential implausible (expired on arrival, or living past
+        /// 24 hours) while this host's clock finds it plausible: the credential was installed on this host's clock
+        /// and the offset is kept out until a response agrees again. Counted in
+        /// ``SessionMetrics/clockOffsetsKeptOut``.
+        public static let dateHeaderIgnored = Finding("dateHeaderIgnored")
+        /// No clock makes the credential plausible: it was refused as a misconfiguration and the engine retries on
+        /// the slow schedule. Counted in ``SessionMetrics/implausibleCredentials`` and logged at error.
+        public static let noClockPlausible = Finding("noClockPlausible")
+        /// A credential the host handed over was refused for its expiry or lifetime on the applied clock.
+        public static let credentialRefused = Finding("credentialRefused")
+
+        /// The raw value.
+        public var description: String { rawValue }
+    }
+
     /// The account the credential was for.
     public let account: AccountID
     /// The local wall-clock time, in Unix seconds, when the credential arrived.
     public let localTime: Int64
-    /// The credential's expiry, in Unix seconds.
+    /// The credential's expiry, in Unix seconds; 0 when the report is about an offset change before any credential.
     public let expiresAt: Int64
     /// The backend's clock minus this process's that the engine applies, when it runs on the backend's time (the
     /// measured offset exceeded ``SessionConfiguration/clockSkewTolerance``); `nil` when it runs on the local clock.
     public let serverClockOffset: Duration?
+    /// The backend's `Date` clock minus this host's, as measured with the response (or applied since an earlier
+    /// one); `nil` when none is known.
+    public let dateHeaderOffset: Duration?
+    /// What the engine found and did; `nil` only in reports made without one.
+    public let finding: Finding?
+
+    /// How long the credential lives on this host's clock: negative when it had already expired on arrival.
+    public var lifetimeOnHostClock: Duration { .seconds(expiresAt - localTime) }
+
+    /// How long the credential lives on the backend's `Date` clock; `nil` when no `Date` offset is known.
+    public var lifetimeOnDateHeaderClock: Duration? {
+        dateHeaderOffset.map { .seconds(expiresAt - localTime) - $0 }
+    }
 
     /// Creates a clock-skew report.
     ///
@@ -230,16 +275,34 @@ public struct ClockSkewReport: Sendable, Hashable, CustomStringConvertible {
     ///   - localTime: The local time in Unix seconds.
     ///   - expiresAt: The credential's expiry in Unix seconds.
     ///   - serverClockOffset: The backend clock offset the engine applies, if any.
-    public init(account: AccountID, localTime: Int64, expiresAt: Int64, serverClockOffset: Duration? = nil) {
+    ///   - dateHeaderOffset: The backend's `Date` clock minus this host's, if known.
+    ///   - finding: What the engine found and did.
+    public init(
+        account: AccountID,
+        localTime: Int64,
+        expiresAt: Int64,
+        serverClockOffset: Duration? = nil,
+        dateHeaderOffset: Duration? = nil,
+        finding: Finding? = nil
+    ) {
         self.account = account
         self.localTime = localTime
         self.expiresAt = expiresAt
         self.serverClockOffset = serverClockOffset
+        self.dateHeaderOffset = dateHeaderOffset
+        self.finding = finding
     }
 
-    /// `account, localTime, expiresAt`, and the applied offset when there is one.
+    /// `account, finding, localTime, expiresAt`, the lifetimes on each clock and the applied offset.
     public var description: String {
-        "\(account), localTime: \(localTime), expiresAt: \(expiresAt)"
-            + (serverClockOffset.map { ", server clock offset: \($0.readable)" } ?? "")
+        var text = "\(account), \(finding.map { "\($0), " } ?? "")localTime: \(localTime), expiresAt: \(expiresAt)"
+        if expiresAt != 0 { text += ", lifetime on this host's clock: \(lifetimeOnHostClock.readable)" }
+        if let offset = dateHeaderOffset {
+            text += ", Date header offset: \(offset.readable)"
+            if expiresAt != 0, let lifetime = lifetimeOnDateHeaderClock {
+                text += ", lifetime on the Date header's clock: \(lifetime.readable)"
+            }
+        }
+        return text + (serverClockOffset.map { ", server clock offset: \($0.readable)" } ?? "")
     }
 }

@@ -5,8 +5,10 @@ import Foundation
 extension SessionStateMachine {
     /// A fetch returned a credential, and perhaps the backend's clock offset the fetcher measured.
     ///
-    /// The offset is adopted before the credential is validated, so a host whose clock runs far ahead of the
-    /// backend's still accepts the backend's credentials.
+    /// The credential is judged on the clock that makes it plausible (``clockDecision(for:measured:for:at:)``): the
+    /// backend's `Date` clock when it does, so a host whose clock runs far ahead of the backend's still accepts the
+    /// backend's credentials; this host's clock when only it does, the offset then kept out; none, and it is refused
+    /// as a misconfiguration with a report of which clocks disagree.
     mutating func fetchSucceeded(
         _ id: FetchID,
         credential: IdentityCredential,
@@ -17,10 +19,16 @@ extension SessionStateMachine {
             // A result of a cancelled fetch or an earlier epoch: it must not change anything.
             return []
         }
-        var actions = adoptClockOffset(measured, for: session, at: now)
-        if let refusal = refusal(of: credential, for: session, at: now) {
-            actions += skewReport(of: credential, refusal: refusal, for: session, at: now)
-            return actions + fail(&session, reason: reason, error: refusal, at: now)
+        if let pinned = session.pinnedEmail, !pinned.utf8.elementsEqual(credential.email.utf8) {
+            return fail(&session, reason: reason, error: Self.identityMismatch, at: now)
+        }
+        let actions: [Action]
+        switch clockDecision(for: credential, measured: measured, for: session, at: now) {
+        case .apply(let offset, let reports):
+            serverClockOffset = offset
+            actions = reports
+        case .refuse(let error, let reports):
+            return reports + fail(&session, reason: reason, error: error, at: now)
         }
         let fetch = FetchAttempt(
             number: session.failures + 1,
@@ -110,28 +118,6 @@ extension SessionStateMachine {
         ]
     }
 
-    /// Adopts the backend clock offset a fetcher measured: beyond the tolerance it becomes the offset every expiry
-    /// and renewal decision applies; within it the local clock is trusted. A change that matters is reported.
-    mutating func adoptClockOffset(_ measured: Duration?, for session: AccountSession, at now: SessionInstant)
-        -> [Action]
-    {
-        guard let measured else { return [] }
-        let tolerance = configuration.clockSkewTolerance
-        let applied = Self.magnitude(measured) > tolerance ? measured : .zero
-        let previous = serverClockOffset
-        serverClockOffset = applied
-        guard (applied == .zero) != (previous == .zero) || Self.magnitude(applied - previous) > tolerance else {
-            return []
-        }
-        let report = ClockSkewReport(
-            account: session.account,
-            localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),
-            expiresAt: session.credential?.expiresAt ?? 0,
-            serverClockOffset: applied == .zero ? nil : applied
-        )
-        return [.emit(.clockSkewSuspected(report), epoch: session.epoch)]
-    }
-
     /// The clock-skew report a refusal for expiry or lifetime implies; none for another user's credential.
     func skewReport(
         of credential: IdentityCredential,
@@ -144,7 +130,8 @@ extension SessionStateMachine {
             account: session.account,
             localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),
             expiresAt: credential.expiresAt,
-            serverClockOffset: serverClockOffset == .zero ? nil : serverClockOffset
+            serverClockOffset: serverClockOffset == .zero ? nil : serverClockOffset,
+            finding: .credentialRefused
         )
         return [.emit(.clockSkewSuspected(report), epoch: session.epoch)]
     }
@@ -153,6 +140,12 @@ extension SessionStateMachine {
     static func magnitude(_ duration: Duration) -> Duration {
         duration < .zero ? .zero - duration : duration
     }
+
+    static let identityMismatch = SessionError(
+        .identityMismatch,
+        reason: "the backend returned a credential for a different user than the account's first credential",
+        isTransient: true
+    )
 
     static let notCurrent = SessionError(
         .accountChanged,
@@ -175,11 +168,7 @@ extension SessionStateMachine {
         at now: SessionInstant
     ) -> SessionError? {
         if let pinned = session.pinnedEmail, !pinned.utf8.elementsEqual(credential.email.utf8) {
-            return SessionError(
-                .identityMismatch,
-                reason: "the backend returned a credential for a different user than the account's first credential",
-                isTransient: true
-            )
+            return Self.identityMismatch
         }
         if !isValid(credential, at: now) {
             return SessionError(
