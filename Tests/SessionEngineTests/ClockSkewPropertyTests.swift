@@ -195,14 +195,38 @@ struct ClockSkewPropertyTests {
     }
 }
 
+extension ClockSkewPropertyTests {
+    /// Every fetch says when the engine asked, on the engine's clock, so a fetcher measures the backend's offset
+    /// against the clock the engine applies it to.
+    @Test func everyFetchCarriesTheEnginesTimeOfAsking() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
+        let asked = Recorder<Date?>()
+        let fetcher = OffsetReportingFetcher(offset: Locked(.zero), requests: asked) {
+            let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
+            return try signer.sign(email: "alice@example.com", properties: nil, expiresAt: now + 900)
+        }
+        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 3), clock: clock)
+        try await engine.signIn("alice")
+        #expect(asked.values == [clock.now])
+        await engine.shutdown()
+    }
+}
+
 /// A fetcher that reports a clock offset of its choosing with every credential, like an HTTP fetcher behind a
 /// front whose `Date` comes from another clock.
 final class OffsetReportingFetcher: CredentialFetcher {
     let offset: Locked<Duration>
+    let requests: Recorder<Date?>?
     let sign: @Sendable () throws -> IdentityCredential
 
-    init(offset: Locked<Duration>, sign: @escaping @Sendable () throws -> IdentityCredential) {
+    init(
+        offset: Locked<Duration>,
+        requests: Recorder<Date?>? = nil,
+        sign: @escaping @Sendable () throws -> IdentityCredential
+    ) {
         self.offset = offset
+        self.requests = requests
         self.sign = sign
     }
 
@@ -211,6 +235,7 @@ final class OffsetReportingFetcher: CredentialFetcher {
     }
 
     func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
-        FetchedCredential(try sign(), serverClockOffset: offset.value)
+        requests?.append(request.startedAt)
+        return FetchedCredential(try sign(), serverClockOffset: offset.value)
     }
 }

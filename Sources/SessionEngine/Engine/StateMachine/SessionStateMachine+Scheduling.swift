@@ -32,7 +32,9 @@ extension SessionStateMachine {
         session.lastFetchStart = now.uptime
         actions.append(
             .startFetch(
-                FetchRequest(id: lastID, account: session.account, epoch: session.epoch, attempt: session.failures + 1)
+                FetchRequest(
+                    id: lastID, account: session.account, epoch: session.epoch, attempt: session.failures + 1,
+                    startedAt: now.wall)
             )
         )
     }
