@@ -330,15 +330,16 @@ public actor SessionEngine {
         case .began(let epoch, let actions):
             log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
             apply(actions, at: now)
-            if let timeout, let target {
-                try await waitForIdentity(epoch: epoch, of: target, preparedBy: preparation, within: timeout)
-                return
-            }
             // The actions started this change's preparation; a caller returns only once it is done, even when a
             // later change superseded it, so no work of the previous account still runs.
-            await preparation?.wait()
-            guard target != nil else { return }
-            try await waitForIdentity(epoch: epoch)
+            guard let target else {
+                await preparation?.wait()
+                return
+            }
+            // The caller registers for the epoch's outcome in this step, before the preparation ends: a first fetch
+            // that ends the backend session while the caller is still waking from the preparation then reaches it as
+            // BACKEND_SESSION_ENDED, not as a superseded change.
+            try await waitForIdentity(epoch: epoch, of: target, preparedBy: preparation, within: timeout)
         }
     }
 
@@ -362,18 +363,18 @@ public actor SessionEngine {
         _ = try await waiters.wait(epoch: epoch, kind: .identity)
     }
 
-    /// Waits for the identity of `epoch` as ``waitForIdentity(epoch:)`` does, for at most `timeout`, the change's
-    /// preparation (`latch`) included.
+    /// Waits for the identity of `epoch`, and for at most `timeout` when one is given, the change's preparation
+    /// (`latch`) included.
     ///
-    /// The caller registers for the epoch's identity at once, so the deadline covers the preparation too, and an
+    /// The caller registers for the epoch's identity at once, in the step that began the change, so no outcome of
+    /// the epoch can slip in while it waits for the preparation, and a deadline covers the preparation too: an
     /// engine task sleeping on the engine's clock fails that one registration when the deadline passes. Every other
-    /// outcome, a superseding change's included, returns only once the change's preparation is done, as without a
-    /// deadline.
+    /// outcome, a superseding change's included, returns only once the change's preparation is done.
     private func waitForIdentity(
         epoch: UInt64,
         of account: AccountID,
         preparedBy latch: Latch?,
-        within timeout: Duration
+        within timeout: Duration?
     ) async throws {
         if latch == nil, machine.epoch == epoch, machine.usableCredential != nil { return }
         guard machine.epoch == epoch, machine.currentAccount != nil else {
@@ -382,15 +383,17 @@ public actor SessionEngine {
         }
         let ticket = waiters.register(epoch: epoch, kind: .identity)
         let clock = self.clock
-        let deadline = startTask { [weak self] in
-            do {
-                try await clock.sleep(for: timeout)
-            } catch {
-                return
+        let deadline = timeout.map { timeout in
+            startTask { [weak self] in
+                do {
+                    try await clock.sleep(for: timeout)
+                } catch {
+                    return
+                }
+                await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
             }
-            await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
         }
-        defer { deadline.cancel() }
+        defer { deadline?.cancel() }
         do {
             _ = try await waiters.wait(ticket)
         } catch let error as SessionError where error.code == .signInTimedOut {
