@@ -36,8 +36,9 @@ public import Foundation
 /// Each successful fetch also estimates the backend's clock offset from the response's `Date` header and the round
 /// trip (``FetchedCredential/serverClockOffset``): the backend's time minus the local time at the middle of the round
 /// trip, good to about a second, since `Date` has whole seconds. The local time is the engine's: the time the engine
-/// started the fetch (``FetchRequest/startedAt``) plus what passed since on a monotonic clock, so the offset is on the
-/// clock the engine applies it to; only a fetch that does not say when it was asked
+/// started the fetch (``FetchRequest/startedAt``) plus what passed since on the fetcher's `clock` (its monotonic
+/// ``SessionClock/uptime``: real time on the ``SystemClock``, virtual time on a test clock the engine shares), so the
+/// offset is on the clock the engine applies it to; only a fetch that does not say when it was asked
 /// (``fetchCredential(for:)`` called directly) reads the fetcher's own `clock`.
 ///
 /// On Linux, every endpoint, `https` and plain `http` alike, uses libcurl directly (loaded at run time; Foundation's
@@ -208,7 +209,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     package func fetch(account: AccountID, startedAt: Date? = nil, attempt: Int = 1) async throws
         -> (fetched: FetchedCredential, httpVersion: String)
     {
-        let asked = ContinuousClock.now
+        // Durations are measured on the fetcher's clock's monotonic time: real time on the system clock, and no time
+        // at all on a manual clock the engine shares, however long the real round trip takes.
+        let asked = clock.uptime
         _ = try EndpointPolicy.check(endpoint, allowsInsecureHTTP: allowsInsecureHTTP)
         var request = URLRequest(url: endpoint)
         request.httpMethod = "GET"
@@ -229,10 +232,10 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             )
         }
         // The local time of sending: the engine's time of asking plus what `authenticate` took, or the fetcher's clock.
-        let sending = ContinuousClock.now
+        let sending = clock.uptime
         let sentAt = startedAt.map { $0.addingTimeInterval((sending - asked).timeInterval) } ?? clock.now
         let result = try await send(request, requiresNoStore: requiresNoStore, freshConnection: attempt > 1)
-        let roundTrip = max(.zero, ContinuousClock.now - sending)
+        let roundTrip = max(.zero, clock.uptime - sending)
         let serverDate = result.head.value("Date").flatMap(HTTPDate.parse)
         guard (200...299).contains(result.head.status) else {
             throw failure(result, serverDate: serverDate, sentAt: sentAt)
