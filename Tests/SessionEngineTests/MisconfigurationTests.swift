@@ -57,7 +57,8 @@ struct MisconfigurationTests {
         let metrics = engine.metrics
         #expect(metrics.misconfigurations == 1)
         #expect(metrics.fetchesFailed == [.backendMisconfigured: 1])
-        let logged = try #require(records.values.first { $0.message == "fetch failed" })
+        let logged = try #require(
+            records.values.first { $0.metadata["code"] == SessionError.Code.backendMisconfigured.rawValue })
         #expect(logged.level == .error)
         #expect(logged.metadata["class"] == "misconfiguration")
 

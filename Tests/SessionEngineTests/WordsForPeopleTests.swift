@@ -59,7 +59,8 @@ struct WordsForPeopleTests {
         let signIn = await harness.engine.startCall { try await $0.signIn("alice") }
         await harness.answerNext(with: .failure(SessionError.fetchFailed("the backend could not be reached")))
         await harness.engine.waitUntilIdle()
-        let failed = try #require(records.values.first { $0.message == "fetch failed" })
+        let failed = try #require(
+            records.values.first { $0.metadata["code"] == SessionError.Code.fetchFailed.rawValue })
         let retryIn = try #require(failed.metadata["retryIn"])
         #expect(!retryIn.contains("seconds"), "\(retryIn)")
         #expect(retryIn.hasSuffix(" ms") || retryIn.hasSuffix(" s"), "\(retryIn)")

@@ -136,23 +136,7 @@ final class OutcomeWaiters: Sendable {
                 if let ready { continuation.resume(with: ready) }
             }
         } onCancel: {
-            let waiting = state.withLock { state -> UnsafeContinuation<IdentityCredential, any Error>? in
-                switch state.slots[ticket.id] {
-                case .registered:
-                    state.slots[ticket.id] = .resolved(.failure(CancellationError()))
-                    state.awaiting -= 1
-                    return nil
-                case .waiting(_, _, let continuation):
-                    state.slots.removeValue(forKey: ticket.id)
-                    state.awaiting -= 1
-                    return continuation
-                case .resolved, nil:
-                    return nil
-                }
-            }
-            guard let waiting else { return }
-            ledger?.unpark()
-            waiting.resume(throwing: CancellationError())
+            fail(ticket, with: CancellationError())
         }
     }
 
@@ -173,7 +157,7 @@ final class OutcomeWaiters: Sendable {
     /// - Parameters:
     ///   - ticket: The caller's ticket.
     ///   - error: What the caller receives.
-    func fail(_ ticket: Ticket, with error: SessionError) {
+    func fail(_ ticket: Ticket, with error: any Error) {
         let waiting = state.withLock { state -> UnsafeContinuation<IdentityCredential, any Error>? in
             switch state.slots[ticket.id] {
             case .registered:
