@@ -18,6 +18,8 @@ let package = Package(
         .library(name: "SessionEngineTestKit", targets: ["SessionEngineTestKit"]),
         .executable(name: "SessionEngineDemo", targets: ["SessionEngineDemo"]),
         .executable(name: "SessionEngineBench", targets: ["SessionEngineBench"]),
+        // Explores the engine's interleavings on a controlled executor; exits non-zero on any failure.
+        .executable(name: "SessionEngineSchedules", targets: ["SessionEngineSchedules"]),
     ],
     targets: [
         .target(
@@ -53,9 +55,33 @@ let package = Package(
             dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
             swiftSettings: strictSettings
         ),
+        // Runs every job of a program on one thread it controls, in an order a strategy chooses; used only by
+        // SessionEngineSchedules, since it intercepts the concurrency runtime's global enqueue for the whole process.
+        .target(name: "CSessionEngineExplorer"),
+        .target(
+            name: "SessionEngineExplorer",
+            dependencies: ["CSessionEngineExplorer"],
+            swiftSettings: strictSettings
+        ),
+        // The model harness: random programs against the real engine, a reference model and the engine's invariants;
+        // shared by the test suite and SessionEngineSchedules.
+        .target(
+            name: "SessionEngineModel",
+            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
+            path: "Tests/SessionEngineModel",
+            swiftSettings: strictSettings
+        ),
+        .executableTarget(
+            name: "SessionEngineSchedules",
+            dependencies: [
+                "SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineExplorer",
+                "SessionEngineModel",
+            ],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "SessionEngineTests",
-            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
+            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineModel"],
             exclude: ["Fixtures"],
             swiftSettings: strictSettings
         ),
