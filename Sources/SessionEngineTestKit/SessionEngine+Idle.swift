@@ -21,9 +21,9 @@ extension SessionEngine {
 
     /// Starts `call` in a new task and returns once the call has entered the engine and the engine is idle again.
     ///
-    /// `call` must begin with one of the engine's asynchronous methods (`signIn(_:)`, `switchAccount(to:)`,
-    /// `signOut()`, `renew()`, `withIdentity(_:)`, `credentialRejected(_:)`, `shutdown()` or `run()`);
-    /// a call that waits, for a fetch or for scoped work, is parked, so the engine can be idle while it waits.
+    /// `call` must begin with one of the engine's asynchronous methods: each of them counts as a call from the
+    /// moment it runs inside the engine. A call that waits, for a fetch or for scoped work, is parked, so the engine
+    /// can be idle while it waits.
     /// Start calls one after another from one task: the engine receives them in that order.
     ///
     /// - Precondition: The engine runs on a ``ManualClock``.
