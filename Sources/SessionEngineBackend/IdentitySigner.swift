@@ -130,7 +130,7 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
     }
 
     /// The lowercase hexadecimal HMAC-SHA256 of `payload` under this signer's secret.
-    func signature(of payload: String) -> String {
+    package func signature(of payload: String) -> String {
         hmac.authenticate(payload).hexString
     }
 }

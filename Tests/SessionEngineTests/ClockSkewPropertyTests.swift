@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Synchronization
 import Testing

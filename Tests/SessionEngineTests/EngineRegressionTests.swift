@@ -1,3 +1,4 @@
+import SessionEngineModel
 import Testing
 
 @testable import SessionEngine

@@ -1,4 +1,5 @@
 import Foundation
+import SessionEngineModel
 import Testing
 
 @testable import SessionEngine

@@ -1,6 +1,7 @@
 import Foundation
 import SessionEngine
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Synchronization
 import Testing
@@ -127,38 +128,4 @@ final class GatedFetcher: CredentialFetcher {
 
     /// Lets every fetch return `credential`, cancelled or not.
     func open(with credential: IdentityCredential) { gate.open(credential) }
-}
-
-/// A one-shot value that many tasks can wait for, ignoring cancellation.
-final class AsyncGate<Value: Sendable>: Sendable {
-    private struct State {
-        var value: Value?
-        var waiters: [CheckedContinuation<Value, Never>] = []
-    }
-
-    private let state = Mutex(State())
-
-    func value() async -> Value {
-        await withCheckedContinuation { continuation in
-            let ready = state.withLock { state -> Value? in
-                if let value = state.value { return value }
-                state.waiters.append(continuation)
-                return nil
-            }
-            if let ready { continuation.resume(returning: ready) }
-        }
-    }
-
-    /// Whether the gate has opened.
-    var isOpen: Bool { state.withLock { $0.value != nil } }
-
-    func open(_ value: Value) {
-        let waiters = state.withLock { state -> [CheckedContinuation<Value, Never>] in
-            guard state.value == nil else { return [] }
-            state.value = value
-            defer { state.waiters.removeAll() }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume(returning: value) }
-    }
 }

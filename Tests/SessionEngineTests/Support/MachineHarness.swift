@@ -1,4 +1,5 @@
 import Foundation
+import SessionEngineModel
 
 @testable import SessionEngine
 

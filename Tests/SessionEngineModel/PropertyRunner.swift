@@ -1,5 +1,4 @@
 import Foundation
-import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -8,14 +7,14 @@ import Testing
 #endif
 
 /// Why a program broke a property, in words that name the step and the invariant.
-struct PropertyFailure: Error, CustomStringConvertible {
-    let message: String
+package struct PropertyFailure: Error, CustomStringConvertible {
+    package let message: String
 
-    init(_ message: String) {
+    package init(_ message: String) {
         self.message = message
     }
 
-    var description: String { message }
+    package var description: String { message }
 }
 
 /// How many programs a property runs and from which seed, read from the environment.
@@ -26,16 +25,16 @@ struct PropertyFailure: Error, CustomStringConvertible {
 ///
 /// Without the variables every property uses its own fixed seed, so the suite is reproducible, and its default
 /// count, divided by ``sanitizerSlowdown`` when the thread sanitizer is loaded.
-struct PropertySettings: Sendable {
-    static let seedVariable = "SESSIONENGINE_PROPERTY_SEED"
-    static let iterationsVariable = "SESSIONENGINE_PROPERTY_ITERATIONS"
+package struct PropertySettings: Sendable {
+    package static let seedVariable = "SESSIONENGINE_PROPERTY_SEED"
+    package static let iterationsVariable = "SESSIONENGINE_PROPERTY_ITERATIONS"
     /// How much fewer programs run by default under the thread sanitizer, which slows the engine down about tenfold.
-    static let sanitizerSlowdown = 8
+    package static let sanitizerSlowdown = 8
 
-    var iterations: Int
-    var seed: UInt64
+    package var iterations: Int
+    package var seed: UInt64
 
-    static func current(defaultSeed: UInt64, defaultIterations: Int) -> PropertySettings {
+    package static func current(defaultSeed: UInt64, defaultIterations: Int) -> PropertySettings {
         let environment = ProcessInfo.processInfo.environment
         var iterations = defaultIterations
         if isThreadSanitizerLoaded { iterations = max(1, defaultIterations / sanitizerSlowdown) }
@@ -55,7 +54,7 @@ struct PropertySettings: Sendable {
     }
 
     /// Whether this process runs under the thread sanitizer (`swift test --sanitize=thread`).
-    static let isThreadSanitizerLoaded: Bool = {
+    package static let isThreadSanitizerLoaded: Bool = {
         #if canImport(Glibc)
             return dlsym(nil, "__tsan_init") != nil
         #elseif canImport(Darwin)
@@ -67,27 +66,32 @@ struct PropertySettings: Sendable {
 }
 
 /// What one property run did.
-struct PropertyReport: CustomStringConvertible {
-    let name: String
-    let programs: Int
-    let operations: Int
-    let failures: Int
-    let seed: UInt64
+package struct PropertyReport: CustomStringConvertible {
+    package let name: String
+    package let programs: Int
+    package let operations: Int
+    package let failures: Int
+    package let seed: UInt64
+    /// The failing program, shrunk, with its failure and the replay command; `nil` when every program passed.
+    package let failureReport: String?
 
     /// The summary line printed for every run.
-    var description: String {
+    package var description: String {
         "\(name): \(programs) programs, \(operations) operations, \(failures) failures, seed \(seed)"
     }
 }
 
 /// Runs a property over many generated programs, shrinks the first failing one and reports it with its seed.
-enum PropertyRunner {
-    /// Checks `property` on `settings.iterations` programs drawn from `program`.
+///
+/// It reports failures as values (``PropertyReport/failureReport``), so it runs in a test, which records them as
+/// issues, and in an executable alike.
+package enum PropertyRunner {
+    /// Runs `property` on `settings.iterations` programs drawn from `program`.
     ///
     /// Program `i` is generated from its own seed, which is also handed to `property` (for the engine's jitter), so
     /// a program and everything it does are a function of that seed. On the first failure the program is shrunk
-    /// with the same seed, the shrunk program is printed with the seed and the replay command, and the run stops.
-    /// A summary line is printed either way.
+    /// with the same seed, the shrunk program is described with the seed and the replay command in the report's
+    /// ``PropertyReport/failureReport``, and the run stops. A summary line is printed either way.
     ///
     /// - Parameters:
     ///   - name: The property's name, for the summary line and the failure.
@@ -98,18 +102,18 @@ enum PropertyRunner {
     ///   - property: Runs a program with its seed; returns why it failed, or `nil`.
     /// - Returns: The run's report.
     @discardableResult
-    static func check<Operation: Shrinkable & CustomStringConvertible>(
+    package static func run<Operation: Shrinkable & CustomStringConvertible>(
         _ name: String,
         settings: PropertySettings,
         program: Gen<[Operation]>,
         shrinkBudget: Int = 300,
-        testName: String = #function,
-        sourceLocation: SourceLocation = #_sourceLocation,
+        testName: String,
         property: ([Operation], UInt64) async -> PropertyFailure?
     ) async -> PropertyReport {
         var programs = 0
         var operations = 0
         var failures = 0
+        var failureReport: String?
         for index in 0..<settings.iterations {
             let seed = PropertyRandom.programSeed(run: settings.seed, index: index)
             let operationList = program.sample(seed: seed)
@@ -128,7 +132,7 @@ enum PropertyRunner {
                 reruns += 1
                 shrunkFailure = await property(shrunk.operations, seed)
             }
-            let report = failureReport(
+            failureReport = report(
                 name: name,
                 filter: testName.replacingOccurrences(of: "()", with: ""),
                 seed: seed,
@@ -139,7 +143,6 @@ enum PropertyRunner {
                     ?? PropertyFailure(
                         "(the shrunk program did not fail again in \(reruns) runs: it depends on scheduling)")
             )
-            Issue.record(Comment(rawValue: report), sourceLocation: sourceLocation)
             break
         }
         let summary = PropertyReport(
@@ -147,13 +150,14 @@ enum PropertyRunner {
             programs: programs,
             operations: operations,
             failures: failures,
-            seed: settings.seed
+            seed: settings.seed,
+            failureReport: failureReport
         )
         print(summary)
         return summary
     }
 
-    private static func failureReport<Operation: CustomStringConvertible>(
+    private static func report<Operation: CustomStringConvertible>(
         name: String,
         filter: String,
         seed: UInt64,

@@ -1,9 +1,8 @@
 import Foundation
-import SessionEngineTestKit
+package import SessionEngine
+package import SessionEngineBackend
+package import SessionEngineTestKit
 import Synchronization
-
-@testable import SessionEngine
-@testable import SessionEngineBackend
 
 /// Runs one program against a real engine with a manual clock and a scripted backend, and checks the engine after
 /// every step.
@@ -15,48 +14,48 @@ import Synchronization
 /// (every task and call parked on the clock, the backend, a gate, an outcome or draining work), answers the backend's
 /// due fetches, and waits again, until nothing is due; then every subscriber has received every event. It never
 /// polls and never sleeps on real time.
-final class EngineModelDriver {
-    static let configuration = SessionConfiguration(
+package final class EngineModelDriver {
+    package static let configuration = SessionConfiguration(
         retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(60)),
         // Misconfigurations (another user's credential, a malformed one) retry slower, within the same cap, so the
         // liveness bounds hold for both.
         misconfigurationRetry: RetryPolicy(initial: .seconds(10), multiplier: 2, cap: .seconds(60)),
         minimumFetchInterval: .seconds(5)
     )
-    static let projectID = "proj_model"
+    package static let projectID = "proj_model"
     /// A bound on the steps of a teardown that cannot finish, so a broken engine fails its test instead of hanging.
-    static let teardownSteps = 10_000
+    package static let teardownSteps = 10_000
 
-    struct Subscriber {
-        let log: SubscriberLog
-        let task: Task<Void, Never>
+    package struct Subscriber {
+        package let log: SubscriberLog
+        package let task: Task<Void, Never>
         /// How many states the engine had published when the subscriber subscribed.
-        let baseline: Int
-        var active = true
+        package let baseline: Int
+        package var active = true
     }
 
-    let clock = ManualClock()
-    let probe = ModelProbe()
-    let fetcher: ModelFetcher
-    let engine: SessionEngine
-    let verifier: ServiceVerifier
-    var signer: IdentitySigner
-    var secretIndex = 0
-    var model = EngineModel()
-    var subscribers: [Subscriber] = []
+    package let clock = ManualClock()
+    package let probe = ModelProbe()
+    package let fetcher: ModelFetcher
+    package let engine: SessionEngine
+    package let verifier: ServiceVerifier
+    package var signer: IdentitySigner
+    package var secretIndex = 0
+    package var model = EngineModel()
+    package var subscribers: [Subscriber] = []
     /// Every installed credential, oldest first.
-    var history: [IdentityCredential] = []
+    package var history: [IdentityCredential] = []
     /// How many of the first subscriber's states have been checked against the transition table.
-    var checkedStates = 1
+    package var checkedStates = 1
     /// The backend succeeds from now on, for the liveness check.
-    var recovering = false
+    package var recovering = false
 
     /// Creates a driver.
     ///
     /// - Parameters:
     ///   - seed: The engine's random seed.
     ///   - log: The engine's log hook; the driver never reads it.
-    init(seed: UInt64, log: (@Sendable (SessionLogRecord) -> Void)? = nil) {
+    package init(seed: UInt64, log: (@Sendable (SessionLogRecord) -> Void)? = nil) {
         let probe = self.probe
         var configuration = Self.configuration
         configuration.randomSeed = seed
@@ -75,7 +74,7 @@ final class EngineModelDriver {
 
     /// Appends a line to the file `SESSIONENGINE_MODEL_TRACE` names, if it names one: each program and step as it
     /// starts, for finding a program that hangs.
-    func trace(_ line: String) {
+    package func trace(_ line: String) {
         guard let path = ProcessInfo.processInfo.environment["SESSIONENGINE_MODEL_TRACE"] else { return }
         if let handle = FileHandle(forWritingAtPath: path) {
             handle.seekToEndOfFile()
@@ -84,16 +83,16 @@ final class EngineModelDriver {
         }
     }
 
-    static func secret(_ index: Int) -> String { "model-secret-\(index)" }
+    package static func secret(_ index: Int) -> String { "model-secret-\(index)" }
 
-    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
+    package static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
 
     // MARK: - Running a program
 
     /// Runs the program, then lets the backend succeed and checks liveness, then shuts down and checks for leaks.
     ///
     /// - Returns: The first broken invariant, or `nil`.
-    func run(_ program: [EngineOperation]) async -> PropertyFailure? {
+    package func run(_ program: [EngineOperation]) async -> PropertyFailure? {
         await start()
         trace("program \(program)")
         var step = 0
@@ -392,7 +391,7 @@ final class EngineModelDriver {
 
     /// Waits until the engine has reacted to everything, answering the backend's due fetches on the way, and until
     /// every subscriber has received every event; a stale answer is delivered on its own and must change nothing.
-    func settle() async throws {
+    package func settle() async throws {
         await settleLive()
         while let stale = dueStaleRequest {
             let events = probe.eventCount
@@ -417,7 +416,7 @@ final class EngineModelDriver {
         await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
     }
 
-    var activity: String {
+    package var activity: String {
         let metrics = engine.metrics
         return "tasks \(metrics.liveTasks), runnable \(engine.ledger!.runnable), sleepers \(clock.sleeperCount), "
             + "fetches \(fetcher.pendingCount), calls \(probe.outstanding), waiters \(metrics.waiters), "
@@ -428,7 +427,7 @@ final class EngineModelDriver {
 
     /// Moves the clocks forward by `total`, stopping at every timer and every due answer to let the engine react,
     /// and checking the engine at each stop; returns early once `condition` holds.
-    func advance(by total: Duration, until condition: (() -> Bool)? = nil) async throws -> Bool {
+    package func advance(by total: Duration, until condition: (() -> Bool)? = nil) async throws -> Bool {
         let target = clock.uptime + total
         var stops = 0
         while true {

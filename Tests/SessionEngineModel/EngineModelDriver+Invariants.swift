@@ -1,12 +1,11 @@
 import Foundation
+package import SessionEngine
 import SessionEngineTestKit
-
-@testable import SessionEngine
 
 /// The invariants the driver checks after every step, against the reference model and the engine's typed seam.
 extension EngineModelDriver {
 
-    func check() throws {
+    package func check() throws {
         if let violation = probe.firstViolation ?? fetcher.violation { throw Violation(violation) }
         try checkStates()
         try checkModel()
@@ -33,7 +32,7 @@ extension EngineModelDriver {
     }
 
     /// Invariant 4: the unbounded subscribers saw exactly the engine's sequence of states, each an edge of the table.
-    func checkStates() throws {
+    package func checkStates() throws {
         let states = subscribers[0].log.states
         let published = probe.states
         guard states.count == published.count + 1, states.first == .signedOut else {
@@ -64,7 +63,7 @@ extension EngineModelDriver {
         if subscribers.contains(where: { $0.log.dropped }) { throw Violation("an unbounded subscriber lost events") }
     }
 
-    func checkModel() throws {
+    package func checkModel() throws {
         let state = engine.state
         var expected: Bool
         switch model.phase {
@@ -110,7 +109,7 @@ extension EngineModelDriver {
     }
 
     /// Invariant 5: the hooks ran once per change, in order, each from the previous hook's account.
-    func checkHooks() throws {
+    package func checkHooks() throws {
         let hooks = probe.hooks
         // The hooks of changes held by work that has not ended yet have not run yet.
         let held = probe.changesHeldByWork.calls + probe.changesHeldByWork.tasks
@@ -140,7 +139,7 @@ extension EngineModelDriver {
 
     /// Invariants 1 and 2 on the fast path: headers only of the current epoch's installed credential, only before it
     /// expires, and otherwise an error that says why, never anonymous.
-    func checkFastPath() throws -> IdentityHeaders? {
+    package func checkFastPath() throws -> IdentityHeaders? {
         let state = engine.state
         let now = clock.now
         let valid = engine.hasValidIdentity(at: now)

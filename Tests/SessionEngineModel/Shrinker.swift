@@ -1,5 +1,5 @@
 /// An operation that knows simpler forms of itself, for shrinking a failing program.
-protocol Shrinkable {
+package protocol Shrinkable {
     /// Replacements for this operation, simplest first; each is a sequence, so a compound operation can be split
     /// into its parts. Removing the operation altogether is tried separately.
     var simplerForms: [[Self]] { get }
@@ -11,14 +11,14 @@ protocol Shrinkable {
 /// remaining operation is replaced by its simpler forms; both passes repeat until neither makes progress or the
 /// budget of attempts is spent. Every candidate is run through `stillFails`, so a reduction is kept only if it
 /// reproduces a failure.
-enum Shrinker {
-    struct Result<Operation> {
-        var operations: [Operation]
-        var attempts: Int
-        var reductions: Int
+package enum Shrinker {
+    package struct Result<Operation> {
+        package var operations: [Operation]
+        package var attempts: Int
+        package var reductions: Int
     }
 
-    static func shrink<Operation: Shrinkable>(
+    package static func shrink<Operation: Shrinkable>(
         _ operations: [Operation],
         budget: Int,
         stillFails: ([Operation]) async -> Bool

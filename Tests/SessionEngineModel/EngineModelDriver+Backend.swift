@@ -1,19 +1,18 @@
 import Foundation
+package import SessionEngine
+import SessionEngineBackend
 import SessionEngineTestKit
-
-@testable import SessionEngine
-@testable import SessionEngineBackend
 
 /// The scripted backend's side of the driver: which fetches are live, when each is due, and what each answers.
 extension EngineModelDriver {
 
-    func isLive(_ request: ModelFetcher.Request) -> Bool {
+    package func isLive(_ request: ModelFetcher.Request) -> Bool {
         !request.cancelled && request.epoch == model.epoch && request.account == model.account
             && !probe.shuttingDown
     }
 
     /// Answers the live fetches that are due; returns whether it answered any.
-    func answerLiveRequests() -> Bool {
+    package func answerLiveRequests() -> Bool {
         var answered = false
         for request in fetcher.pendingRequests where isLive(request) {
             if recovering || request.due.map({ $0 <= clock.uptime }) == true {
@@ -25,16 +24,16 @@ extension EngineModelDriver {
     }
 
     /// A fetch of an earlier epoch, or a cancelled one, whose answer is due.
-    var dueStaleRequest: ModelFetcher.Request? {
+    package var dueStaleRequest: ModelFetcher.Request? {
         fetcher.pendingRequests.first { !isLive($0) && $0.due.map { $0 <= clock.uptime } == true }
     }
 
     /// When the next scripted answer is due.
-    var nextDue: Duration? {
+    package var nextDue: Duration? {
         fetcher.pendingRequests.compactMap(\.due).filter { $0 > clock.uptime }.min()
     }
 
-    func answer(_ request: ModelFetcher.Request) {
+    package func answer(_ request: ModelFetcher.Request) {
         let live = isLive(request)
         let now = clock.now
         let nowSeconds = Int64(now.timeIntervalSince1970.rounded(.down))
@@ -95,7 +94,7 @@ extension EngineModelDriver {
         fetcher.answer(request.id, with: result)
     }
 
-    func sign(_ email: String, expiresAt: Int64) -> IdentityCredential {
+    package func sign(_ email: String, expiresAt: Int64) -> IdentityCredential {
         try! signer.sign(email: email, properties: nil, expiresAt: expiresAt)
     }
 }

@@ -1,17 +1,16 @@
-import SessionEngineTestKit
+package import SessionEngine
+package import SessionEngineTestKit
 import Synchronization
 
-@testable import SessionEngine
-
 /// A broken invariant, thrown out of a step of a program.
-struct Violation: Error, CustomStringConvertible {
-    let message: String
+package struct Violation: Error, CustomStringConvertible {
+    package let message: String
 
-    init(_ message: String) {
+    package init(_ message: String) {
         self.message = message
     }
 
-    var description: String { message }
+    package var description: String { message }
 }
 
 /// A backend whose every fetch waits for the program's driver, which answers it as the program scripted.
@@ -20,54 +19,54 @@ struct Violation: Error, CustomStringConvertible {
 /// the monotonic time it started, so the fetcher can check that at most one fetch per epoch is in flight and that
 /// fetch starts keep the minimum interval. A fetch waiting for its answer is parked on the clock's ledger, so the
 /// engine counts as idle while the backend holds it.
-final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
-    struct Request: Sendable {
-        let id: Int
-        let account: AccountID
-        let epoch: UInt64
-        let start: Duration
-        let behaviour: FetchBehaviour
+package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
+    package struct Request: Sendable {
+        package let id: Int
+        package let account: AccountID
+        package let epoch: UInt64
+        package let start: Duration
+        package let behaviour: FetchBehaviour
         /// The engine cancelled the fetch; only a fetch that ignores cancellation is still pending then.
-        var cancelled = false
+        package var cancelled = false
 
         /// When the backend answers, or `nil` when it answers only a cancellation.
-        var due: Duration? { behaviour.delay.map { start + .seconds($0) } }
+        package var due: Duration? { behaviour.delay.map { start + .seconds($0) } }
     }
 
     private struct Pending {
-        var request: Request
-        var continuation: CheckedContinuation<IdentityCredential, any Error>
+        package var request: Request
+        package var continuation: CheckedContinuation<IdentityCredential, any Error>
     }
 
     private struct State {
-        var total = 0
-        var pending: [Int: Pending] = [:]
-        var script: [FetchBehaviour] = []
-        var recovering = false
-        var inFlight: [UInt64: Int] = [:]
-        var lastStart: [UInt64: Duration] = [:]
-        var violations: [String] = []
+        package var total = 0
+        package var pending: [Int: Pending] = [:]
+        package var script: [FetchBehaviour] = []
+        package var recovering = false
+        package var inFlight: [UInt64: Int] = [:]
+        package var lastStart: [UInt64: Duration] = [:]
+        package var violations: [String] = []
     }
 
-    static let defaultBehaviour = FetchBehaviour.succeed(lifetime: 300)
+    package static let defaultBehaviour = FetchBehaviour.succeed(lifetime: 300)
 
     private let state = Mutex(State())
     private let clock: ManualClock
     private let minimumInterval: Duration
 
-    init(clock: ManualClock, minimumInterval: Duration) {
+    package init(clock: ManualClock, minimumInterval: Duration) {
         self.clock = clock
         self.minimumInterval = minimumInterval
     }
 
     /// The engine's fetches park on the clock's ledger, which the fetcher already knows.
-    func attach(_ ledger: ActivityLedger) {}
+    package func attach(_ ledger: ActivityLedger) {}
 
-    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+    package func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
         preconditionFailure("the engine always says which fetch it starts")
     }
 
-    func fetchCredential(_ fetch: FetchRequest) async throws -> IdentityCredential {
+    package func fetchCredential(_ fetch: FetchRequest) async throws -> IdentityCredential {
         let start = clock.uptime
         let minimumInterval = self.minimumInterval
         let (account, epoch) = (fetch.account, fetch.epoch)
@@ -126,12 +125,12 @@ final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     }
 
     /// Scripts the answer to the next fetch.
-    func enqueue(_ behaviour: FetchBehaviour) {
+    package func enqueue(_ behaviour: FetchBehaviour) {
         state.withLock { $0.script.append(behaviour) }
     }
 
     /// From now on every fetch succeeds.
-    func recover() {
+    package func recover() {
         state.withLock { state in
             state.recovering = true
             state.script.removeAll()
@@ -139,19 +138,19 @@ final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     }
 
     /// The fetches waiting for an answer, oldest first.
-    var pendingRequests: [Request] {
+    package var pendingRequests: [Request] {
         state.withLock { $0.pending.values.map(\.request).sorted { $0.id < $1.id } }
     }
 
-    var pendingCount: Int { state.withLock { $0.pending.count } }
+    package var pendingCount: Int { state.withLock { $0.pending.count } }
 
-    var total: Int { state.withLock { $0.total } }
+    package var total: Int { state.withLock { $0.total } }
 
     /// The first broken invariant the fetcher saw, if any.
-    var violation: String? { state.withLock { $0.violations.first } }
+    package var violation: String? { state.withLock { $0.violations.first } }
 
     /// Answers a pending fetch.
-    func answer(_ id: Int, with result: Result<IdentityCredential, any Error>) {
+    package func answer(_ id: Int, with result: Result<IdentityCredential, any Error>) {
         let pending = state.withLock { state -> Pending? in
             guard let pending = state.pending.removeValue(forKey: id) else { return nil }
             state.inFlight[pending.request.epoch, default: 1] -= 1
@@ -163,7 +162,7 @@ final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     }
 
     /// Fails every pending fetch, to tear a program down.
-    func failAll() {
+    package func failAll() {
         for request in pendingRequests { answer(request.id, with: .failure(CancellationError())) }
     }
 }

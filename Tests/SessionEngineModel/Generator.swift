@@ -4,20 +4,20 @@ import SessionEngine
 ///
 /// It is its own stream, separate from the engine's, so that changing the engine's jitter never changes which
 /// programs a seed replays; it shares the engine's SplitMix64 algorithm.
-struct PropertyRandom: RandomNumberGenerator, Sendable {
+package struct PropertyRandom: RandomNumberGenerator, Sendable {
     private var base: SplitMix64
 
-    init(seed: UInt64) {
+    package init(seed: UInt64) {
         base = SplitMix64(seed: seed)
     }
 
-    mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         base.next()
     }
 
     /// The seed of the `index`th program of a run: the run's seed itself for the first program, so a failing
     /// program's seed, given back as the run's seed, replays that program first.
-    static func programSeed(run seed: UInt64, index: Int) -> UInt64 {
+    package static func programSeed(run seed: UInt64, index: Int) -> UInt64 {
         guard index > 0 else { return seed }
         var random = PropertyRandom(seed: seed ^ (UInt64(index) &* 0xD1B5_4A32_D192_ED03))
         return random.next()
@@ -25,58 +25,58 @@ struct PropertyRandom: RandomNumberGenerator, Sendable {
 }
 
 /// A recipe for random values: a function of the random source, with combinators to build larger recipes.
-struct Gen<Value: Sendable>: Sendable {
-    let generate: @Sendable (inout PropertyRandom) -> Value
+package struct Gen<Value: Sendable>: Sendable {
+    package let generate: @Sendable (inout PropertyRandom) -> Value
 
-    init(_ generate: @escaping @Sendable (inout PropertyRandom) -> Value) {
+    package init(_ generate: @escaping @Sendable (inout PropertyRandom) -> Value) {
         self.generate = generate
     }
 
     /// One value from a fresh generator seeded with `seed`.
-    func sample(seed: UInt64) -> Value {
+    package func sample(seed: UInt64) -> Value {
         var random = PropertyRandom(seed: seed)
         return generate(&random)
     }
 
-    func map<Other: Sendable>(_ transform: @escaping @Sendable (Value) -> Other) -> Gen<Other> {
+    package func map<Other: Sendable>(_ transform: @escaping @Sendable (Value) -> Other) -> Gen<Other> {
         Gen<Other> { random in transform(generate(&random)) }
     }
 
-    func flatMap<Other: Sendable>(_ transform: @escaping @Sendable (Value) -> Gen<Other>) -> Gen<Other> {
+    package func flatMap<Other: Sendable>(_ transform: @escaping @Sendable (Value) -> Gen<Other>) -> Gen<Other> {
         Gen<Other> { random in transform(generate(&random)).generate(&random) }
     }
 
     /// An array of exactly `count` values.
-    func array(count: Int) -> Gen<[Value]> {
+    package func array(count: Int) -> Gen<[Value]> {
         Gen<[Value]> { random in (0..<count).map { _ in generate(&random) } }
     }
 
     /// An array whose length is drawn from `counts`.
-    func array(counts: ClosedRange<Int>) -> Gen<[Value]> {
+    package func array(counts: ClosedRange<Int>) -> Gen<[Value]> {
         Gen<[Value]> { random in
             let count = Int.random(in: counts, using: &random)
             return (0..<count).map { _ in generate(&random) }
         }
     }
 
-    static func constant(_ value: Value) -> Gen<Value> {
+    package static func constant(_ value: Value) -> Gen<Value> {
         Gen { _ in value }
     }
 
     /// One of the elements, uniformly.
-    static func element(of elements: [Value]) -> Gen<Value> {
+    package static func element(of elements: [Value]) -> Gen<Value> {
         precondition(!elements.isEmpty, "no elements to choose from")
         return Gen { random in elements[Int.random(in: 0..<elements.count, using: &random)] }
     }
 
     /// One of the generators, uniformly.
-    static func oneOf(_ generators: [Gen<Value>]) -> Gen<Value> {
+    package static func oneOf(_ generators: [Gen<Value>]) -> Gen<Value> {
         precondition(!generators.isEmpty, "no generators to choose from")
         return Gen { random in generators[Int.random(in: 0..<generators.count, using: &random)].generate(&random) }
     }
 
     /// One of the generators, chosen with the given relative weights.
-    static func frequency(_ weighted: [(Int, Gen<Value>)]) -> Gen<Value> {
+    package static func frequency(_ weighted: [(Int, Gen<Value>)]) -> Gen<Value> {
         let total = weighted.reduce(0) { $0 + $1.0 }
         precondition(total > 0, "the weights must not all be zero")
         return Gen { random in
@@ -91,19 +91,19 @@ struct Gen<Value: Sendable>: Sendable {
 }
 
 extension Gen where Value == Int {
-    static func int(in range: ClosedRange<Int>) -> Gen<Int> {
+    package static func int(in range: ClosedRange<Int>) -> Gen<Int> {
         Gen { random in Int.random(in: range, using: &random) }
     }
 }
 
 extension Gen where Value == Bool {
-    static var bool: Gen<Bool> {
+    package static var bool: Gen<Bool> {
         Gen { random in Bool.random(using: &random) }
     }
 }
 
 extension Gen where Value == UInt64 {
-    static var uint64: Gen<UInt64> {
+    package static var uint64: Gen<UInt64> {
         Gen { random in random.next() }
     }
 }

@@ -1,49 +1,48 @@
-import Foundation
-import SessionEngineTestKit
+package import Foundation
+package import SessionEngine
+package import SessionEngineBackend
+package import SessionEngineTestKit
 import Synchronization
-
-@testable import SessionEngine
-@testable import SessionEngineBackend
 
 /// What a program's tasks observe while they run: the engine's events as it publishes them, the calls in progress,
 /// the scoped work that is running, the account-change hooks, and the invariants the tasks saw broken.
 ///
 /// Everything here is shared between the driver and the tasks it starts, so it lives behind one lock.
-final class ModelProbe: Sendable {
+package final class ModelProbe: Sendable {
     private struct State {
-        var violations: [String] = []
+        package var violations: [String] = []
         /// Calls to the engine started and not yet returned.
-        var outstanding = 0
+        package var outstanding = 0
         /// Resumed once at most `count` calls are outstanding.
-        var callWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
-        var calls: [Int: String] = [:]
-        var nextCall = 0
+        package var callWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        package var calls: [Int: String] = [:]
+        package var nextCall = 0
         /// Scoped work bodies sleeping on the clock; each blocks exactly one outstanding call.
-        var sleepingBodies = 0
-        var stubbornBodies = 0
+        package var sleepingBodies = 0
+        package var stubbornBodies = 0
         /// Running scoped work: the epoch of the credential each body received.
-        var work: [Int: UInt64] = [:]
-        var nextWork = 0
+        package var work: [Int: UInt64] = [:]
+        package var nextWork = 0
         /// Account changes in progress: the epoch each began, and whether a call of the program made it (or the
         /// engine's own task, when the backend ended the session).
-        var changes: [Int: (epoch: UInt64, isCall: Bool)] = [:]
-        var nextChange = 0
-        var hooks: [AccountChange] = []
+        package var changes: [Int: (epoch: UInt64, isCall: Bool)] = [:]
+        package var nextChange = 0
+        package var hooks: [AccountChange] = []
         /// The gate the next hook waits at, when the program holds it.
-        var nextHookGate: Gate?
-        var heldHook: Gate?
+        package var nextHookGate: Gate?
+        package var heldHook: Gate?
         /// Every event the engine published, as it published it.
-        var events: [SessionEvent] = []
+        package var events: [SessionEvent] = []
         /// The states the engine published, in order.
-        var states: [SessionState] = []
+        package var states: [SessionState] = []
         /// The epochs of the account changes the engine has begun and published.
-        var begunEpochs: Set<UInt64> = []
+        package var begunEpochs: Set<UInt64> = []
         /// The epochs in which the backend issued each credential, by signature (the same email, expiry and secret
         /// give the same credential in any epoch).
-        var origins: [String: Set<UInt64>] = [:]
+        package var origins: [String: Set<UInt64>] = [:]
         /// Epochs in which a credential was installed.
-        var installedEpochs: Set<UInt64> = []
-        var shuttingDown = false
+        package var installedEpochs: Set<UInt64> = []
+        package var shuttingDown = false
     }
 
     private let state = Mutex(State())
@@ -52,7 +51,7 @@ final class ModelProbe: Sendable {
 
     /// Receives every event in the step the engine publishes it: the engine's own sequence of states and the epochs
     /// of the account changes it began.
-    func observe(_ event: SessionEvent) {
+    package func observe(_ event: SessionEvent) {
         state.withLock { state in
             if let last = state.events.last, event.sequence != last.sequence + 1 {
                 state.violations.append("event \(event.sequence) followed event \(last.sequence)")
@@ -66,47 +65,47 @@ final class ModelProbe: Sendable {
     }
 
     /// How many events the engine has published.
-    var eventCount: Int { state.withLock { $0.events.count } }
+    package var eventCount: Int { state.withLock { $0.events.count } }
 
     /// The sequence number of the engine's last event; 0 before any.
-    var lastSequence: UInt64 { state.withLock { $0.events.last?.sequence ?? 0 } }
+    package var lastSequence: UInt64 { state.withLock { $0.events.last?.sequence ?? 0 } }
 
     /// The engine's last events, oldest first.
-    var recentEvents: [String] { state.withLock { $0.events.suffix(12).map(\.description) } }
+    package var recentEvents: [String] { state.withLock { $0.events.suffix(12).map(\.description) } }
 
     /// The engine's state changes so far.
-    var states: [SessionState] { state.withLock { $0.states } }
+    package var states: [SessionState] { state.withLock { $0.states } }
 
-    var stateCount: Int { state.withLock { $0.states.count } }
+    package var stateCount: Int { state.withLock { $0.states.count } }
 
     // MARK: Violations
 
-    func violation(_ message: String) {
+    package func violation(_ message: String) {
         state.withLock { $0.violations.append(message) }
     }
 
-    var firstViolation: String? { state.withLock { $0.violations.first } }
+    package var firstViolation: String? { state.withLock { $0.violations.first } }
 
     // MARK: Epochs and credentials
 
-    func noteOrigin(of credential: IdentityCredential, epoch: UInt64) {
+    package func noteOrigin(of credential: IdentityCredential, epoch: UInt64) {
         state.withLock { _ = $0.origins[credential.signature, default: []].insert(epoch) }
     }
 
     /// The epochs in which the backend issued `credential`.
-    func origins(of credential: IdentityCredential) -> Set<UInt64> {
+    package func origins(of credential: IdentityCredential) -> Set<UInt64> {
         state.withLock { $0.origins[credential.signature] ?? [] }
     }
 
-    func noteInstalled(epoch: UInt64) {
+    package func noteInstalled(epoch: UInt64) {
         state.withLock { _ = $0.installedEpochs.insert(epoch) }
     }
 
-    func wasInstalled(in epoch: UInt64) -> Bool {
+    package func wasInstalled(in epoch: UInt64) -> Bool {
         state.withLock { $0.installedEpochs.contains(epoch) }
     }
 
-    var shuttingDown: Bool {
+    package var shuttingDown: Bool {
         get { state.withLock { $0.shuttingDown } }
         set { state.withLock { $0.shuttingDown = newValue } }
     }
@@ -114,7 +113,7 @@ final class ModelProbe: Sendable {
     // MARK: Calls
 
     /// A call to the engine began; returns its ticket for ``callFinished(_:)``.
-    func callStarted(_ name: String) -> Int {
+    package func callStarted(_ name: String) -> Int {
         state.withLock { state in
             state.outstanding += 1
             state.nextCall += 1
@@ -123,7 +122,7 @@ final class ModelProbe: Sendable {
         }
     }
 
-    func callFinished(_ ticket: Int) {
+    package func callFinished(_ ticket: Int) {
         let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.outstanding -= 1
             state.calls.removeValue(forKey: ticket)
@@ -143,7 +142,7 @@ final class ModelProbe: Sendable {
     /// A call that has left the engine is still outstanding until the program's code after it (its checks) has run.
     /// Waiting with `count` set to the calls still inside an idle engine lets those checks run before the program
     /// moves the clock on; they are on their way, so the wait ends.
-    func waitUntilCallsFinished(leaving count: Int = 0) async {
+    package func waitUntilCallsFinished(leaving count: Int = 0) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 if state.outstanding <= count { return true }
@@ -155,14 +154,14 @@ final class ModelProbe: Sendable {
     }
 
     /// The calls that have not returned, oldest first.
-    var callsInProgress: [String] { state.withLock { $0.calls.sorted { $0.key < $1.key }.map(\.value) } }
+    package var callsInProgress: [String] { state.withLock { $0.calls.sorted { $0.key < $1.key }.map(\.value) } }
 
-    var outstanding: Int { state.withLock { $0.outstanding } }
+    package var outstanding: Int { state.withLock { $0.outstanding } }
 
-    var sleepingBodies: Int { state.withLock { $0.sleepingBodies } }
+    package var sleepingBodies: Int { state.withLock { $0.sleepingBodies } }
 
     /// Records what a call to the engine threw; codes outside `allowed` break the contract.
-    func callFailed(_ call: String, _ error: any Error, allowed: Set<SessionError.Code>) {
+    package func callFailed(_ call: String, _ error: any Error, allowed: Set<SessionError.Code>) {
         guard let error = error as? SessionError else {
             violation("\(call) threw \(type(of: error))")
             return
@@ -175,7 +174,7 @@ final class ModelProbe: Sendable {
 
     /// A scoped work body began with `credential`: it must be a credential of one of `allowedEpochs` that has not
     /// expired.
-    func workStarted(with credential: IdentityCredential, at now: Date, allowedEpochs: Set<UInt64>) -> Int {
+    package func workStarted(with credential: IdentityCredential, at now: Date, allowedEpochs: Set<UInt64>) -> Int {
         state.withLock { state in
             let origins = state.origins[credential.signature] ?? []
             let epoch = origins.intersection(allowedEpochs).max()
@@ -195,11 +194,11 @@ final class ModelProbe: Sendable {
         }
     }
 
-    func workEnded(_ id: Int) {
+    package func workEnded(_ id: Int) {
         state.withLock { _ = $0.work.removeValue(forKey: id) }
     }
 
-    func bodySleeps(_ delta: Int, stubborn: Bool = false) {
+    package func bodySleeps(_ delta: Int, stubborn: Bool = false) {
         state.withLock { state in
             state.sleepingBodies += delta
             if stubborn { state.stubbornBodies += delta }
@@ -207,10 +206,10 @@ final class ModelProbe: Sendable {
     }
 
     /// Work sleeping through its cancellation.
-    var stubbornWork: Int { state.withLock { $0.stubbornBodies } }
+    package var stubbornWork: Int { state.withLock { $0.stubbornBodies } }
 
     /// An account change that began `epoch` returned: no work of an earlier epoch may still run.
-    func checkDrained(before epoch: UInt64, after call: String) {
+    package func checkDrained(before epoch: UInt64, after call: String) {
         state.withLock { state in
             let left = state.work.values.filter { $0 < epoch }
             if !left.isEmpty {
@@ -221,12 +220,12 @@ final class ModelProbe: Sendable {
         }
     }
 
-    var runningWork: Int { state.withLock { $0.work.count } }
+    package var runningWork: Int { state.withLock { $0.work.count } }
 
     /// An account change began: a call of the program, or the engine's own sign-out when the backend ended the
     /// session (that one is never finished: it matters only while it waits for work to drain).
     @discardableResult
-    func changeStarted(epoch: UInt64, isCall: Bool = true) -> Int {
+    package func changeStarted(epoch: UInt64, isCall: Bool = true) -> Int {
         state.withLock { state in
             state.nextChange += 1
             state.changes[state.nextChange] = (epoch, isCall)
@@ -234,13 +233,13 @@ final class ModelProbe: Sendable {
         }
     }
 
-    func changeFinished(_ id: Int) {
+    package func changeFinished(_ id: Int) {
         state.withLock { _ = $0.changes.removeValue(forKey: id) }
     }
 
     /// Account changes the engine has begun that cannot go on yet because work of an earlier epoch still runs: they
     /// wait for the work to drain, not for anything the engine decides.
-    var changesHeldByWork: (calls: Int, tasks: Int) {
+    package var changesHeldByWork: (calls: Int, tasks: Int) {
         state.withLock { state in
             guard let oldest = state.work.values.min() else { return (0, 0) }
             let held = state.changes.values.filter { $0.epoch > oldest && state.begunEpochs.contains($0.epoch) }
@@ -253,7 +252,7 @@ final class ModelProbe: Sendable {
 
     /// The account-change hook: records the change, checks that the previous work has drained, and holds the
     /// change at a gate when the program asked for it; the engine counts the held hook as parked.
-    func hook(_ change: AccountChange, scopedWork: Int) async {
+    package func hook(_ change: AccountChange, scopedWork: Int) async {
         let gate = state.withLock { state -> Gate? in
             state.hooks.append(change)
             if !state.work.isEmpty || scopedWork != 0 {
@@ -269,17 +268,17 @@ final class ModelProbe: Sendable {
         await gate?.wait()
     }
 
-    var hooks: [AccountChange] { state.withLock { $0.hooks } }
+    package var hooks: [AccountChange] { state.withLock { $0.hooks } }
 
     /// Holds the next hook at a gate of `clock`'s.
-    func stallNextHook(clock: ManualClock) {
+    package func stallNextHook(clock: ManualClock) {
         state.withLock { $0.nextHookGate = Gate(clock: clock) }
     }
 
     /// Whether a hook waits at its gate.
-    var hookStalled: Bool { state.withLock { $0.heldHook?.isHolding ?? false } }
+    package var hookStalled: Bool { state.withLock { $0.heldHook?.isHolding ?? false } }
 
-    func releaseHooks() {
+    package func releaseHooks() {
         let gate = state.withLock { state -> Gate? in
             state.nextHookGate = nil
             defer { state.heldHook = nil }
@@ -290,39 +289,39 @@ final class ModelProbe: Sendable {
 }
 
 /// The service's verifier, shared with scoped work that sends credentials to the service.
-final class ServiceVerifier: Sendable {
+package final class ServiceVerifier: Sendable {
     private let verifier: Mutex<IdentityVerifier>
 
-    init(_ verifier: IdentityVerifier) {
+    package init(_ verifier: IdentityVerifier) {
         self.verifier = Mutex(verifier)
     }
 
-    func rotate(to secret: String) {
+    package func rotate(to secret: String) {
         verifier.withLock { try! $0.rotateSecret(to: secret) }
     }
 
-    func verify(_ credential: IdentityCredential) -> IdentityVerification {
+    package func verify(_ credential: IdentityCredential) -> IdentityVerification {
         verifier.withLock { $0.verify(credential) }
     }
 }
 
 /// The states and events one subscriber received.
-final class SubscriberLog: Sendable {
+package final class SubscriberLog: Sendable {
     private struct Waiter {
         /// Resume once this sequence number was received, or the subscription finished.
-        var sequence: UInt64
-        var continuation: CheckedContinuation<Void, Never>
+        package var sequence: UInt64
+        package var continuation: CheckedContinuation<Void, Never>
     }
 
     private struct State {
-        var states: [SessionState] = []
-        var dropped = false
-        var finished = false
+        package var states: [SessionState] = []
+        package var dropped = false
+        package var finished = false
         /// The sequence number of the last event received; `nil` before the first (the state at subscription).
-        var lastSequence: UInt64?
-        var waiters: [Waiter] = []
+        package var lastSequence: UInt64?
+        package var waiters: [Waiter] = []
 
-        mutating func ready() -> [CheckedContinuation<Void, Never>] {
+        package mutating func ready() -> [CheckedContinuation<Void, Never>] {
             var ready: [CheckedContinuation<Void, Never>] = []
             waiters.removeAll { waiter in
                 guard finished || (lastSequence.map { $0 >= waiter.sequence } ?? false) else { return false }
@@ -339,11 +338,11 @@ final class SubscriberLog: Sendable {
     private let startSequence: UInt64
 
     /// Creates the log of a subscriber that subscribes while the engine's last event is `startSequence`.
-    init(startSequence: UInt64) {
+    package init(startSequence: UInt64) {
         self.startSequence = startSequence
     }
 
-    func record(_ event: SessionEvent) {
+    package func record(_ event: SessionEvent) {
         let startSequence = self.startSequence
         let ready = state.withLock { state in
             switch event.kind {
@@ -357,7 +356,7 @@ final class SubscriberLog: Sendable {
         for continuation in ready { continuation.resume() }
     }
 
-    func finish() {
+    package func finish() {
         let ready = state.withLock { state in
             state.finished = true
             return state.ready()
@@ -366,7 +365,7 @@ final class SubscriberLog: Sendable {
     }
 
     /// Waits until the subscriber has received the event with this sequence number, or its subscription ended.
-    func waitUntilReceived(_ sequence: UInt64) async {
+    package func waitUntilReceived(_ sequence: UInt64) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 if state.finished || (state.lastSequence.map { $0 >= sequence } ?? false) { return true }
@@ -378,12 +377,12 @@ final class SubscriberLog: Sendable {
     }
 
     /// Waits until the subscription has ended.
-    func waitUntilFinished() async {
+    package func waitUntilFinished() async {
         await waitUntilReceived(.max)
     }
 
-    var states: [SessionState] { state.withLock { $0.states } }
-    var stateCount: Int { state.withLock { $0.states.count } }
-    var dropped: Bool { state.withLock { $0.dropped } }
-    var finished: Bool { state.withLock { $0.finished } }
+    package var states: [SessionState] { state.withLock { $0.states } }
+    package var stateCount: Int { state.withLock { $0.states.count } }
+    package var dropped: Bool { state.withLock { $0.dropped } }
+    package var finished: Bool { state.withLock { $0.finished } }
 }

@@ -1,14 +1,13 @@
 import Foundation
+import SessionEngine
 import SessionEngineTestKit
-
-@testable import SessionEngine
 
 /// The end of a program: liveness once the backend recovers, the shutdown and its leak check, and the teardown of a
 /// program that failed.
 extension EngineModelDriver {
     /// Invariant 7: once the backend succeeds, the engine is identified within the backoff cap (plus the minimum
     /// interval and one 30-second timer slice) of virtual time.
-    func checkLiveness() async throws {
+    package func checkLiveness() async throws {
         guard model.account != nil else { return }
         recovering = true
         fetcher.recover()
@@ -28,7 +27,7 @@ extension EngineModelDriver {
     }
 
     /// Invariant 8: after shutdown no task, timer, waiter, scoped work or subscriber remains.
-    func shutDownAndCheckLeaks() async throws {
+    package func shutDownAndCheckLeaks() async throws {
         probe.shuttingDown = true
         let done = await startShutdown()
         var steps = 0
@@ -89,7 +88,7 @@ extension EngineModelDriver {
     }
 
     /// Ends a failed program without leaving tasks behind, as far as a broken engine allows.
-    func tearDown() async {
+    package func tearDown() async {
         probe.shuttingDown = true
         probe.releaseHooks()
         let done = await startShutdown()

@@ -1,0 +1,263 @@
+package import SessionEngine
+
+/// What the scripted backend does with one fetch.
+package enum FetchBehaviour: Hashable, Sendable, CustomStringConvertible {
+    /// Returns a credential at once.
+    case succeed(lifetime: Int)
+    /// Returns a credential once the monotonic clock has moved `seconds`; honours cancellation.
+    case succeedAfter(seconds: Int, lifetime: Int)
+    /// Returns a credential for the account it was asked for once the clock has moved `seconds`, even if it was
+    /// cancelled meanwhile, like a response already on the wire.
+    case lateSuccess(seconds: Int)
+    /// Fails with a transient error.
+    case failTransiently
+    /// Fails with ``SessionError/backendSessionEnded(_:)``.
+    case failTerminally
+    /// Never answers; ends only when cancelled.
+    case hang
+    /// Returns a credential naming another account's email.
+    case otherAccountEmail
+    /// Returns a credential that has already expired.
+    case alreadyExpired
+    /// Returns a credential that lives 24 hours and `extra` seconds.
+    case lifetimeOver24Hours(extra: Int)
+    /// Throws a ``CredentialError``, as a decoder does for a malformed signature.
+    case malformedSignature
+
+    /// Whether the fetch answers at all without being cancelled.
+    package var delay: Int? {
+        switch self {
+        case .succeedAfter(let seconds, _), .lateSuccess(let seconds): seconds
+        case .hang: nil
+        default: 0
+        }
+    }
+
+    package var ignoresCancellation: Bool {
+        if case .lateSuccess = self { return true }
+        return false
+    }
+
+    package static let generator: Gen<FetchBehaviour> = .frequency([
+        (3, Gen.element(of: [60, 300, 900, 3600]).map { .succeed(lifetime: $0) }),
+        (3, Gen.element(of: [1, 5, 20, 90]).map { .succeedAfter(seconds: $0, lifetime: 300) }),
+        (2, Gen.element(of: [1, 10, 45]).map { .lateSuccess(seconds: $0) }),
+        (4, .constant(.failTransiently)),
+        (1, .constant(.failTerminally)),
+        (2, .constant(.hang)),
+        (2, .constant(.otherAccountEmail)),
+        (2, .constant(.alreadyExpired)),
+        (2, Gen.element(of: [30, 7200]).map { .lifetimeOver24Hours(extra: $0) }),
+        (2, .constant(.malformedSignature)),
+    ])
+
+    package var simpler: [FetchBehaviour] {
+        switch self {
+        case .succeed(let lifetime): lifetime == 300 ? [] : [.succeed(lifetime: 300)]
+        case .succeedAfter(let seconds, let lifetime):
+            [.succeed(lifetime: lifetime)]
+                + (seconds > 1 ? [.succeedAfter(seconds: seconds / 2, lifetime: lifetime)] : [])
+        case .lateSuccess(let seconds): [.succeedAfter(seconds: seconds, lifetime: 300)]
+        case .failTerminally, .hang, .otherAccountEmail, .alreadyExpired, .lifetimeOver24Hours, .malformedSignature:
+            [.failTransiently]
+        case .failTransiently: []
+        }
+    }
+
+    package var description: String {
+        switch self {
+        case .succeed(let lifetime): ".succeed(lifetime: \(lifetime))"
+        case .succeedAfter(let seconds, let lifetime): ".succeedAfter(seconds: \(seconds), lifetime: \(lifetime))"
+        case .lateSuccess(let seconds): ".lateSuccess(seconds: \(seconds))"
+        case .failTransiently: ".failTransiently"
+        case .failTerminally: ".failTerminally"
+        case .hang: ".hang"
+        case .otherAccountEmail: ".otherAccountEmail"
+        case .alreadyExpired: ".alreadyExpired"
+        case .lifetimeOver24Hours(let extra): ".lifetimeOver24Hours(extra: \(extra))"
+        case .malformedSignature: ".malformedSignature"
+        }
+    }
+}
+
+/// Scoped work that a program runs through ``SessionEngine/withIdentity(_:)``.
+package enum WorkKind: Hashable, Sendable, CustomStringConvertible {
+    /// Reads the credential and returns.
+    case quick
+    /// Sends the credential to the service, which verifies it; a rejection is thrown back to the engine.
+    case verifying
+    /// Sleeps on the clock for `seconds`, honouring cancellation.
+    case long(seconds: Int)
+    /// Sleeps on the clock for `seconds` and only then notices cancellation, like work that cannot stop half-way;
+    /// an account change waits for it.
+    case stubborn(seconds: Int)
+    /// Sleeps on the clock for `seconds`; cancelled, it throws `credentialRejected`, like an HTTP client whose cut
+    /// request comes back as the service's `INVALID_IDENTITY`. An account change must still fail it with
+    /// `ACCOUNT_CHANGED`, never renew for it or run it again as the next account.
+    case rejectedWhenCancelled(seconds: Int)
+
+    package var description: String {
+        switch self {
+        case .quick: ".quick"
+        case .verifying: ".verifying"
+        case .long(let seconds): ".long(seconds: \(seconds))"
+        case .stubborn(let seconds): ".stubborn(seconds: \(seconds))"
+        case .rejectedWhenCancelled(let seconds): ".rejectedWhenCancelled(seconds: \(seconds))"
+        }
+    }
+}
+
+/// What runs while an account change is held inside its hooks.
+package enum Partner: Hashable, Sendable, CustomStringConvertible {
+    case change(AccountID?)
+    case renew
+    case work
+    case readHeaders
+
+    package var operation: EngineOperation {
+        switch self {
+        case .change(let account): account.map { .switchAccount($0) } ?? .signOut
+        case .renew: .renew
+        case .work: .work(.quick)
+        case .readHeaders: .readHeaders(reportRejection: false)
+        }
+    }
+
+    package var description: String {
+        switch self {
+        case .change(let account): ".change(\(account.map { "\"\($0.rawValue)\"" } ?? "nil"))"
+        case .renew: ".renew"
+        case .work: ".work"
+        case .readHeaders: ".readHeaders"
+        }
+    }
+}
+
+/// One step of a program run against the engine.
+package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrinkable {
+    case signIn(AccountID)
+    case switchAccount(AccountID)
+    case signOut
+    /// Moves the monotonic and the wall clock forward, stepping through every timer on the way.
+    case advance(seconds: Int)
+    /// Moves the clocks to `seconds` past the installed credential's expiry.
+    case advancePastExpiry(seconds: Int)
+    /// Moves only the wall clock, forwards or backwards.
+    case jumpWallClock(seconds: Int)
+    /// Reads the fast-path headers; when `reportRejection`, sends them to the service and reports a rejection.
+    case readHeaders(reportRejection: Bool)
+    case work(WorkKind)
+    /// Reports that the service rejected the installed credential (or, with `older`, an earlier one).
+    case reportRejection(older: Bool)
+    case renew
+    /// Rotates the backend's secret: the backend signs with the new one and the service accepts only it.
+    case rotateSecret
+    case subscribe
+    case stopSubscriber(Int)
+    /// Scripts the backend's answer to the next fetch.
+    case nextFetch(FetchBehaviour)
+    /// Begins an account change whose hooks are held until `partner` has begun.
+    case stalledChange(to: AccountID?, partner: Partner)
+    /// Begins two account changes back to back, without waiting for the first to be prepared.
+    case concurrentChanges(AccountID?, AccountID?)
+    /// Starts long scoped work and an account change at once.
+    case changeDuringWork(to: AccountID?)
+
+    package static let accounts: [AccountID] = ["alice", "bob", "carol"]
+
+    package static let generator: Gen<EngineOperation> = {
+        let account = Gen.element(of: accounts)
+        let target = Gen<AccountID?>.frequency([(4, account.map { $0 }), (1, .constant(nil))])
+        let partner = Gen<Partner>.frequency([
+            (3, target.map { .change($0) }), (2, .constant(.renew)), (1, .constant(.work)),
+            (1, .constant(.readHeaders)),
+        ])
+        let work = Gen<WorkKind>.frequency([
+            (2, .constant(.quick)), (2, .constant(.verifying)),
+            (2, Gen.element(of: [5, 60, 600]).map { .long(seconds: $0) }),
+            (1, Gen.element(of: [2, 30]).map { .stubborn(seconds: $0) }),
+            (1, Gen.element(of: [60, 600]).map { .rejectedWhenCancelled(seconds: $0) }),
+        ])
+        return .frequency([
+            (6, account.map { .signIn($0) }),
+            (4, account.map { .switchAccount($0) }),
+            (2, .constant(.signOut)),
+            (8, Gen.element(of: [1, 3, 10, 30, 60]).map { .advance(seconds: $0) }),
+            (3, Gen.element(of: [0, 1, 20]).map { .advancePastExpiry(seconds: $0) }),
+            (2, Gen.element(of: [-7200, -300, -10, 10, 300, 7200]).map { .jumpWallClock(seconds: $0) }),
+            (6, Gen.bool.map { .readHeaders(reportRejection: $0) }),
+            (5, work.map { .work($0) }),
+            (3, Gen.frequency([(4, .constant(false)), (1, .constant(true))]).map { .reportRejection(older: $0) }),
+            (3, .constant(.renew)),
+            (2, .constant(.rotateSecret)),
+            (2, .constant(.subscribe)),
+            (1, Gen.int(in: 0...2).map { .stopSubscriber($0) }),
+            (10, FetchBehaviour.generator.map { .nextFetch($0) }),
+            (2, target.flatMap { to in partner.map { .stalledChange(to: to, partner: $0) } }),
+            (2, target.flatMap { first in target.map { .concurrentChanges(first, $0) } }),
+            (2, target.map { .changeDuringWork(to: $0) }),
+        ])
+    }()
+
+    package static func change(to account: AccountID?) -> EngineOperation {
+        account.map { .switchAccount($0) } ?? .signOut
+    }
+
+    package var simplerForms: [[EngineOperation]] {
+        switch self {
+        case .signIn(let account):
+            account == "alice" ? [] : [[.signIn("alice")]]
+        case .switchAccount(let account):
+            [[.signIn(account)]]
+        case .advance(let seconds):
+            seconds > 1 ? [[.advance(seconds: seconds / 2)]] : []
+        case .advancePastExpiry(let seconds):
+            seconds > 0 ? [[.advancePastExpiry(seconds: 0)]] : []
+        case .jumpWallClock(let seconds):
+            abs(seconds) > 1 ? [[.jumpWallClock(seconds: seconds / 10)]] : []
+        case .readHeaders(let report):
+            report ? [[.readHeaders(reportRejection: false)]] : []
+        case .work(.stubborn(let seconds)):
+            [[.work(.long(seconds: seconds))]]
+        case .work(let kind):
+            kind == .quick ? [] : [[.work(.quick)]]
+        case .reportRejection(let older):
+            older ? [[.reportRejection(older: false)]] : []
+        case .stopSubscriber(let index):
+            index > 0 ? [[.stopSubscriber(0)]] : []
+        case .nextFetch(let behaviour):
+            behaviour.simpler.map { [.nextFetch($0)] }
+        case .stalledChange(let to, let partner):
+            [[Self.change(to: to)], [Self.change(to: to), partner.operation]]
+        case .concurrentChanges(let first, let second):
+            [[Self.change(to: second)], [Self.change(to: first), Self.change(to: second)]]
+        case .changeDuringWork(let to):
+            [[Self.change(to: to)], [.work(.long(seconds: 600)), Self.change(to: to)]]
+        case .signOut, .renew, .rotateSecret, .subscribe:
+            []
+        }
+    }
+
+    package var description: String {
+        func quoted(_ account: AccountID?) -> String { account.map { "\"\($0.rawValue)\"" } ?? "nil" }
+        switch self {
+        case .signIn(let account): return ".signIn(\(quoted(account)))"
+        case .switchAccount(let account): return ".switchAccount(\(quoted(account)))"
+        case .signOut: return ".signOut"
+        case .advance(let seconds): return ".advance(seconds: \(seconds))"
+        case .advancePastExpiry(let seconds): return ".advancePastExpiry(seconds: \(seconds))"
+        case .jumpWallClock(let seconds): return ".jumpWallClock(seconds: \(seconds))"
+        case .readHeaders(let report): return ".readHeaders(reportRejection: \(report))"
+        case .work(let kind): return ".work(\(kind))"
+        case .reportRejection(let older): return ".reportRejection(older: \(older))"
+        case .renew: return ".renew"
+        case .rotateSecret: return ".rotateSecret"
+        case .subscribe: return ".subscribe"
+        case .stopSubscriber(let index): return ".stopSubscriber(\(index))"
+        case .nextFetch(let behaviour): return ".nextFetch(\(behaviour))"
+        case .stalledChange(let to, let partner): return ".stalledChange(to: \(quoted(to)), partner: \(partner))"
+        case .concurrentChanges(let first, let second): return ".concurrentChanges(\(quoted(first)), \(quoted(second)))"
+        case .changeDuringWork(let to): return ".changeDuringWork(to: \(quoted(to)))"
+        }
+    }
+}
