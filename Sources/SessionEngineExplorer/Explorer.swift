@@ -1,4 +1,319 @@
 import CSessionEngineExplorer
+import Synchronization
 
-/// Runs every job of a program on one thread it controls.
-package enum Explorer {}
+/// Runs every job of a program on one thread it controls, in an order a strategy chooses.
+///
+/// ## API (package access; the client is `SessionEngineSchedules`)
+///
+/// ```swift
+/// try Explorer.install()                       // first, from main.swift's synchronous top level
+/// try Explorer.selfTest()                      // -> SelfTestReport; throws ExplorerError with the reason
+/// var chooser = RandomChooser(seed: 7)         // or PCTChooser(depth:seed:expectedChoicePoints:),
+///                                              // ReplayChooser(schedule), Strategy.x.chooser(...)
+/// let report = Explorer.run(&chooser, stepLimit: 200_000, diagnostics: { "parked: ..." }) { try await program() }
+/// report.outcome        // .passed / .failed(msg) / .deadlock(parked) / .stepLimit / .captureBroken(reason)
+/// report.steps; report.choicePoints; report.schedule   // Schedule: "0x12.3.0x5.1", Schedule("...")!, .deviations
+/// Explorer.run(.random(seed: 7)) { ... }       // the same with a Strategy (expectedChoicePoints: for PCT)
+/// let x = Explorer.explore(bound: 2, maxSchedules: 100_000, reduction: true) { { try await program() } }
+/// x.schedules; x.pruned; x.complete; x.failures   // [(schedule, outcome)]; x.outcomes: [Outcome: Int]
+/// x.nondeterminism                              // set when a replayed prefix saw different runnable jobs
+/// Schedule.shrink(schedule) { Explorer.run(.replay($0)) { ... }.outcome != .passed }
+/// ```
+///
+/// ## Capture
+///
+/// ``install()`` sets the runtime's four enqueue hooks (`swift_task_enqueueGlobal_hook`, `...WithDelay_hook`,
+/// `...WithDeadline_hook`, `swift_task_enqueueMainExecutor_hook`). A job enqueued on the explorer's thread joins the
+/// run queue; a job asking for real time (`Task.sleep`, a `ContinuousClock` deadline) or the main actor fails the run,
+/// since programs run on a manual clock; an enqueue (or a package lock taken) on another thread is counted as foreign,
+/// handed to the runtime's own executor so that it is not lost, and fails the run ("capture broken").
+///
+/// ## Inline hops become choice points
+///
+/// The runtime runs an actor hop inline (no enqueue) only when no task executor is current
+/// (`swift_task_switchImpl` in stdlib/public/Concurrency/Actor.cpp). The explorer runs every job with
+/// `runSynchronously(on:)` its own task executor, so every hop is an enqueue: onto an actor, whose processing job
+/// reaches the global hook, or back to the generic executor.
+///
+/// ## Dependence (the exhaustive search's partial-order reduction)
+///
+/// A step is one job run. Its ``Footprint`` is the package locks it took (SessionEngine's lock calls
+/// `__tsan_acquire`, which the C target defines), the actors it was seen on (the current executor at each lock and
+/// each enqueue), and how many jobs it enqueued. Two steps are dependent when
+/// 1. they took a common lock, or ran on a common actor: they may touch the same state; or
+/// 2. one is silent (enqueued nothing) and the other is silent or an actor's processing job: a task that ends its
+///    step without an enqueue either finished, parked (on a continuation, a task, a group), or queued itself on an
+///    actor that already had a processing job scheduled, which the runtime does without any hook; the processing job
+///    then runs that task or not depending on the order, and a parked task may be woken by state we cannot see; or
+/// 3. one is an actor's processing job on an actor the explorer never saw (treated as silent).
+/// Otherwise they are independent: each ran on a different actor (or on none), under different locks, and ended by
+/// enqueuing visibly, so neither read what the other wrote through an actor or a lock, and swapping them changes
+/// only the order of the queue, not its contents (the search names jobs by their enqueue ordinal, not their index).
+///
+/// Why this is sound for Swift 6 programs: without data races, tasks share mutable state only through actors, locks
+/// and the runtime's own synchronisation. Actors and package locks are in the footprint. Where it is an
+/// approximation: state shared through a lock that is not the package's (`Synchronization.Mutex` used directly,
+/// `AsyncStream`'s internal lock, atomics), task cancellation flags, task-group and `async let` completion, and a
+/// task that wakes another silently (resuming a continuation onto a busy actor) in a step that also enqueued
+/// something visibly. The engine shares state only through its actors and `SanitizedMutex`, so for it the relation
+/// is exact up to those runtime-internal cases. A footprint recorded when a job ran on an earlier branch is reused
+/// for the same job (same ordinal) on a sibling branch; that is valid because runs are deterministic, which the
+/// search checks (the runnable jobs at every replayed step must be the recorded ones). Sleep sets combined with a
+/// deviation bound can cut a state that is reachable within the bound only through a pruned order; the self-test
+/// compares the outcomes with and without reduction on its toy program.
+package enum Explorer {
+    /// The explorer's task executor: every job runs with it as the current task executor, so that the runtime never
+    /// runs an actor hop inline. Its own enqueue (a task that prefers it) joins the run queue.
+    final class HopExecutor: TaskExecutor {
+        /// Queues a job of a task that prefers this executor.
+        func enqueue(_ job: consuming ExecutorJob) {
+            let unowned = UnownedJob(job)
+            let pointer = unsafeBitCast(unowned, to: UnsafeMutableRawPointer.self)
+            Explorer.captured(pointer, route: Int32(SE_EXPLORER_ROUTE_TASK_EXECUTOR.rawValue))
+        }
+    }
+
+    /// A job waiting in the run queue.
+    struct Pending {
+        /// The runtime's job.
+        var pointer: UnsafeMutableRawPointer
+        /// What the strategy sees.
+        var info: JobInfo
+    }
+
+    /// The explorer's mutable state; touched only on the explorer's thread (the hooks check the thread first).
+    struct State {
+        /// Whether ``install()`` succeeded.
+        var installed = false
+        /// Whether a run is in progress.
+        var active = false
+        /// The run queue, in enqueue order.
+        var queue: [Pending] = []
+        /// Enqueues so far in this run (the next job's ordinal).
+        var ordinals = 0
+        /// Why capture broke in this run, if it did.
+        var captureFailure: String?
+        /// The footprint of the job running now.
+        var footprint = Footprint(kind: .task)
+        /// The task of the job running now (0 for an actor's job).
+        var runningTask: UInt = 0
+        /// Jobs enqueued outside any run.
+        var strays = 0
+        /// Every job kind seen, for the self-test.
+        var kindsSeen: Set<Int> = []
+        /// Jobs run since installation.
+        var jobsRun = 0
+    }
+
+    /// The explorer's state (explorer's thread only).
+    nonisolated(unsafe) static var state = State()
+
+    /// The task executor every job runs on.
+    static let hopExecutor = HopExecutor()
+
+    /// Installs the runtime hooks. Call first, from the synchronous top level of main.swift, before any task exists;
+    /// the calling thread becomes the explorer's thread.
+    ///
+    /// - Throws: ``ExplorerError`` when a hook symbol is missing or already set.
+    package static func install() throws(ExplorerError) {
+        if state.installed {
+            return
+        }
+        let enqueue: se_explorer_enqueue_sink = { job, route in
+            Explorer.captured(job!, route: route)
+        }
+        let lock: se_explorer_lock_sink = { lock, executor in
+            Explorer.locked(UInt(bitPattern: lock), executor: UInt(bitPattern: executor))
+        }
+        if let failure = se_explorer_install(enqueue, lock) {
+            throw ExplorerError(
+                "cannot install the concurrency hooks: \(String(cString: failure)) "
+                    + "(see swiftlang/swift include/swift/Runtime/Concurrency.h and "
+                    + "stdlib/public/Concurrency/ConcurrencyHooks.def for this toolchain)")
+        }
+        state.installed = true
+    }
+
+    /// A job reached a hook on the explorer's thread.
+    static func captured(_ pointer: UnsafeMutableRawPointer, route: Int32) {
+        let kindByte = Int(se_explorer_job_kind(pointer))
+        state.kindsSeen.insert(kindByte)
+        switch UInt32(route) {
+        case SE_EXPLORER_ROUTE_DELAY.rawValue, SE_EXPLORER_ROUTE_DEADLINE.rawValue:
+            if state.captureFailure == nil {
+                state.captureFailure =
+                    "a job asked for real time (Task.sleep or a ContinuousClock/SuspendingClock deadline); "
+                    + "programs under the explorer must use a manual clock"
+            }
+            return
+        case SE_EXPLORER_ROUTE_MAIN.rawValue:
+            if state.captureFailure == nil {
+                state.captureFailure = "a job asked for the main actor; programs under the explorer must not use it"
+            }
+            return
+        default:
+            break
+        }
+        if !state.active {
+            state.strays += 1
+        }
+        let kind: JobInfo.Kind = kindByte == 0 ? .task : .actor
+        let identity = UInt(bitPattern: pointer)
+        let info = JobInfo(kind: kind, identity: identity, ordinal: state.ordinals)
+        state.ordinals += 1
+        state.queue.append(Pending(pointer: pointer, info: info))
+        state.footprint.enqueued += 1
+        let executor = UInt(bitPattern: se_explorer_current_executor())
+        if executor != 0 {
+            state.footprint.executors.insert(executor)
+        }
+    }
+
+    /// A package lock was taken on the explorer's thread.
+    static func locked(_ lock: UInt, executor: UInt) {
+        guard state.active else { return }
+        state.footprint.locks.insert(lock)
+        if executor != 0 {
+            state.footprint.executors.insert(executor)
+        }
+    }
+
+    /// Whether the calling thread is the explorer's thread.
+    package static var onExplorerThread: Bool {
+        se_explorer_on_explorer_thread() != 0
+    }
+
+    /// Runs `program` once under a ``Strategy``.
+    ///
+    /// - Parameters:
+    ///   - strategy: The strategy for this run.
+    ///   - expectedChoicePoints: k for ``Strategy/pct(depth:seed:)`` (from an earlier run of the program).
+    ///   - stepLimit: The most jobs the run may take.
+    ///   - diagnostics: What is parked; called on deadlock.
+    ///   - program: The program; a thrown error fails the run.
+    /// - Returns: The run's outcome, counts and schedule.
+    package static func run(
+        _ strategy: Strategy,
+        expectedChoicePoints: Int = 100,
+        stepLimit: Int = 200_000,
+        diagnostics: @escaping @Sendable () -> String = { "" },
+        _ program: @escaping @Sendable () async throws -> Void
+    ) -> RunReport {
+        var chooser = strategy.chooser(expectedChoicePoints: expectedChoicePoints)
+        return run(&chooser, stepLimit: stepLimit, diagnostics: diagnostics, program)
+    }
+
+    /// Runs `program` once, every job on the calling thread, picking the next job with `chooser`.
+    ///
+    /// Returns when the program's task has finished and no job is left, or on deadlock, step limit or broken capture.
+    /// Jobs left after the program's task finished run to quiescence under the same chooser. On a step limit or
+    /// broken capture the jobs still queued are dropped (their tasks never finish and their memory is not freed), so
+    /// the next run starts with an empty queue.
+    ///
+    /// - Parameters:
+    ///   - chooser: The strategy for this run.
+    ///   - stepLimit: The most jobs the run may take.
+    ///   - diagnostics: What is parked; called on deadlock, its text in the outcome.
+    ///   - program: The program; a thrown error fails the run.
+    /// - Returns: The run's outcome, counts and schedule.
+    package static func run<Chooser: ScheduleChooser>(
+        _ chooser: inout Chooser,
+        stepLimit: Int = 200_000,
+        diagnostics: @escaping @Sendable () -> String = { "" },
+        _ program: @escaping @Sendable () async throws -> Void
+    ) -> RunReport {
+        var report = RunReport(outcome: .passed, steps: 0, choicePoints: 0, schedule: Schedule())
+        guard state.installed else {
+            report.outcome = .captureBroken("Explorer.install() was not called (or failed)")
+            return report
+        }
+        guard onExplorerThread else {
+            report.outcome = .captureBroken("Explorer.run was called from a thread other than install()'s")
+            return report
+        }
+        guard !state.active else {
+            report.outcome = .captureBroken("Explorer.run was called from inside a run")
+            return report
+        }
+        if !state.queue.isEmpty || state.strays > 0 {
+            let count = max(state.queue.count, state.strays)
+            state.queue.removeAll()
+            state.strays = 0
+            report.outcome = .captureBroken("\(count) jobs were enqueued outside a run (dropped)")
+            return report
+        }
+        state.active = true
+        state.ordinals = 0
+        state.captureFailure = nil
+        state.footprint = Footprint(kind: .task)
+        let foreignBefore = se_explorer_foreign_enqueues() + se_explorer_foreign_locks()
+        let result = ProgramResult()
+        Task.detached {
+            do {
+                try await program()
+                result.finish(nil)
+            } catch {
+                result.finish("\(error)")
+            }
+        }
+        let executor = hopExecutor.asUnownedTaskExecutor()
+        while true {
+            if let failure = state.captureFailure {
+                report.outcome = .captureBroken(failure)
+                break
+            }
+            let foreign = se_explorer_foreign_enqueues() + se_explorer_foreign_locks() - foreignBefore
+            if foreign > 0 {
+                report.outcome = .captureBroken(
+                    "\(foreign) jobs were enqueued or locks taken on a thread other than the explorer's")
+                break
+            }
+            if state.queue.isEmpty {
+                switch result.value {
+                case .none: report.outcome = .deadlock(diagnostics())
+                case .some(.none): report.outcome = .passed
+                case .some(.some(let message)): report.outcome = .failed(message)
+                }
+                break
+            }
+            if report.steps >= stepLimit {
+                report.outcome = .stepLimit
+                break
+            }
+            let runnable = state.queue.count
+            var index = 0
+            if runnable > 1 {
+                index = chooser.choose(among: state.queue.map(\.info))
+                index = min(max(index, 0), runnable - 1)
+                report.schedule.choices.append(index)
+                report.choicePoints += 1
+            }
+            let job = state.queue.remove(at: index)
+            state.footprint = Footprint(kind: job.info.kind)
+            unsafeBitCast(job.pointer, to: UnownedJob.self).runSynchronously(on: executor)
+            report.steps += 1
+            state.jobsRun += 1
+            chooser.stepFinished(job.info, runnable: runnable, footprint: state.footprint)
+        }
+        state.queue.removeAll()
+        state.strays = 0
+        state.active = false
+        return report
+    }
+}
+
+/// The program's result, set by its task.
+final class ProgramResult: Sendable {
+    /// nil while running; then nil (passed) or the error's description.
+    let storage = Mutex<String??>(nil)
+
+    /// Records the program's end.
+    func finish(_ error: String?) {
+        storage.withLock { $0 = .some(error) }
+    }
+
+    /// nil while running; then nil (passed) or the error's description.
+    var value: String?? {
+        storage.withLock { $0 }
+    }
+}
