@@ -122,6 +122,10 @@ int se_explorer_job_kind(const void *job) {
     return ((const unsigned char *)job)[32];
 }
 
+uintptr_t se_explorer_job_word(const void *job, int offset) {
+    return *(const uintptr_t *)((const unsigned char *)job + offset);
+}
+
 uint64_t se_explorer_foreign_enqueues(void) { return atomic_load(&foreign_enqueues); }
 
 uint64_t se_explorer_foreign_locks(void) { return atomic_load(&foreign_locks); }
@@ -133,6 +137,33 @@ const void *se_explorer_current_executor(void) {
         return NULL;
     }
     return get_current_executor().identity;
+}
+
+typedef SE_SWIFTCALL void (*se_job_run)(void *job, se_executor_ref executor);
+
+int se_explorer_run_job_without_task_executor(void *job) {
+    static se_job_run run;
+    if (run == NULL) {
+        run = (se_job_run)dlsym(RTLD_DEFAULT, "swift_job_run");
+        if (run == NULL) {
+            return 0;
+        }
+    }
+    se_executor_ref generic = {NULL, 0};
+    run(job, generic);
+    return 1;
+}
+
+static void *se_explorer_thread_body(void *body) {
+    ((void (*)(void))body)();
+    return NULL;
+}
+
+void se_explorer_run_on_other_thread(void (*body)(void)) {
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, se_explorer_thread_body, (void *)body) == 0) {
+        pthread_join(thread, NULL);
+    }
 }
 
 uint64_t se_explorer_thread_id(void) { return (uint64_t)pthread_self(); }

@@ -12,12 +12,17 @@ package struct JobInfo: Sendable, Hashable {
     /// What the job is.
     package var kind: Kind
     /// A stable identity for the task or actor the job belongs to: the `AsyncTask`'s address for a task job (the same
-    /// across all its suspensions), the job's address for an actor's processing job (an actor's inline processing job
-    /// lives inside the actor, so it too is stable while the actor lives).
+    /// across all its suspensions); for an actor's out-of-line processing job (kind 193, what 6.x enqueues) the
+    /// actor's address, read from the job (the word after the 64-byte Job header, `ProcessOutOfLineJob::Actor`); for
+    /// other runtime jobs the job's address (an actor's inline processing job lives inside the actor, so it too is
+    /// stable while the actor lives).
     package var identity: UInt
     /// The job's position among all enqueues of this run (0 for the program's task); the same job has the same
     /// ordinal in every run that shares the prefix before its enqueue, since runs are deterministic.
     package var ordinal: Int
+    /// The runtime's job kind byte (0 for a task; 192 a default actor's inline processing job, 193 its out-of-line
+    /// one, 194 a priority override, 195 a nullary continuation, 196 an isolated deinit).
+    package var rawKind: Int
 }
 
 /// What one job did while it ran: the footprint the exhaustive search's partial-order reduction compares.
@@ -29,6 +34,8 @@ package struct Footprint: Sendable, Hashable {
     /// The identities of the non-generic executors (actors) it was seen running on: at each lock it took and at each
     /// job it enqueued.
     package var executors: Set<UInt> = []
+    /// For an actor's out-of-line processing job, the actor, read from the job before it ran.
+    package var actor: UInt?
     /// The number of jobs it enqueued where the explorer sees them.
     package var enqueued = 0
 
@@ -36,6 +43,12 @@ package struct Footprint: Sendable, Hashable {
     /// queueing its task on an actor that already had a processing job scheduled (which the runtime does without
     /// reaching a hook), or by parking on a continuation or another task.
     package var silent: Bool { enqueued == 0 }
+
+    /// The actors the job touched: those it was seen on, and the actor of its processing job.
+    package var actors: Set<UInt> {
+        guard let actor else { return executors }
+        return executors.union([actor])
+    }
 
     /// Whether running `self` and `other` in either order from the same state reaches the same state.
     ///
@@ -45,11 +58,11 @@ package struct Footprint: Sendable, Hashable {
     /// explorer never saw (no lock, no enqueue on it) counts as silent. See ``Explorer`` for why this is sound and
     /// where it is an approximation.
     package func isIndependent(of other: Footprint) -> Bool {
-        if !locks.isDisjoint(with: other.locks) || !executors.isDisjoint(with: other.executors) {
+        if !locks.isDisjoint(with: other.locks) || !actors.isDisjoint(with: other.actors) {
             return false
         }
-        let selfOpaque = silent || (kind == .actor && executors.isEmpty)
-        let otherOpaque = other.silent || (other.kind == .actor && other.executors.isEmpty)
+        let selfOpaque = silent || (kind == .actor && actors.isEmpty)
+        let otherOpaque = other.silent || (other.kind == .actor && other.actors.isEmpty)
         if selfOpaque && (otherOpaque || other.kind == .actor) {
             return false
         }

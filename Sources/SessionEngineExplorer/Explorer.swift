@@ -1,5 +1,6 @@
 import CSessionEngineExplorer
 import Synchronization
+@_spi(ExperimentalScheduling) import _Concurrency
 
 /// Runs every job of a program on one thread it controls, in an order a strategy chooses.
 ///
@@ -73,6 +74,42 @@ package enum Explorer {
         }
     }
 
+    /// The runtime asks a task executor's scheduling side for every timed wait (`Task.sleep`, a clock's
+    /// `sleep(until:)`) before it falls back to the default executor, which would bypass the hooks: this conformance
+    /// is how the explorer sees real-time waits and fails the run. The job is dropped: its task never resumes.
+    ///
+    /// `SchedulingExecutor` is experimental SPI (SE-0505, returned for revision); the self-test checks that a sleep
+    /// reaches it.
+    @available(macOS 26.4, iOS 26.4, watchOS 26.4, tvOS 26.4, visionOS 26.4, *)
+    final class TimedHopExecutor: TaskExecutor, SchedulingExecutor {
+        /// Queues a job of a task that prefers this executor.
+        func enqueue(_ job: consuming ExecutorJob) {
+            let unowned = UnownedJob(job)
+            let pointer = unsafeBitCast(unowned, to: UnsafeMutableRawPointer.self)
+            Explorer.captured(pointer, route: Int32(SE_EXPLORER_ROUTE_TASK_EXECUTOR.rawValue))
+        }
+
+        /// A job that asks to run after a delay on a real clock: fails the run.
+        func enqueue<C: Clock>(
+            _ job: consuming ExecutorJob,
+            after delay: C.Duration,
+            tolerance: C.Duration?,
+            clock: C
+        ) {
+            Explorer.askedForRealTime("\(C.self) after \(delay)")
+        }
+
+        /// A job that asks to run at an instant of a real clock: fails the run.
+        func enqueue<C: Clock>(
+            _ job: consuming ExecutorJob,
+            at instant: C.Instant,
+            tolerance: C.Duration?,
+            clock: C
+        ) {
+            Explorer.askedForRealTime("\(C.self)")
+        }
+    }
+
     /// A job waiting in the run queue.
     struct Pending {
         /// The runtime's job.
@@ -103,13 +140,40 @@ package enum Explorer {
         var kindsSeen: Set<Int> = []
         /// Jobs run since installation.
         var jobsRun = 0
+        /// Runs jobs as the runtime's own executor does (no task executor), for the self-test's control run.
+        var withoutTaskExecutor = false
+        /// The thread each step of the current run started on, when the self-test asks.
+        var recordThreads = false
+        /// The threads recorded.
+        var threads: Set<UInt64> = []
     }
 
     /// The explorer's state (explorer's thread only).
     nonisolated(unsafe) static var state = State()
 
     /// The task executor every job runs on.
-    static let hopExecutor = HopExecutor()
+    static let hopExecutor: any TaskExecutor = {
+        if #available(macOS 26.4, iOS 26.4, watchOS 26.4, tvOS 26.4, visionOS 26.4, *) {
+            return TimedHopExecutor()
+        }
+        return HopExecutor()
+    }()
+
+    /// The explorer's task executor, for programs that start unstructured tasks: `Task(executorPreference:
+    /// Explorer.taskExecutor) { ... }`. The program's own task and its child tasks (`async let`, task groups) prefer
+    /// it already; an unstructured `Task {}` does not inherit a preference (SE-0417), and a task without one runs
+    /// its hops inline while an actor drains it (the drain sets each task's own preference as the current task
+    /// executor), so those hops are not choice points. Jobs of such tasks are still captured.
+    package static var taskExecutor: any TaskExecutor { hopExecutor }
+
+    /// A job asked for real time (through the task executor's scheduling side).
+    static func askedForRealTime(_ what: String) {
+        if state.captureFailure == nil {
+            state.captureFailure =
+                "a job asked for real time (Task.sleep or a clock's sleep, \(what)); programs under the explorer "
+                + "must use a manual clock"
+        }
+    }
 
     /// Installs the runtime hooks. Call first, from the synchronous top level of main.swift, before any task exists;
     /// the calling thread becomes the explorer's thread.
@@ -158,8 +222,9 @@ package enum Explorer {
             state.strays += 1
         }
         let kind: JobInfo.Kind = kindByte == 0 ? .task : .actor
-        let identity = UInt(bitPattern: pointer)
-        let info = JobInfo(kind: kind, identity: identity, ordinal: state.ordinals)
+        // ProcessOutOfLineJob (kind 193): the Job header (64 bytes), then the actor it drains.
+        let identity = kindByte == 193 ? se_explorer_job_word(pointer, 64) : UInt(bitPattern: pointer)
+        let info = JobInfo(kind: kind, identity: identity, ordinal: state.ordinals, rawKind: kindByte)
         state.ordinals += 1
         state.queue.append(Pending(pointer: pointer, info: info))
         state.footprint.enqueued += 1
@@ -248,13 +313,18 @@ package enum Explorer {
         state.footprint = Footprint(kind: .task)
         let foreignBefore = se_explorer_foreign_enqueues() + se_explorer_foreign_locks()
         let result = ProgramResult()
-        Task.detached {
+        let body: @Sendable () async -> Void = {
             do {
                 try await program()
                 result.finish(nil)
             } catch {
                 result.finish("\(error)")
             }
+        }
+        if state.withoutTaskExecutor {
+            Task.detached(operation: body)
+        } else {
+            Task.detached(executorPreference: hopExecutor, operation: body)
         }
         let executor = hopExecutor.asUnownedTaskExecutor()
         while true {
@@ -290,7 +360,17 @@ package enum Explorer {
             }
             let job = state.queue.remove(at: index)
             state.footprint = Footprint(kind: job.info.kind)
-            unsafeBitCast(job.pointer, to: UnownedJob.self).runSynchronously(on: executor)
+            if job.info.rawKind == 193 {
+                state.footprint.actor = job.info.identity
+            }
+            if state.recordThreads {
+                state.threads.insert(se_explorer_thread_id())
+            }
+            if state.withoutTaskExecutor {
+                _ = se_explorer_run_job_without_task_executor(job.pointer)
+            } else {
+                unsafeBitCast(job.pointer, to: UnownedJob.self).runSynchronously(on: executor)
+            }
             report.steps += 1
             state.jobsRun += 1
             chooser.stepFinished(job.info, runnable: runnable, footprint: state.footprint)

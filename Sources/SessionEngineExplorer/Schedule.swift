@@ -96,6 +96,7 @@ package struct Schedule: Sendable, Hashable, CustomStringConvertible, LosslessSt
             if candidate.choices.count < keep && stillFails(candidate) {
                 best = candidate
                 keep = candidate.choices.count
+                step = min(step, keep / 2)
             } else {
                 step /= 2
             }

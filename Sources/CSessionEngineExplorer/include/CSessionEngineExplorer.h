@@ -49,6 +49,9 @@ int se_explorer_on_explorer_thread(void);
 /// as a default actor's processing job).
 int se_explorer_job_kind(const void *job);
 
+/// The pointer-sized word at `offset` bytes into `job` (for reading a runtime job's fields).
+uintptr_t se_explorer_job_word(const void *job, int offset);
+
 /// Jobs enqueued from a thread other than the explorer's since installation.
 uint64_t se_explorer_foreign_enqueues(void);
 
@@ -67,6 +70,14 @@ uint64_t se_explorer_thread_id(void);
 /// Whether the thread-sanitizer hooks are this target's (0 in a --sanitize=thread build, where the sanitizer's own
 /// runtime defines them and the explorer sees no lock).
 int se_explorer_sees_locks(void);
+
+/// Runs `job` with no task executor and on the generic executor (swift_job_run), as the runtime's own global
+/// executor would: the self-test's control for "inline hops become choice points". Returns 0 when swift_job_run is
+/// missing.
+int se_explorer_run_job_without_task_executor(void *job);
+
+/// Runs `body` on a new thread and waits for it: the self-test's foreign enqueue.
+void se_explorer_run_on_other_thread(void (*body)(void));
 
 #ifdef __cplusplus
 }
