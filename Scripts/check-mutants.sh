@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Applies each race mutant in Tests/Mutants/ to a fresh clone of the current HEAD and reports which check catches it:
+# the random model test (`swift test --filter EngineModelTests`, fresh seed) and the schedule explorer
+# (`SessionEngineSchedules`, release build, fresh seed).
+#
+# usage: Scripts/check-mutants.sh [--only NN] [--minutes M] [--baseline] [--keep]
+#   --only NN     only the mutant whose file name starts with NN (01 … 07); may be repeated
+#   --minutes M   the explorer's budget per mutant (default 2; its CI budget without the flag is about 3)
+#   --baseline    first run both checks on the unmodified engine: both must pass, or every "caught" would be noise
+#   --keep        keep the clone (its path is printed) instead of deleting it
+#
+# Prints one line per mutant,
+#   NN name: model test caught|missed, explorer caught|missed (first failure: ...)
+# and a summary line, and exits non-zero when the explorer misses any mutant (a mutant that does not apply or does not
+# build, or an explorer run that hangs past its time limit, counts as missed: nothing proved it caught).
+#
+# Time: the clone reuses one build directory, kept between runs in $MUTANTS_WORKDIR (default
+# ${TMPDIR:-/tmp}/sessionengine-mutants/build), so after the first run only the engine and its dependents rebuild. Each
+# mutant is bounded: debug build 20 min, model test 6 min, release build 20 min, explorer M minutes plus 4 (its
+# exhaustive races and regressions run before the budget is counted down). Measured on 2 cores with warm builds:
+# about 1.5 min debug build, 0.5-1 min model test, 3-4 min release build and M+1 min explorer per mutant, so about
+# 7-9 min per mutant and 50-65 min for all seven with the default budget; the bounds cap it at about 5 h 30 min.
+set -uo pipefail
+
+root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+only=()
+minutes=2
+baseline=false
+keep=false
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --only) only+=("$2"); shift 2 ;;
+        --minutes) minutes="$2"; shift 2 ;;
+        --baseline) baseline=true; shift ;;
+        --keep) keep=true; shift ;;
+        -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+        *) echo "unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+workdir="${MUTANTS_WORKDIR:-${TMPDIR:-/tmp}/sessionengine-mutants}"
+mkdir -p "$workdir"
+clone="$workdir/clone"
+logs="$workdir/logs"
+rm -rf "$clone" "$logs"
+mkdir -p "$logs"
+git clone -q "$root" "$clone" || exit 2
+head=$(git -C "$clone" rev-parse --short HEAD)
+# The build directory always sits at the same path, so the compiler's module cache stays valid between runs.
+if [ -d "$workdir/build" ]; then mv "$workdir/build" "$clone/.build"; fi
+# shellcheck disable=SC2317 # called by the EXIT trap
+finish() {
+    if [ -d "$clone/.build" ]; then mv "$clone/.build" "$workdir/build"; fi
+    if [ "$keep" = true ]; then echo "clone kept at $clone, logs at $logs"; else rm -rf "$clone"; fi
+}
+trap finish EXIT
+
+seed() { od -An -N8 -tu8 /dev/urandom | tr -d ' '; }
+
+# Restores the clone's sources to HEAD, leaving .build alone.
+restore() {
+    git -C "$clone" checkout -q HEAD -- . && git -C "$clone" clean -fdq -e .build
+}
+
+# Runs the model test and the explorer on the clone as it is; sets model_verdict, explorer_verdict and first_failure.
+check() {
+    local log="$logs/$1"
+    model_verdict=missed
+    explorer_verdict=missed
+    first_failure=""
+    if ! (cd "$clone" && timeout 1200 swift build --build-tests >"$log.debug-build" 2>&1); then
+        model_verdict="not built"
+        explorer_verdict="not built"
+        first_failure="the debug build failed, see $log.debug-build"
+        return
+    fi
+    local model_seed
+    model_seed=$(seed)
+    (cd "$clone" && SESSIONENGINE_PROPERTY_SEED="$model_seed" timeout 360 \
+        swift test --skip-build --filter 'EngineModelTests' >"$log.model" 2>&1)
+    local model_status=$?
+    if [ "$model_status" -eq 124 ]; then
+        model_verdict="caught (hung past 6 min)"
+    elif [ "$model_status" -ne 0 ]; then
+        model_verdict=caught
+    fi
+    model_verdict="$model_verdict (seed $model_seed)"
+    if ! (cd "$clone" && timeout 1200 swift build -c release --product SessionEngineSchedules \
+        >"$log.release-build" 2>&1); then
+        explorer_verdict="not built"
+        first_failure="the release build failed, see $log.release-build"
+        return
+    fi
+    local explorer_seed limit
+    explorer_seed=$(seed)
+    limit=$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 240 }')
+    (cd "$clone" && timeout "$limit" .build/release/SessionEngineSchedules --minutes "$minutes" \
+        --seed "$explorer_seed" --quiet >"$log.explorer" 2>&1)
+    local explorer_status=$?
+    if [ "$explorer_status" -eq 124 ]; then
+        explorer_verdict="hung"
+        first_failure="no answer within ${limit}s"
+    elif [ "$explorer_status" -ne 0 ]; then
+        explorer_verdict=caught
+        first_failure=$(grep -v '^schedules: ' "$log.explorer" | grep -m1 -iE 'fail|violation|deadlock|invariant' |
+            cut -c1-240)
+        [ -n "$first_failure" ] || first_failure=$(grep -v '^$' "$log.explorer" | tail -n1 | cut -c1-240)
+    fi
+    first_failure="${first_failure:-none}; explorer seed $explorer_seed"
+}
+
+status=0
+caught=0
+model_caught=0
+total=0
+if [ "$baseline" = true ]; then
+    check baseline
+    echo "baseline (HEAD $head, no mutant): model test $model_verdict, explorer $explorer_verdict" \
+        "(first failure: $first_failure)"
+    case "$model_verdict $explorer_verdict" in
+        *caught* | *"not built"* | *hung*)
+            echo "the unmodified engine does not pass both checks: no verdict on the mutants would mean anything"
+            exit 1
+            ;;
+    esac
+fi
+
+for patch in "$root"/Tests/Mutants/*.patch; do
+    file=$(basename "$patch" .patch)
+    number=${file%%-*}
+    if [ ${#only[@]} -gt 0 ]; then
+        wanted=false
+        for n in "${only[@]}"; do [ "$n" = "$number" ] && wanted=true; done
+        [ "$wanted" = true ] || continue
+    fi
+    total=$((total + 1))
+    restore
+    started=$(date +%s)
+    if ! git -C "$clone" apply "$patch" 2>"$logs/$file.apply"; then
+        echo "$number ${file#*-}: does not apply to HEAD $head (see $logs/$file.apply)"
+        status=1
+        continue
+    fi
+    check "$file"
+    elapsed=$(($(date +%s) - started))
+    echo "$number ${file#*-}: model test $model_verdict, explorer $explorer_verdict (first failure: $first_failure)" \
+        "[${elapsed}s]"
+    case "$model_verdict" in caught*) model_caught=$((model_caught + 1)) ;; esac
+    if [ "$explorer_verdict" = caught ]; then caught=$((caught + 1)); else status=1; fi
+done
+restore
+
+echo "mutants: $total checked on HEAD $head, explorer caught $caught, model test caught $model_caught" \
+    "(logs in $logs)"
+if [ "$total" -eq 0 ]; then
+    echo "no mutant matched" >&2
+    exit 2
+fi
+exit "$status"
