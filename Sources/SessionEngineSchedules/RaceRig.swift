@@ -1,0 +1,600 @@
+import Foundation
+import SessionEngine
+import SessionEngineBackend
+import SessionEngineModel
+import SessionEngineTestKit
+import Synchronization
+
+/// A broken rule of the engine, thrown out of a race program.
+struct RaceViolation: Error, CustomStringConvertible {
+    let message: String
+
+    init(_ message: String) {
+        self.message = message
+    }
+
+    var description: String { message }
+}
+
+/// What the race backend answers to one fetch.
+enum RaceAnswer: Sendable, CustomStringConvertible {
+    /// A credential for the account asked for, living `lifetime` seconds.
+    case credential(lifetime: Int)
+    /// A transient failure.
+    case failTransiently
+    /// ``SessionError/backendSessionEnded(_:)``: the engine signs out.
+    case failTerminally
+    /// No answer until the engine cancels the fetch.
+    case hang
+    /// A credential for the account asked for, delivered even when the engine cancelled the fetch meanwhile, like a
+    /// response already on the wire.
+    case late
+
+    var description: String {
+        switch self {
+        case .credential(let lifetime): "credential(\(lifetime) s)"
+        case .failTransiently: "failTransiently"
+        case .failTerminally: "failTerminally"
+        case .hang: "hang"
+        case .late: "late"
+        }
+    }
+}
+
+/// A backend whose every fetch answers, after a few scheduling points, as the program scripted it.
+///
+/// The answer is not given by a driver once the engine is idle: it arrives while the engine's other jobs run, in
+/// whatever order the schedule picks, since the fetch yields before it answers. A fetch that hangs parks on the
+/// clock's ledger, so the engine counts as idle while it waits. Every credential it issues is recorded with the
+/// epoch and account it was issued for.
+final class RaceFetcher: CredentialFetcher, ActivityLedgerFetcher {
+    private struct Waiting {
+        var continuation: CheckedContinuation<IdentityCredential, any Error>
+        var epoch: UInt64
+    }
+
+    private struct State {
+        var script: [RaceAnswer] = []
+        var total = 0
+        var cancelled = 0
+        var waiting: [Int: Waiting] = [:]
+        var requests: [(account: AccountID, epoch: UInt64)] = []
+        var inFlight: [UInt64: Int] = [:]
+        var failing = false
+    }
+
+    private let state = Mutex(State())
+    private let clock: ManualClock
+    private let signer: IdentitySigner
+    private let probe: RaceProbe
+    /// How many scheduling points a fetch passes before it answers.
+    let latency: Int
+
+    init(clock: ManualClock, signer: IdentitySigner, probe: RaceProbe, latency: Int) {
+        self.clock = clock
+        self.signer = signer
+        self.probe = probe
+        self.latency = latency
+    }
+
+    func attach(_ ledger: ActivityLedger) {}
+
+    /// Scripts the answers of the next fetches; once they are spent every fetch gets a 900-second credential.
+    func script(_ answers: RaceAnswer...) {
+        state.withLock { $0.script.append(contentsOf: answers) }
+    }
+
+    /// While set, every unscripted fetch fails transiently.
+    var failing: Bool {
+        get { state.withLock { $0.failing } }
+        set { state.withLock { $0.failing = newValue } }
+    }
+
+    var total: Int { state.withLock { $0.total } }
+    var cancelled: Int { state.withLock { $0.cancelled } }
+    var pending: Int { state.withLock { $0.waiting.count } }
+    var requests: [(account: AccountID, epoch: UInt64)] { state.withLock { $0.requests } }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        preconditionFailure("the engine always says which fetch it starts")
+    }
+
+    func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
+        let (id, answer) = state.withLock { state -> (Int, RaceAnswer) in
+            state.total += 1
+            state.requests.append((request.account, request.epoch))
+            let unscripted = state.failing ? RaceAnswer.failTransiently : .credential(lifetime: 900)
+            let answer = state.script.isEmpty ? unscripted : state.script.removeFirst()
+            state.inFlight[request.epoch, default: 0] += 1
+            if state.inFlight[request.epoch, default: 0] > 1 {
+                probe.violation(
+                    "\(state.inFlight[request.epoch, default: 0]) fetches in flight in epoch \(request.epoch)")
+            }
+            return (state.total, answer)
+        }
+        defer { state.withLock { $0.inFlight[request.epoch, default: 1] -= 1 } }
+        switch answer {
+        case .hang:
+            return try await hang(id: id, epoch: request.epoch)
+        case .late:
+            for _ in 0..<latency { await Waypoint.pass() }
+            return issue(for: request, lifetime: 300)
+        case .credential(let lifetime):
+            for _ in 0..<latency { await Waypoint.pass() }
+            try checkCancellation()
+            return issue(for: request, lifetime: lifetime)
+        case .failTransiently:
+            for _ in 0..<latency { await Waypoint.pass() }
+            try checkCancellation()
+            throw SessionError.fetchFailed("the race backend timed out")
+        case .failTerminally:
+            for _ in 0..<latency { await Waypoint.pass() }
+            try checkCancellation()
+            throw SessionError.backendSessionEnded()
+        }
+    }
+
+    private func checkCancellation() throws {
+        guard Task.isCancelled else { return }
+        state.withLock { $0.cancelled += 1 }
+        throw CancellationError()
+    }
+
+    private func issue(for request: FetchRequest, lifetime: Int) -> IdentityCredential {
+        let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
+        let credential = try! signer.sign(
+            email: RaceRig.email(for: request.account),
+            properties: nil,
+            expiresAt: now + Int64(lifetime)
+        )
+        probe.issued(credential, account: request.account, epoch: request.epoch)
+        return credential
+    }
+
+    private func hang(id: Int, epoch: UInt64) async throws -> IdentityCredential {
+        let ledger = clock.activityLedger
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let cancelled = state.withLock { state -> Bool in
+                    if Task.isCancelled {
+                        state.cancelled += 1
+                        return true
+                    }
+                    state.waiting[id] = Waiting(continuation: continuation, epoch: epoch)
+                    ledger.park()
+                    return false
+                }
+                if cancelled { continuation.resume(throwing: CancellationError()) }
+            }
+        } onCancel: {
+            let waiting = state.withLock { state -> Waiting? in
+                guard let waiting = state.waiting.removeValue(forKey: id) else { return nil }
+                state.cancelled += 1
+                return waiting
+            }
+            guard let waiting else { return }
+            ledger.unpark()
+            waiting.continuation.resume(throwing: CancellationError())
+        }
+    }
+}
+
+/// What a race program's tasks observe: the engine's events in the step it publishes them, the hooks, the origin of
+/// every credential the backend issued, the calls in progress and the rules they saw broken.
+final class RaceProbe: Sendable {
+    struct Origin: Hashable, Sendable {
+        var account: AccountID
+        var epoch: UInt64
+    }
+
+    private struct State {
+        var violations: [String] = []
+        var states: [SessionState] = []
+        /// The epoch of the engine's last event.
+        var epoch: UInt64 = 0
+        var hooks: [AccountChange] = []
+        var origins: [String: Origin] = [:]
+        var outstanding = 0
+        var callWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        var outcomes: [String] = []
+    }
+
+    private let state = Mutex(State())
+
+    func observe(_ event: SessionEvent) {
+        state.withLock { state in
+            state.epoch = event.epoch
+            if let new = event.state { state.states.append(new) }
+        }
+    }
+
+    /// The epoch of the engine's last published event: the account session the engine is in.
+    var epoch: UInt64 { state.withLock { $0.epoch } }
+    var states: [SessionState] { state.withLock { $0.states } }
+    var hooks: [AccountChange] { state.withLock { $0.hooks } }
+    var violations: [String] { state.withLock { $0.violations } }
+    /// What each call ended with, in the order they ended.
+    var outcomes: [String] { state.withLock { $0.outcomes } }
+
+    func violation(_ message: String) {
+        state.withLock { $0.violations.append(message) }
+    }
+
+    func hook(_ change: AccountChange) {
+        state.withLock { $0.hooks.append(change) }
+    }
+
+    func issued(_ credential: IdentityCredential, account: AccountID, epoch: UInt64) {
+        state.withLock { $0.origins[credential.signature] = Origin(account: account, epoch: epoch) }
+    }
+
+    func origin(of credential: IdentityCredential) -> Origin? {
+        state.withLock { $0.origins[credential.signature] }
+    }
+
+    func outcome(_ text: String) {
+        state.withLock { $0.outcomes.append(text) }
+    }
+
+    func callStarted() {
+        state.withLock { $0.outstanding += 1 }
+    }
+
+    func callFinished() {
+        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.outstanding -= 1
+            var ready: [CheckedContinuation<Void, Never>] = []
+            state.callWaiters.removeAll { waiter in
+                guard state.outstanding <= waiter.count else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
+        }
+        for continuation in ready { continuation.resume() }
+    }
+
+    var outstanding: Int { state.withLock { $0.outstanding } }
+
+    /// Waits until at most `count` of the program's calls are outstanding: calls that have left the engine finish
+    /// their checks.
+    func waitUntilCallsFinished(leaving count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if state.outstanding <= count { return true }
+                state.callWaiters.append((count, continuation))
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+}
+
+/// One race program's engine: a manual clock, the race backend, the probe, a subscriber, and the checks every race
+/// ends with.
+final class RaceRig: Sendable {
+    static let projectID = "proj_races"
+    static let configuration = SessionConfiguration(
+        retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(30)),
+        misconfigurationRetry: RetryPolicy(initial: .seconds(10), multiplier: 2, cap: .seconds(60)),
+        minimumFetchInterval: .seconds(5),
+        randomSeed: 7
+    )
+    /// How many times a race program may move the clock to let the engine's timers fire before it counts as hung.
+    static let clockSteps = 60
+
+    let clock = ManualClock()
+    let probe = RaceProbe()
+    let signer: IdentitySigner
+    let fetcher: RaceFetcher
+    let engine: SessionEngine
+    private let subscriber: Task<[SessionState], Never>
+    /// Where the program's main task is, for a deadlock's report.
+    let phase = Mutex("setting up")
+    /// The calls launched that do not call the engine (they move the clock, read the fast path, cancel a task), and
+    /// the ledger's count of calls entered once every launched engine call has entered.
+    private let launched = Mutex<(side: [Task<Void, Never>], entered: UInt64?)>(([], nil))
+
+    init(latency: Int = 1) {
+        let probe = self.probe
+        signer = try! IdentitySigner(projectID: Self.projectID, secret: "race-secret", clock: clock)
+        fetcher = RaceFetcher(clock: clock, signer: signer, probe: probe, latency: latency)
+        engine = SessionEngine(
+            fetcher: fetcher,
+            configuration: Self.configuration,
+            clock: clock,
+            observer: { probe.observe($0) }
+        )
+        let events = engine.events(bufferLimit: .max)
+        let diagnostics = Unchecked<RaceRig?>(nil)
+        Diagnostics.current = { diagnostics.value.map { "\($0.activity); outcomes \($0.probe.outcomes)" } ?? "" }
+        subscriber = Task {
+            var states: [SessionState] = []
+            for await event in events {
+                if let state = event.state { states.append(state) }
+            }
+            return states
+        }
+        diagnostics.value = self
+    }
+
+    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
+
+    /// Registers the hook recorder; call once, before the first change.
+    func start() async {
+        let probe = self.probe
+        await engine.addAccountChangeHook { change in probe.hook(change) }
+    }
+
+    // MARK: Calls
+
+    /// Starts `call` in a task of its own, racing whatever else runs; its outcome is recorded by name.
+    ///
+    /// - Parameters:
+    ///   - name: The call's name in outcomes and violations.
+    ///   - enters: How many of the engine's asynchronous methods the call begins with (0 for a call that only moves
+    ///     the clock, reads the fast path or cancels a task), so ``settle()`` knows when every call is inside.
+    ///   - call: The call.
+    @discardableResult
+    func launch(
+        _ name: String,
+        enters: UInt64 = 1,
+        _ call: @escaping @Sendable (RaceRig) async throws -> String
+    ) -> Task<Void, Never> {
+        probe.callStarted()
+        let entered = engine.ledger?.callsEntered ?? 0
+        let task = Task {
+            defer { self.probe.callFinished() }
+            do {
+                let value = try await call(self)
+                self.probe.outcome("\(name): \(value)")
+            } catch let error as SessionError {
+                self.probe.outcome("\(name): \(error.code)")
+            } catch is CancellationError {
+                self.probe.outcome("\(name): cancelled")
+            } catch {
+                self.probe.violation("\(name) threw \(type(of: error)), not a SessionError")
+            }
+        }
+        launched.withLock { launched in
+            if enters == 0 { launched.side.append(task) }
+            launched.entered = (launched.entered ?? entered) + enters
+        }
+        return task
+    }
+
+    /// `renew()`, checked: the credential belongs to an epoch the call lived through, to that epoch's account, and
+    /// has not expired; a failure is one of `allowed`.
+    func renew(allowed: Set<SessionError.Code>) async throws -> String {
+        let before = probe.epoch
+        let start = clock.now
+        do {
+            let credential = try await engine.renew()
+            try checkHandedOut(credential, by: "renew()", from: before, validAt: start)
+            return "credential of epoch \(probe.origin(of: credential)?.epoch ?? 0)"
+        } catch let error as SessionError {
+            if !allowed.contains(error.code) { probe.violation("renew() threw \(error.code): \(error.reason)") }
+            throw error
+        }
+    }
+
+    /// `withIdentity`, checked: each body receives a credential of the engine's current epoch and account unless
+    /// the engine has already cancelled the body, and a failure is one of `allowed`.
+    func work(
+        _ name: String,
+        allowed: Set<SessionError.Code>,
+        body: @escaping @Sendable (IdentityCredential) async throws -> Void = { _ in }
+    ) async throws -> String {
+        let before = probe.epoch
+        let runs = Mutex<[UInt64]>([])
+        do {
+            try await engine.withIdentity { credential in
+                let epoch = self.probe.origin(of: credential)?.epoch ?? 0
+                let epochs = runs.withLock { runs -> [UInt64] in
+                    runs.append(epoch)
+                    return runs
+                }
+                if epochs.count > 2 { self.probe.violation("\(name): the body ran \(epochs.count) times") }
+                if Set(epochs).count > 1 {
+                    self.probe.violation("\(name): the body ran again in another account session: epochs \(epochs)")
+                }
+                if !Task.isCancelled {
+                    try self.checkCurrent(credential, by: name)
+                }
+                try self.checkHandedOut(credential, by: name, from: before)
+                try await body(credential)
+            }
+            return "finished"
+        } catch let error as SessionError {
+            if !allowed.contains(error.code) { probe.violation("\(name) threw \(error.code): \(error.reason)") }
+            throw error
+        }
+    }
+
+    /// A credential handed out by a call that began in epoch `before`: issued by the backend for an epoch the call
+    /// lived through, for that epoch's account, not expired.
+    func checkHandedOut(
+        _ credential: IdentityCredential,
+        by call: String,
+        from before: UInt64,
+        validAt time: Date? = nil
+    ) throws {
+        guard let origin = probe.origin(of: credential) else {
+            throw RaceViolation("\(call) handed out a credential the backend never issued")
+        }
+        if origin.epoch < before {
+            throw RaceViolation(
+                "\(call) began in epoch \(before) and received a credential of epoch \(origin.epoch) (\(origin.account))"
+            )
+        }
+        if credential.email != Self.email(for: origin.account) {
+            throw RaceViolation("\(call) received \(credential.email)'s credential for \(origin.account)")
+        }
+        if !credential.isValid(at: time ?? clock.now) {
+            throw RaceViolation("\(call) received a credential that expired at \(credential.expiresAt)")
+        }
+    }
+
+    /// A credential used now must be of the epoch and account the engine is in now.
+    func checkCurrent(_ credential: IdentityCredential, by call: String) throws {
+        let epoch = probe.epoch
+        guard let origin = probe.origin(of: credential), origin.epoch == epoch else {
+            throw RaceViolation(
+                "\(call) holds a credential of epoch \(probe.origin(of: credential)?.epoch ?? 0) in epoch \(epoch) "
+                    + "(\(engine.state))"
+            )
+        }
+    }
+
+    /// Reads the fast path: headers only of the current epoch's credential, in `identified` or `renewing`.
+    func checkFastPath(by call: String = "identityHeaders()") throws {
+        guard let headers = try? engine.identityHeaders() else { return }
+        guard let credential = try? headers.credential() else {
+            throw RaceViolation("\(call): the fast path handed out headers that are not a credential")
+        }
+        let state = engine.state
+        if !(state.isIdentified || state.isRenewing) {
+            throw RaceViolation("\(call): the fast path handed out a credential in \(state)")
+        }
+        try checkCurrent(credential, by: call)
+        if !credential.isValid(at: clock.now) {
+            throw RaceViolation("\(call): the fast path handed out an expired credential")
+        }
+    }
+
+    // MARK: Waiting and ending
+
+    /// Waits until every call of the program has returned, moving the clock to the engine's next timer whenever the
+    /// engine is idle with calls still waiting.
+    func settle() async throws {
+        var steps = 0
+        let (side, entered) = launched.withLock { launched in
+            defer { launched = ([], nil) }
+            return launched
+        }
+        phase.withLock { $0 = "settling: waiting for the calls that do not enter the engine" }
+        for task in side { await task.value }
+        if let entered, let ledger = engine.ledger {
+            phase.withLock { $0 = "settling: waiting until every launched call has entered the engine" }
+            await ledger.waitUntilIdle(callsEntered: entered)
+        }
+        while true {
+            phase.withLock { $0 = "settling: waiting until idle" }
+            await engine.waitUntilIdle()
+            phase.withLock { $0 = "settling: waiting for calls that left the engine" }
+            await probe.waitUntilCallsFinished(leaving: engine.ledger?.callsInside ?? 0)
+            phase.withLock { $0 = "settling" }
+            if probe.outstanding == 0 { return }
+            // A call that finished may have woken the engine (one that moved the clock): wait for it again.
+            if engine.ledger?.runnable ?? 0 > 0 { continue }
+            steps += 1
+            guard steps <= Self.clockSteps else {
+                throw RaceViolation("calls still wait after \(steps) timers: \(activity); outcomes \(probe.outcomes)")
+            }
+            guard clock.nextDeadline != nil else {
+                // No timer can wake them: the calls must finish on their own, or the explorer reports the deadlock
+                // with what is parked.
+                phase.withLock { $0 = "settling: waiting for calls no timer can wake" }
+                await probe.waitUntilCallsFinished(leaving: 0)
+                return
+            }
+            _ = clock.advanceToNextDeadline()
+        }
+    }
+
+    /// Moves the clock `seconds` forward through every timer, letting the engine react at each.
+    func advance(seconds: Int) async {
+        let target = clock.uptime + .seconds(seconds)
+        while true {
+            await engine.waitUntilIdle()
+            let now = clock.uptime
+            guard now < target else { return }
+            let next = min(target, clock.nextDeadline ?? target)
+            clock.advance(by: max(.zero, next - now))
+        }
+    }
+
+    var activity: String {
+        let metrics = engine.metrics
+        return
+            "\(phase.withLock { $0 }); state \(engine.state), tasks \(metrics.liveTasks), waiters \(metrics.waiters), "
+            + "scoped work \(metrics.scopedWork), fetches pending \(fetcher.pending), calls \(probe.outstanding), "
+            + "sleepers \(clock.sleeperCount), ledger runnable \(engine.ledger?.runnable ?? -1), "
+            + "calls inside \(engine.ledger?.callsInside ?? -1)"
+    }
+
+    /// The checks every race ends with: the rules its tasks saw broken, the published states against the transition
+    /// table, the hooks once per change and in order, then a shutdown that leaves nothing behind.
+    func finish(changes: Int, finalAccount: AccountID?, hooksEndAt: AccountID?? = nil) async throws {
+        try await settle()
+        if let first = probe.violations.first { throw RaceViolation(first) }
+        try checkFastPath()
+        let states = [SessionState.signedOut] + probe.states
+        for (previous, next) in zip(states, states.dropFirst()) where !StateEdges.isLegal(from: previous, to: next) {
+            throw RaceViolation("illegal transition \(previous) → \(next)")
+        }
+        for case .identified(let identity) in states where identity.email != Self.email(for: identity.account) {
+            throw RaceViolation("\(identity.account) was identified with \(identity.email)'s credential")
+        }
+        if engine.state.account != finalAccount || engine.state.isSwitching {
+            throw RaceViolation("the engine ended in \(engine.state), not at \(finalAccount?.rawValue ?? "nil")")
+        }
+        if !engine.state.isRenewing && !engine.state.isExpired && engine.metrics.waiters > 0 {
+            throw RaceViolation(
+                "\(engine.metrics.waiters) callers wait in \(engine.state) for an outcome that never comes")
+        }
+        try checkHooks(changes: changes, finalAccount: hooksEndAt ?? finalAccount)
+        await engine.shutdown()
+        await engine.waitUntilIdle()
+        let streamed = await subscriber.value
+        if Array(streamed.dropFirst()) != probe.states || streamed.first != .signedOut {
+            throw RaceViolation(
+                "the subscriber saw \(streamed.count) states, the engine published \(probe.states.count)")
+        }
+        let metrics = engine.metrics
+        if metrics.liveTasks != 0 || metrics.waiters != 0 || metrics.scopedWork != 0 || metrics.subscribers != 0
+            || fetcher.pending != 0 || clock.sleeperCount != 0
+        {
+            throw RaceViolation("after shutdown: \(activity), subscribers \(metrics.subscribers)")
+        }
+        if metrics.fetchesStarted != fetcher.total {
+            throw RaceViolation(
+                "the engine counted \(metrics.fetchesStarted) fetches, the backend saw \(fetcher.total)")
+        }
+        if let first = probe.violations.first { throw RaceViolation(first) }
+    }
+
+    /// Hooks once per change that took effect, in order, each from the previous hook's account, never more than the
+    /// changes asked for, and the last one entering the account the engine ended at.
+    func checkHooks(changes: Int, finalAccount: AccountID?) throws {
+        let hooks = probe.hooks
+        let described = hooks.map(\.description)
+        if hooks.count > changes {
+            throw RaceViolation("\(hooks.count) hooks ran for \(changes) account changes: \(described)")
+        }
+        var previous: AccountID?
+        for hook in hooks {
+            if hook.from != previous || hook.from == hook.to {
+                throw RaceViolation("the hooks ran as \(described)")
+            }
+            previous = hook.to
+        }
+        if previous != finalAccount {
+            throw RaceViolation("the hooks ran as \(described), the engine ended at \(finalAccount?.rawValue ?? "nil")")
+        }
+    }
+}
+
+/// A scheduling point: a hop onto a fresh actor and back, which the explorer sees as two enqueues.
+///
+/// `Task.yield()` would be the natural choice, but the explorer does not capture its enqueue yet (a run that yields
+/// deadlocks), so the programs pass through an actor instead; a fresh one each time, so that the reduction does not
+/// see two unrelated waypoints as touching the same actor.
+actor Waypoint {
+    func pass() {}
+
+    /// Passes one scheduling point.
+    static func pass() async {
+        await Waypoint().pass()
+    }
+}

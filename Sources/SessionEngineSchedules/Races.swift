@@ -1,0 +1,208 @@
+import Foundation
+import SessionEngine
+import SessionEngineTestKit
+
+/// A program whose every interleaving is explored: a setup, then two or three calls that race, then the checks.
+struct RaceProgram: Sendable {
+    /// The name `--race` selects it by.
+    let name: String
+    /// What races, in a few words.
+    let summary: String
+    /// The delay bound of its exhaustive exploration.
+    let bound: Int
+    /// Builds a fresh run of the program; it throws on a broken rule.
+    let make: @Sendable () -> @Sendable () async throws -> Void
+}
+
+/// The races the brief names, each an explicit small program.
+enum Races {
+    static let all: [RaceProgram] = [
+        signOutDuringRenewal, switchDuringFetch, lateResultFromEarlierEpoch, manyCallersAtExpiry, cancelledWaiter,
+        rejectionDuringSwitch, shutdownDuringFetch,
+    ]
+
+    /// Signs in as alice and moves past the minimum fetch interval, so a renewal really fetches.
+    static func signedIn(latency: Int = 1, _ setUp: ((RaceRig) -> Void)? = nil) async throws -> RaceRig {
+        let rig = RaceRig(latency: latency)
+        await rig.start()
+        try await rig.engine.signIn("alice")
+        await rig.advance(seconds: 10)
+        setUp?(rig)
+        return rig
+    }
+
+    static let signOutDuringRenewal = RaceProgram(
+        name: "sign-out-during-renewal",
+        summary: "renew() and signOut() race after a sign-in",
+        bound: 3
+    ) {
+        {
+            let rig = try await signedIn()
+            rig.launch("renew") { try await $0.renew(allowed: [.accountChanged, .signedOut]) }
+            rig.launch("signOut") { rig in
+                await rig.engine.signOut()
+                return "returned"
+            }
+            try await rig.finish(changes: 2, finalAccount: nil)
+        }
+    }
+
+    static let switchDuringFetch = RaceProgram(
+        name: "switch-during-fetch",
+        summary: "renew() (its fetch answering) races switchAccount(bob) and a fast-path reader",
+        bound: 3
+    ) {
+        {
+            let rig = try await signedIn()
+            rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
+            rig.launch("switch") { rig in
+                try await rig.engine.switchAccount(to: "bob")
+                return "returned"
+            }
+            rig.launch("headers", enters: 0) { rig in
+                for _ in 0..<2 {
+                    try rig.checkFastPath()
+                    await Waypoint.pass()
+                }
+                return "read"
+            }
+            try await rig.finish(changes: 2, finalAccount: "bob")
+        }
+    }
+
+    static let lateResultFromEarlierEpoch = RaceProgram(
+        name: "late-result",
+        summary: "a renewal whose answer ignores cancellation races switchAccount(bob) and scoped work",
+        bound: 3
+    ) {
+        {
+            let rig = try await signedIn(latency: 2) { $0.fetcher.script(.late) }
+            rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
+            rig.launch("switch") { rig in
+                try await rig.engine.switchAccount(to: "bob")
+                return "returned"
+            }
+            rig.launch("work") { rig in
+                try await rig.work("work", allowed: [.accountChanged, .switching]) { _ in
+                    try rig.checkFastPath(by: "work's headers")
+                }
+            }
+            try await rig.finish(changes: 2, finalAccount: "bob")
+        }
+    }
+
+    static let manyCallersAtExpiry = RaceProgram(
+        name: "many-callers-at-expiry",
+        summary: "two renew() calls and scoped work race the credential's expiry after failed renewals",
+        bound: 2
+    ) {
+        {
+            let rig = RaceRig()
+            await rig.start()
+            rig.fetcher.script(.credential(lifetime: 60))
+            try await rig.engine.signIn("alice")
+            rig.fetcher.failing = true
+            await rig.advance(seconds: 59)
+            rig.fetcher.failing = false
+            let fetches = rig.fetcher.total
+            for index in 1...2 {
+                rig.launch("renew \(index)") { try await $0.renew(allowed: []) }
+            }
+            rig.launch("work") { rig in
+                try await rig.work("work", allowed: [.invalidIdentity])
+            }
+            rig.launch("expiry", enters: 0) { rig in
+                rig.clock.advance(by: .seconds(2))
+                try rig.checkFastPath(by: "headers at expiry")
+                return "clock moved"
+            }
+            try await rig.settle()
+            if rig.fetcher.total - fetches > 1 {
+                throw RaceViolation("the callers at expiry shared no fetch: \(rig.fetcher.total - fetches) fetches")
+            }
+            try await rig.finish(changes: 1, finalAccount: "alice")
+        }
+    }
+
+    static let cancelledWaiter = RaceProgram(
+        name: "cancelled-waiter",
+        summary: "two renew() callers share a fetch while one of them is cancelled",
+        bound: 3
+    ) {
+        {
+            let rig = try await signedIn()
+            let cancelled = rig.launch("renew (cancelled)") { try await $0.renew(allowed: []) }
+            rig.launch("renew") { try await $0.renew(allowed: []) }
+            rig.launch("cancel", enters: 0) { _ in
+                cancelled.cancel()
+                return "cancelled"
+            }
+            try await rig.settle()
+            if rig.fetcher.cancelled > 0 {
+                throw RaceViolation("cancelling one waiter cancelled the fetch the other waits for")
+            }
+            if !rig.probe.outcomes.contains(where: { $0.hasPrefix("renew: credential") }) {
+                throw RaceViolation("the caller that was not cancelled got no credential: \(rig.probe.outcomes)")
+            }
+            try await rig.finish(changes: 1, finalAccount: "alice")
+        }
+    }
+
+    static let rejectionDuringSwitch = RaceProgram(
+        name: "rejection-during-switch",
+        summary: "credentialRejected(alice's), scoped work the service rejects and switchAccount(bob) race",
+        bound: 2
+    ) {
+        {
+            let rig = try await signedIn()
+            let credential = try rig.engine.identityHeaders().credential()
+            rig.launch("reject") { rig in
+                await rig.engine.credentialRejected(credential)
+                return "reported"
+            }
+            rig.launch("rejected work") { rig in
+                try await rig.work(
+                    "rejected work",
+                    allowed: [.accountChanged, .credentialRejected, .switching, .invalidIdentity]
+                ) { credential in
+                    await Waypoint.pass()
+                    if credential.email == RaceRig.email(for: "alice") { throw SessionError.credentialRejected }
+                }
+            }
+            rig.launch("switch") { rig in
+                try await rig.engine.switchAccount(to: "bob")
+                return "returned"
+            }
+            try await rig.finish(changes: 2, finalAccount: "bob")
+            if rig.fetcher.requests.contains(where: { $0.epoch > 1 && $0.account != "bob" }) {
+                throw RaceViolation("a fetch for another account ran in bob's session: \(rig.fetcher.requests)")
+            }
+        }
+    }
+
+    static let shutdownDuringFetch = RaceProgram(
+        name: "shutdown-during-fetch",
+        summary: "shutdown() races renew() with its fetch hanging and long scoped work",
+        bound: 3
+    ) {
+        {
+            let rig = try await signedIn { $0.fetcher.script(.hang) }
+            rig.launch("renew") { try await $0.renew(allowed: [.shutDown, .accountChanged, .signedOut]) }
+            rig.launch("work") { rig in
+                try await rig.work("work", allowed: [.shutDown, .accountChanged, .signedOut, .switching]) { _ in
+                    try await rig.clock.sleep(for: .seconds(600))
+                }
+            }
+            rig.launch("shutdown") { rig in
+                await rig.engine.shutdown()
+                let metrics = rig.engine.metrics
+                if metrics.scopedWork > 0 || metrics.waiters > 0 {
+                    throw RaceViolation("shutdown() returned with work or waiters left: \(rig.activity)")
+                }
+                return "returned"
+            }
+            // shutdown() runs no hooks (only a graceful shutdown does): the last hook entered alice.
+            try await rig.finish(changes: 2, finalAccount: nil, hooksEndAt: "alice")
+        }
+    }
+}

@@ -1,0 +1,264 @@
+import Foundation
+import SessionEngineExplorer
+import SessionEngineModel
+
+/// A value handed between the explorer's thread and the closures it runs there; everything runs on that one thread.
+final class Unchecked<Value>: @unchecked Sendable {
+    var value: Value
+
+    init(_ value: Value) {
+        self.value = value
+    }
+}
+
+/// Runs the parts of an exploration, counts what it explored and reports failures with their replay commands.
+final class Runner {
+    static let command = "swift run -c release SessionEngineSchedules"
+    /// A bound on the jobs of one run: far above what a program needs (a generated program takes a few thousand).
+    static let stepLimit = 400_000
+    /// How many candidate programs shrinking a failing one may run.
+    static let shrinkBudget = 150
+
+    let options: Options
+    let start = ContinuousClock.now
+    let deadline: ContinuousClock.Instant
+    var schedules = 0
+    var programs = 0
+    var failures = 0
+
+    init(options: Options) {
+        self.options = options
+        deadline = start + .milliseconds(Int(options.budget * 1000))
+    }
+
+    var elapsed: Double { seconds(ContinuousClock.now - start) }
+
+    var timeLeft: Bool { ContinuousClock.now < deadline }
+
+    func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    func say(_ line: String) {
+        guard !options.quiet else { return }
+        print(line)
+        fflush(nil)
+    }
+
+    func report(_ line: String) {
+        print(line)
+        fflush(nil)
+    }
+
+    /// The closing line.
+    var summary: String {
+        "schedules: \(schedules) explored, \(programs) programs, \(failures) failures, seed \(options.seed)"
+    }
+
+    // MARK: Named programs
+
+    /// A race or regression program by name.
+    struct Named {
+        let name: String
+        let summary: String
+        let bound: Int
+        let make: () -> @Sendable () async throws -> Void
+    }
+
+    static var named: [Named] {
+        Races.all.map { race in Named(name: race.name, summary: race.summary, bound: race.bound, make: race.make) }
+            + RegressionPrograms.all.map { entry in
+                Named(
+                    name: entry.name,
+                    summary: "regression: \(entry.operations.map(\.description).joined(separator: ", "))",
+                    bound: RegressionPrograms.bound,
+                    make: { EnginePrograms.program(entry.operations, seed: entry.seed) }
+                )
+            }
+    }
+
+    /// Explores a named program exhaustively within its bound, with the explorer's reduction; returns whether it
+    /// passed.
+    @discardableResult
+    func explore(_ program: Named, maxSchedules: Int = 100_000) -> Bool {
+        let began = ContinuousClock.now
+        let result = Explorer.explore(
+            bound: program.bound,
+            maxSchedules: maxSchedules,
+            reduction: true,
+            stepLimit: Self.stepLimit,
+            diagnostics: Diagnostics.describe,
+            program.make
+        )
+        let took = seconds(ContinuousClock.now - began)
+        schedules += result.schedules
+        programs += 1
+        let rate = took > 0 ? Int(Double(result.schedules) / took) : 0
+        let completeness =
+            if let nondeterminism = result.nondeterminism {
+                "STOPPED (nondeterministic: \(nondeterminism))"
+            } else if result.complete {
+                "complete"
+            } else {
+                "INCOMPLETE (\(maxSchedules) schedules)"
+            }
+        say(
+            "exhaustive \(program.name): \(result.schedules) schedules, bound \(program.bound), \(completeness), "
+                + "\(result.pruned) pruned, \(String(format: "%.1f", took)) s (\(rate)/s), up to \(result.maxSteps) "
+                + "jobs and \(result.maxChoicePoints) choice points a run; \(result.outcomeSummary)"
+        )
+        if result.nondeterminism != nil { failures += 1 }
+        guard let failure = result.failures.first else { return result.nondeterminism == nil }
+        failures += result.failureCount
+        report(
+            "FAILED \(program.name) (\(result.failureCount) of \(result.schedules) schedules): \(failure.outcome)"
+        )
+        report("  replay: \(Self.command) --replay \(program.name):\(failure.schedule)")
+        let shrunk = Schedule.shrink(failure.schedule) { candidate in
+            !Explorer.run(.replay(candidate), stepLimit: Self.stepLimit, program.make()).outcome.isPassed
+        }
+        report("  shrunk schedule (\(shrunk.deviations) of \(failure.schedule.deviations) deviations): \(shrunk)")
+        report("  replay: \(Self.command) --replay \(program.name):\(shrunk)")
+        return false
+    }
+
+    // MARK: Generated programs
+
+    /// Schedules tried per generated program, besides its FIFO run.
+    static let randomPerProgram = 3
+    static let pctPerProgram = 3
+    /// PCT's depth: a bug that needs at most `depth - 1` ordering constraints is found with probability at least
+    /// 1 / (n · k^(depth - 1)) per run, n jobs and k choice points.
+    static let pctDepth = 3
+
+    /// Runs generated programs, each under FIFO, random and PCT schedules, until the budget is spent.
+    func sample() {
+        let began = ContinuousClock.now
+        var index = 0
+        var runs = 0
+        var steps = 0
+        var choicePoints = 0
+        var maxSteps = 0
+        var maxChoicePoints = 0
+        var failed = false
+        while timeLeft && !failed {
+            let seed = EnginePrograms.programSeed(run: options.seed, index: index)
+            index += 1
+            let operations = EnginePrograms.operations(seed: seed)
+            programs += 1
+            var random = SplitMix64(seed: seed ^ 0x5C4E_D01E)
+            var strategies: [Strategy] = [.fifo]
+            for _ in 0..<Self.randomPerProgram { strategies.append(.random(seed: random.next())) }
+            for _ in 0..<Self.pctPerProgram { strategies.append(.pct(depth: Self.pctDepth, seed: random.next())) }
+            var expected = 100
+            for strategy in strategies {
+                let report = Explorer.run(
+                    strategy,
+                    expectedChoicePoints: expected,
+                    stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe,
+                    EnginePrograms.program(operations, seed: seed)
+                )
+                schedules += 1
+                runs += 1
+                steps += report.steps
+                choicePoints += report.choicePoints
+                maxSteps = max(maxSteps, report.steps)
+                maxChoicePoints = max(maxChoicePoints, report.choicePoints)
+                if strategy == .fifo { expected = max(1, report.choicePoints) }
+                if !report.outcome.isPassed {
+                    failures += 1
+                    failed = true
+                    shrinkFailure(seed: seed, operations: operations, report: report, strategy: strategy)
+                    break
+                }
+            }
+        }
+        let took = seconds(ContinuousClock.now - began)
+        let perRun = runs > 0 ? runs : 1
+        say(
+            "generated programs: \(index) programs, \(runs) schedules (FIFO, \(Self.randomPerProgram) random, "
+                + "\(Self.pctPerProgram) PCT depth \(Self.pctDepth) each), \(String(format: "%.1f", took)) s "
+                + "(\(String(format: "%.0f", Double(runs) / max(took, 0.001)))/s); per run \(steps / perRun) jobs "
+                + "and \(choicePoints / perRun) choice points on average, up to \(maxSteps) and \(maxChoicePoints)"
+        )
+    }
+
+    /// Reports a failing generated program with its replay command, shrinks the program keeping the schedule, then
+    /// the schedule.
+    func shrinkFailure(seed: UInt64, operations: [EngineOperation], report run: RunReport, strategy: Strategy) {
+        let schedule = run.schedule
+        report("FAILED program \(seed) under \(strategy) schedule (\(schedule.deviations) deviations): \(run.outcome)")
+        report("  replay: \(Self.command) --replay \(seed):\(schedule)")
+        func fails(_ candidate: [EngineOperation], _ schedule: Schedule) -> Bool {
+            !Explorer.run(
+                .replay(schedule), stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe,
+                EnginePrograms.program(candidate, seed: seed)
+            )
+            .outcome.isPassed
+        }
+        let shrunk = Shrinker.shrink(operations, budget: Self.shrinkBudget) { fails($0, schedule) }
+        let shrunkSchedule = Schedule.shrink(schedule) { fails(shrunk.operations, $0) }
+        let last = Explorer.run(
+            .replay(shrunkSchedule),
+            stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe,
+            EnginePrograms.program(shrunk.operations, seed: seed)
+        )
+        let listing = shrunk.operations.map { "    \($0)," }.joined(separator: "\n")
+        report(
+            """
+              shrunk program (\(shrunk.operations.count) of \(operations.count) operations, \(shrunk.attempts) \
+            attempts), engine seed \(seed), schedule \(shrunkSchedule) (\(shrunkSchedule.deviations) deviations):
+              [
+            \(listing)
+              ]
+              its failure: \(last.outcome)
+            """
+        )
+    }
+
+    // MARK: Replay
+
+    /// Replays one program with one schedule and reports what it did; returns whether it passed.
+    func replay(_ replay: Options.Replay) throws(UsageError) -> Bool {
+        let make: () -> @Sendable () async throws -> Void
+        let text: String
+        let label: String
+        switch replay {
+        case .program(let seed, let scheduleText):
+            let operations = EnginePrograms.operations(seed: seed)
+            make = { EnginePrograms.program(operations, seed: seed) }
+            text = scheduleText
+            label = "program \(seed): \(operations.map(\.description).joined(separator: ", "))"
+        case .named(let name, let scheduleText):
+            guard let program = Self.named.first(where: { $0.name == name }) else {
+                throw UsageError("no race or regression program is called \(name) (see --list)")
+            }
+            make = program.make
+            text = scheduleText
+            label = "\(name): \(program.summary)"
+        }
+        guard let schedule = Schedule(text) else { throw UsageError("bad schedule \(text)") }
+        let run = Explorer.run(.replay(schedule), stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe, make())
+        schedules += 1
+        programs += 1
+        report(label)
+        report("schedule \(run.schedule): \(run.outcome); \(run.steps) jobs, \(run.choicePoints) choice points")
+        if !run.outcome.isPassed { failures += 1 }
+        return run.outcome.isPassed
+    }
+}
+
+extension RegressionPrograms {
+    /// The delay bound of the regression programs' exhaustive exploration.
+    static let bound = 1
+}
+
+/// What the running program has parked, for a deadlock's report: set by the program when it builds its engine.
+///
+/// Every run happens on the explorer's one thread, so the variable is never touched concurrently.
+enum Diagnostics {
+    nonisolated(unsafe) static var current: (() -> String)?
+
+    /// The running program's activity, or nothing when it has not built its engine yet.
+    static let describe: @Sendable () -> String = { current?() ?? "(the program built no engine)" }
+}
