@@ -7,6 +7,8 @@ extension EngineModelDriver {
 
     package func check() throws {
         if let violation = probe.firstViolation ?? fetcher.violation { throw Violation(violation) }
+        if let violation = probe.checkResumes() { throw Violation(violation) }
+        try checkFetchStarts()
         try checkStates()
         try checkModel()
         try checkHooks()
@@ -108,26 +110,41 @@ extension EngineModelDriver {
         }
     }
 
-    /// Invariant 5: the hooks ran once per change, in order, each from the previous hook's account.
-    package func checkHooks() throws {
+    /// Invariant 5: the hooks ran once per change, in order, each from the previous hook's account, and never for
+    /// a change superseded before its hooks were due (Design/engine.md). `final` once nothing can run any more: then
+    /// every change that must run its hooks has.
+    package func checkHooks(final: Bool = false) throws {
         let hooks = probe.hooks
-        // The hooks of changes held by work that has not ended yet have not run yet.
-        let held = probe.changesHeldByWork.calls + probe.changesHeldByWork.tasks
-        let plan = model.hookPlan.enumerated().map { position, entry in
-            (to: entry.to, optional: entry.optional || position >= model.hookPlan.count - held)
+        // The hooks of changes still held by work have not run yet; they may or may not have run at a check.
+        let held = final ? [] : probe.heldEpochs
+        let plan = model.hookPlan.map { entry -> (to: AccountID?, mayRun: Bool, mustRun: Bool) in
+            switch entry.status {
+            case .mustRun: (entry.to, true, !held.contains(entry.epoch))
+            case .mayRun: (entry.to, true, false)
+            case .mustNotRun: (entry.to, false, false)
+            }
         }
-        // Whether plan[i...] explains hooks[j...]: every entry that must run ran, in order, and nothing else did.
+        // Whether plan[i...] explains hooks[j...]: every entry that must run ran, in order, no entry that must not
+        // run did, and nothing else ran.
         var explains = Array(repeating: Array(repeating: false, count: hooks.count + 1), count: plan.count + 1)
         explains[plan.count][hooks.count] = true
         for i in plan.indices.reversed() {
             for j in (0...hooks.count).reversed() {
-                let skipped = plan[i].optional && explains[i + 1][j]
-                let ran = j < hooks.count && hooks[j].to == plan[i].to && explains[i + 1][j + 1]
+                let skipped = !plan[i].mustRun && explains[i + 1][j]
+                let ran = plan[i].mayRun && j < hooks.count && hooks[j].to == plan[i].to && explains[i + 1][j + 1]
                 explains[i][j] = skipped || ran
             }
         }
         if !explains[0][0] {
-            let expected = plan.map { "\($0.to?.rawValue ?? "nil")\($0.optional ? "?" : "")" }
+            let expected = model.hookPlan.map { entry -> String in
+                let mark =
+                    switch entry.status {
+                    case .mustRun: held.contains(entry.epoch) ? " (held)" : ""
+                    case .mayRun: "?"
+                    case .mustNotRun: " (superseded)"
+                    }
+                return "\(entry.to?.rawValue ?? "nil")\(mark)"
+            }
             let ran = hooks.map { "\($0.from?.rawValue ?? "nil") → \($0.to?.rawValue ?? "nil")" }
             throw Violation("invariant 5: the hooks ran as \(ran), the changes were \(expected)")
         }
@@ -137,13 +154,58 @@ extension EngineModelDriver {
         }
     }
 
+    /// Invariant 10: every fetch started no earlier than the engine's own rules allow. After a failure the engine
+    /// announces its backoff (`fetchFailed.retryIn`), after a repeated rejection its wait (`credentialRejected.retryIn`),
+    /// and after a `Retry-After` the backend's floor (`serverRetryAfter`), which holds for the rest of the account
+    /// session whatever asks for a fetch; an install or a first rejection (which renews at once) ends the backoff.
+    /// Design/engine.md says the floor holds "whatever asks for one"; the engine today clears it when the host hands
+    /// over a credential, so the strict rule is checked only with `retryAfterOutlivesPushes` (see
+    /// `EngineRegressionTests`).
+    /// The minimum interval between starts is invariant 3, checked by the fetcher. A start at the same instant as an
+    /// announcement may belong before or after it, so it counts as allowed if either order allows it.
+    package func checkFetchStarts() throws {
+        for start in fetcher.takeStarts() {
+            let rules = probe.fetchRules(of: start.epoch)
+            let s = start.start
+            func earliest(_ rules: some Sequence<ModelProbe.FetchRule>) -> Duration {
+                var wait: Duration?
+                var floor = Duration.zero
+                for rule in rules {
+                    switch rule {
+                    case .wait(_, let until): wait = until
+                    case .clear(_, let pushed):
+                        wait = nil
+                        // The engine forgets a Retry-After when the host hands over a credential (see
+                        // `retryAfterOutlivesPushes`).
+                        if pushed && !retryAfterOutlivesPushes { floor = .zero }
+                    case .floor(_, let until): floor = max(floor, until)
+                    }
+                }
+                return max(wait ?? .zero, floor)
+            }
+            let before = rules.filter { $0.time < s }
+            let simultaneous = rules.filter { $0.time == s }
+            var allowed = earliest(before) <= s
+            for count in simultaneous.indices where !allowed {
+                allowed = earliest(before + simultaneous[...count]) <= s
+            }
+            if !allowed {
+                throw Violation(
+                    "invariant 10: a fetch in epoch \(start.epoch) started at \(s) of uptime, before the engine's "
+                        + "rules allowed it (\(earliest(before)))"
+                )
+            }
+        }
+    }
+
     /// Invariants 1 and 2 on the fast path: headers only of the current epoch's installed credential, only before it
     /// expires, and otherwise an error that says why, never anonymous.
     package func checkFastPath() throws -> IdentityHeaders? {
         let state = engine.state
         let now = clock.now
         let valid = engine.hasValidIdentity(at: now)
-        let usable = (state.isIdentified || state.isRenewing) && model.installed?.isValid(at: now) == true
+        let usable =
+            (state.isIdentified || state.isRenewing) && model.installed.map { model.isUnexpired($0, at: now) } == true
         do {
             let headers = try engine.identityHeaders()
             guard let credential = try? headers.credential() else {
@@ -156,7 +218,7 @@ extension EngineModelDriver {
                         + "\(model.epoch) (\(state))"
                 )
             }
-            if !credential.isValid(at: now) {
+            if !model.isUnexpired(credential, at: now) {
                 throw Violation(
                     "invariant 2: the fast path handed out a credential that expired at \(credential.expiresAt)")
             }

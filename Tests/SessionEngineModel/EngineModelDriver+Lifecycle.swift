@@ -11,8 +11,14 @@ extension EngineModelDriver {
         guard model.account != nil else { return }
         recovering = true
         fetcher.recover()
+        // The backend's signer runs on this host's time again (a clock of its own that no `Date` explains would keep
+        // every credential implausible for ever: a misconfiguration, not an outage).
+        backend.clock = .noDate
         let retry = Self.configuration.retry
-        let bound = retry.cap + Self.configuration.minimumFetchInterval + .seconds(31)
+        // A backend's Retry-After holds the account session back for as long as it asked (within the maximum).
+        var floor = Duration.zero
+        for case .floor(_, let until) in probe.fetchRules(of: model.epoch) { floor = max(floor, until - clock.uptime) }
+        let bound = retry.cap + Self.configuration.minimumFetchInterval + .seconds(31) + floor
         let start = clock.uptime
         let engine = self.engine
         let identified = try await advance(by: bound) {
@@ -28,6 +34,13 @@ extension EngineModelDriver {
 
     /// Invariant 8: after shutdown no task, timer, waiter, scoped work or subscriber remains.
     package func shutDownAndCheckLeaks() async throws {
+        // The shutdown supersedes every change still held by work, except a sign-out under way, which becomes the
+        // shutdown and still runs its hooks.
+        var superseded = probe.heldEpochs
+        if model.account == nil { superseded.remove(model.epoch) }
+        for index in model.hookPlan.indices where superseded.contains(model.hookPlan[index].epoch) {
+            model.hookPlan[index].status = .mustNotRun
+        }
         probe.shuttingDown = true
         let done = await startShutdown()
         var steps = 0
@@ -67,6 +80,9 @@ extension EngineModelDriver {
         for subscriber in subscribers where subscriber.active && subscriber.log.states.last != .signedOut {
             throw Violation("a subscriber's last state was \(String(describing: subscriber.log.states.last))")
         }
+        if let violation = probe.checkResumes() { throw Violation(violation) }
+        try checkFetchStarts()
+        try checkHooks(final: true)
     }
 
     /// Calls `shutdown()` and returns once the call is inside the engine, with a gate that opens when it returns.

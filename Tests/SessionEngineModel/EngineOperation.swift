@@ -23,6 +23,13 @@ package enum FetchBehaviour: Hashable, Sendable, CustomStringConvertible {
     case lifetimeOver24Hours(extra: Int)
     /// Throws a ``CredentialError``, as a decoder does for a malformed signature.
     case malformedSignature
+    /// Fails with a 429 or 503 whose `Retry-After` asks for `seconds`: a transient ``SessionError`` carrying
+    /// ``SessionError/retryAfter``.
+    case retryAfter(seconds: Int, status: Int)
+    /// The fetcher answers by itself, from a task of its own, after `yields` yields, without waiting for the driver
+    /// or for the engine to be idle: the answer can land between any two of the engine's actor hops. It honours
+    /// cancellation until it answers.
+    case onItsOwn(yields: Int, answer: OwnAnswer)
 
     /// Whether the fetch answers at all without being cancelled.
     package var delay: Int? {
@@ -31,6 +38,12 @@ package enum FetchBehaviour: Hashable, Sendable, CustomStringConvertible {
         case .hang: nil
         default: 0
         }
+    }
+
+    /// Whether the fetcher answers by itself instead of waiting for the driver.
+    package var answersOnItsOwn: Bool {
+        if case .onItsOwn = self { return true }
+        return false
     }
 
     package var ignoresCancellation: Bool {
@@ -49,6 +62,18 @@ package enum FetchBehaviour: Hashable, Sendable, CustomStringConvertible {
         (2, .constant(.alreadyExpired)),
         (2, Gen.element(of: [30, 7200]).map { .lifetimeOver24Hours(extra: $0) }),
         (2, .constant(.malformedSignature)),
+        (
+            2,
+            Gen.element(of: [1, 30, 120, 900]).flatMap { seconds in
+                Gen.element(of: [429, 503]).map { .retryAfter(seconds: seconds, status: $0) }
+            }
+        ),
+        (
+            4,
+            Gen.element(of: [0, 1, 3, 10]).flatMap { yields in
+                OwnAnswer.generator.map { .onItsOwn(yields: yields, answer: $0) }
+            }
+        ),
     ])
 
     package var simpler: [FetchBehaviour] {
@@ -61,6 +86,9 @@ package enum FetchBehaviour: Hashable, Sendable, CustomStringConvertible {
         case .failTerminally, .hang, .otherAccountEmail, .alreadyExpired, .lifetimeOver24Hours, .malformedSignature:
             [.failTransiently]
         case .failTransiently: []
+        case .retryAfter: [.failTransiently]
+        case .onItsOwn(let yields, let answer):
+            [answer.scripted] + (yields > 0 ? [.onItsOwn(yields: 0, answer: answer)] : [])
         }
     }
 
@@ -76,6 +104,135 @@ package enum FetchBehaviour: Hashable, Sendable, CustomStringConvertible {
         case .alreadyExpired: ".alreadyExpired"
         case .lifetimeOver24Hours(let extra): ".lifetimeOver24Hours(extra: \(extra))"
         case .malformedSignature: ".malformedSignature"
+        case .retryAfter(let seconds, let status): ".retryAfter(seconds: \(seconds), status: \(status))"
+        case .onItsOwn(let yields, let answer): ".onItsOwn(yields: \(yields), answer: \(answer))"
+        }
+    }
+}
+
+/// What a fetcher that answers on its own answers.
+package enum OwnAnswer: Hashable, Sendable, CustomStringConvertible {
+    case succeed(lifetime: Int)
+    case failTransiently
+    case retryAfter(seconds: Int)
+
+    static let generator: Gen<OwnAnswer> = .frequency([
+        (4, Gen.element(of: [60, 300, 900]).map { .succeed(lifetime: $0) }),
+        (2, .constant(.failTransiently)),
+        (1, Gen.element(of: [1, 30, 120]).map { .retryAfter(seconds: $0) }),
+    ])
+
+    /// The same answer, given by the driver once the engine is idle.
+    package var scripted: FetchBehaviour {
+        switch self {
+        case .succeed(let lifetime): .succeed(lifetime: lifetime)
+        case .failTransiently: .failTransiently
+        case .retryAfter(let seconds): .retryAfter(seconds: seconds, status: 429)
+        }
+    }
+
+    package var description: String {
+        switch self {
+        case .succeed(let lifetime): ".succeed(lifetime: \(lifetime))"
+        case .failTransiently: ".failTransiently"
+        case .retryAfter(let seconds): ".retryAfter(seconds: \(seconds))"
+        }
+    }
+}
+
+/// How the backend's clocks stand against this host's: the signer's (which sets `expiresAt`) and the one its
+/// `Date` header reports (the offset the fetcher measures and hands to the engine).
+package enum BackendClock: Hashable, Sendable, CustomStringConvertible {
+    /// The signer runs on this host's time and no `Date` is reported: the start of every program.
+    case noDate
+    /// The signer runs on this host's time and the `Date` header agrees.
+    case agrees
+    /// This host's clock is off: the signer and the `Date` header both run `seconds` ahead of it.
+    case skewed(seconds: Int)
+    /// The `Date` header runs `seconds` ahead of this host while the signer agrees with it.
+    case dateWrong(seconds: Int)
+    /// The signer runs `seconds` ahead of this host and no `Date` is reported.
+    case signerOnly(seconds: Int)
+
+    /// The signer's clock minus this host's.
+    package var signerOffset: Int {
+        switch self {
+        case .noDate, .agrees, .dateWrong: 0
+        case .skewed(let seconds), .signerOnly(let seconds): seconds
+        }
+    }
+
+    /// The offset the fetcher reports with each credential, if any.
+    package var reportedOffset: Duration? {
+        switch self {
+        case .noDate, .signerOnly: nil
+        case .agrees: .zero
+        case .skewed(let seconds), .dateWrong(let seconds): .seconds(seconds)
+        }
+    }
+
+    static let generator: Gen<BackendClock> = {
+        let offsets = Gen.element(of: [-7200, -3600, -45, 45, 3600, 7200])
+        return .frequency([
+            (1, .constant(.noDate)), (1, .constant(.agrees)), (3, offsets.map { .skewed(seconds: $0) }),
+            (1, offsets.map { .dateWrong(seconds: $0) }),
+            // A signer far ahead with no `Date` makes credentials live hours on this host's clock, which only makes
+            // programs longer: ahead by less than the tolerance, or behind.
+            (1, Gen.element(of: [-7200, -3600, -45, 45]).map { .signerOnly(seconds: $0) }),
+        ])
+    }()
+
+    package var description: String {
+        switch self {
+        case .noDate: ".noDate"
+        case .agrees: ".agrees"
+        case .skewed(let seconds): ".skewed(seconds: \(seconds))"
+        case .dateWrong(let seconds): ".dateWrong(seconds: \(seconds))"
+        case .signerOnly(let seconds): ".signerOnly(seconds: \(seconds))"
+        }
+    }
+}
+
+/// A credential the host hands over with ``SessionEngine/setIdentityCredential(_:for:)``, as its backend issued it.
+package enum PushKind: Hashable, Sendable, CustomStringConvertible {
+    /// The current account's, living `lifetime` seconds on the signer's clock.
+    case valid(lifetime: Int)
+    /// The current account's, expired already.
+    case expired
+    /// The current account's, living longer than 24 hours.
+    case tooLong
+    /// Another user's credential for the current account.
+    case otherUser
+    /// A credential for an account the engine is not signed in to.
+    case otherAccount
+
+    static let generator: Gen<PushKind> = .frequency([
+        (5, Gen.element(of: [60, 300, 900]).map { .valid(lifetime: $0) }), (1, .constant(.expired)),
+        (1, .constant(.tooLong)), (1, .constant(.otherUser)), (1, .constant(.otherAccount)),
+    ])
+
+    package var description: String {
+        switch self {
+        case .valid(let lifetime): ".valid(lifetime: \(lifetime))"
+        case .expired: ".expired"
+        case .tooLong: ".tooLong"
+        case .otherUser: ".otherUser"
+        case .otherAccount: ".otherAccount"
+        }
+    }
+}
+
+/// A call that waits for the engine and is cancelled while it waits.
+package enum CancelledCall: Hashable, Sendable, CustomStringConvertible {
+    /// `renew()`, parked on the fetch it asked for.
+    case renew
+    /// `switchAccount(to:)`, parked on the account's first credential.
+    case signIn(AccountID)
+
+    package var description: String {
+        switch self {
+        case .renew: ".renew"
+        case .signIn(let account): ".signIn(\"\(account.rawValue)\")"
         }
     }
 }
@@ -162,10 +319,30 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
     case concurrentChanges(AccountID?, AccountID?)
     /// Starts long scoped work and an account change at once.
     case changeDuringWork(to: AccountID?)
+    /// Sets how the backend's clocks stand against this host's from now on.
+    case backendClock(BackendClock)
+    /// Hands the engine a credential the host got elsewhere (``SessionEngine/setIdentityCredential(_:for:)``).
+    case push(PushKind)
+    /// Signs in with a credential the host already holds (``SessionEngine/signIn(_:with:)``).
+    case signInWith(AccountID)
+    /// Starts a call that waits for the engine, and cancels it once it waits: it fails with cancellation and
+    /// nothing else changes.
+    case cancelled(CancelledCall)
+    /// Starts long scoped work, then shuts the engine down gracefully (``SessionEngine/shutdown(gracePeriod:)``) and
+    /// lets the grace period run out or the work finish; the program ends there.
+    case gracefulShutdown(grace: Int)
 
     package static let accounts: [AccountID] = ["alice", "bob", "carol"]
 
-    package static let generator: Gen<EngineOperation> = {
+    /// One operation of a program: mostly ``ordinary``'s, and now and then a graceful shutdown, which ends the
+    /// program (about one program in six has one).
+    package static let generator: Gen<EngineOperation> = .frequency([
+        (199, ordinary),
+        (1, Gen.element(of: [0, 5, 60, 900]).map { .gracefulShutdown(grace: $0) }),
+    ])
+
+    /// Every operation but the graceful shutdown.
+    package static let ordinary: Gen<EngineOperation> = {
         let account = Gen.element(of: accounts)
         let target = Gen<AccountID?>.frequency([(4, account.map { $0 }), (1, .constant(nil))])
         let partner = Gen<Partner>.frequency([
@@ -196,6 +373,11 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
             (2, target.flatMap { to in partner.map { .stalledChange(to: to, partner: $0) } }),
             (2, target.flatMap { first in target.map { .concurrentChanges(first, $0) } }),
             (2, target.map { .changeDuringWork(to: $0) }),
+            (2, BackendClock.generator.map { .backendClock($0) }),
+            (3, PushKind.generator.map { .push($0) }),
+            (1, account.map { .signInWith($0) }),
+            (2, .constant(.cancelled(.renew))),
+            (1, account.map { .cancelled(.signIn($0)) }),
         ])
     }()
 
@@ -233,6 +415,18 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
             [[Self.change(to: second)], [Self.change(to: first), Self.change(to: second)]]
         case .changeDuringWork(let to):
             [[Self.change(to: to)], [.work(.long(seconds: 600)), Self.change(to: to)]]
+        case .backendClock(let setup):
+            setup == .noDate ? [] : [[.backendClock(.noDate)]]
+        case .push(let kind):
+            kind == .valid(lifetime: 300) ? [] : [[.push(.valid(lifetime: 300))]]
+        case .signInWith(let account):
+            [[.signIn(account)]]
+        case .cancelled(.renew):
+            [[.renew]]
+        case .cancelled(.signIn(let account)):
+            [[.signIn(account)], [.cancelled(.renew)]]
+        case .gracefulShutdown(let grace):
+            grace > 0 ? [[.gracefulShutdown(grace: 0)]] : []
         case .signOut, .renew, .rotateSecret, .subscribe:
             []
         }
@@ -258,6 +452,11 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
         case .stalledChange(let to, let partner): return ".stalledChange(to: \(quoted(to)), partner: \(partner))"
         case .concurrentChanges(let first, let second): return ".concurrentChanges(\(quoted(first)), \(quoted(second)))"
         case .changeDuringWork(let to): return ".changeDuringWork(to: \(quoted(to)))"
+        case .backendClock(let setup): return ".backendClock(\(setup))"
+        case .push(let kind): return ".push(\(kind))"
+        case .signInWith(let account): return ".signInWith(\(quoted(account)))"
+        case .cancelled(let call): return ".cancelled(\(call))"
+        case .gracefulShutdown(let grace): return ".gracefulShutdown(grace: \(grace))"
         }
     }
 }

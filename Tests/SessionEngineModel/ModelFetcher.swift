@@ -13,12 +13,14 @@ package struct Violation: Error, CustomStringConvertible {
     package var description: String { message }
 }
 
-/// A backend whose every fetch waits for the program's driver, which answers it as the program scripted.
+/// A backend whose every fetch waits for the program's driver, which answers it as the program scripted, or answers
+/// by itself from a task of its own (``FetchBehaviour/onItsOwn(yields:answer:)``).
 ///
 /// Each fetch takes the next scripted ``FetchBehaviour`` and is tagged with the epoch the engine started it in and
 /// the monotonic time it started, so the fetcher can check that at most one fetch per epoch is in flight and that
-/// fetch starts keep the minimum interval. A fetch waiting for its answer is parked on the clock's ledger, so the
-/// engine counts as idle while the backend holds it.
+/// fetch starts keep the minimum interval; the driver checks every start against the backoff the engine announced.
+/// A fetch waiting for the driver is parked on the clock's ledger, so the engine counts as idle while the backend
+/// holds it; a fetch that answers by itself stays runnable until it has answered.
 package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     package struct Request: Sendable {
         package let id: Int
@@ -33,19 +35,33 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
         package var due: Duration? { behaviour.delay.map { start + .seconds($0) } }
     }
 
+    /// A fetch that answered by itself: what it answered, for the driver to bring the model up to date.
+    package struct Delivery: Sendable {
+        package let request: Request
+        package let result: Result<FetchedCredential, any Error>
+    }
+
+    /// Computes the answer of a fetch that answers by itself, when it answers.
+    package typealias Oracle = @Sendable (Request, OwnAnswer) -> Result<FetchedCredential, any Error>
+
     private struct Pending {
-        package var request: Request
-        package var continuation: CheckedContinuation<IdentityCredential, any Error>
+        var request: Request
+        var continuation: CheckedContinuation<FetchedCredential, any Error>
     }
 
     private struct State {
-        package var total = 0
-        package var pending: [Int: Pending] = [:]
-        package var script: [FetchBehaviour] = []
-        package var recovering = false
-        package var inFlight: [UInt64: Int] = [:]
-        package var lastStart: [UInt64: Duration] = [:]
-        package var violations: [String] = []
+        var total = 0
+        var pending: [Int: Pending] = [:]
+        /// Fetches that answer by themselves and have not answered yet.
+        var answering: [Int: Pending] = [:]
+        var delivered: [Delivery] = []
+        var starts: [Request] = []
+        var script: [FetchBehaviour] = []
+        var recovering = false
+        var inFlight: [UInt64: Int] = [:]
+        var lastStart: [UInt64: Duration] = [:]
+        var violations: [String] = []
+        var oracle: Oracle?
     }
 
     package static let defaultBehaviour = FetchBehaviour.succeed(lifetime: 300)
@@ -62,11 +78,20 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     /// The engine's fetches park on the clock's ledger, which the fetcher already knows.
     package func attach(_ ledger: ActivityLedger) {}
 
+    /// Sets how a fetch that answers by itself computes its answer.
+    package func answerOnItsOwn(with oracle: @escaping Oracle) {
+        state.withLock { $0.oracle = oracle }
+    }
+
     package func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
         preconditionFailure("the engine always says which fetch it starts")
     }
 
     package func fetchCredential(_ fetch: FetchRequest) async throws -> IdentityCredential {
+        try await self.fetch(fetch).credential
+    }
+
+    package func fetch(_ fetch: FetchRequest) async throws -> FetchedCredential {
         let start = clock.uptime
         let minimumInterval = self.minimumInterval
         let (account, epoch) = (fetch.account, fetch.epoch)
@@ -90,17 +115,21 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
                 )
             }
             state.lastStart[epoch] = start
-            return Request(id: state.total, account: account, epoch: epoch, start: start, behaviour: behaviour)
+            let request = Request(id: state.total, account: account, epoch: epoch, start: start, behaviour: behaviour)
+            state.starts.append(request)
+            return request
+        }
+        if case .onItsOwn(let yields, let answer) = request.behaviour {
+            return try await answerByItself(request, after: yields, with: answer)
         }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let cancelled = state.withLock { state -> Bool in
                     var request = request
                     request.cancelled = Task.isCancelled
-                    if request.cancelled && !request.behaviour.ignoresCancellation {
-                        state.inFlight[request.epoch, default: 1] -= 1
-                        return true
-                    }
+                    // A cancelled fetch is no longer the engine's fetch in flight, even while its answer is on the wire.
+                    if request.cancelled { state.inFlight[request.epoch, default: 1] -= 1 }
+                    if request.cancelled && !request.behaviour.ignoresCancellation { return true }
                     state.pending[request.id] = Pending(request: request, continuation: continuation)
                     ledger.park()
                     return false
@@ -111,6 +140,7 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
             let pending = state.withLock { state -> Pending? in
                 guard let pending = state.pending[request.id] else { return nil }
                 if pending.request.behaviour.ignoresCancellation {
+                    if !pending.request.cancelled { state.inFlight[request.epoch, default: 1] -= 1 }
                     state.pending[request.id]?.request.cancelled = true
                     return nil
                 }
@@ -122,6 +152,52 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
             ledger.unpark()
             pending.continuation.resume(throwing: CancellationError())
         }
+    }
+
+    /// Answers from a task of the fetcher's own after `yields` yields, whatever the engine is doing then; the fetch
+    /// is never parked, so the engine is not idle before the answer has landed.
+    private func answerByItself(_ request: Request, after yields: Int, with answer: OwnAnswer) async throws
+        -> FetchedCredential
+    {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                let cancelled = state.withLock { state -> Bool in
+                    if Task.isCancelled {
+                        state.inFlight[request.epoch, default: 1] -= 1
+                        return true
+                    }
+                    state.answering[request.id] = Pending(request: request, continuation: continuation)
+                    return false
+                }
+                if cancelled {
+                    continuation.resume(throwing: CancellationError())
+                    return
+                }
+                Task {
+                    for _ in 0..<yields { await Task.yield() }
+                    self.deliver(request.id, answer)
+                }
+            }
+        } onCancel: {
+            let pending = state.withLock { state -> Pending? in
+                guard let pending = state.answering.removeValue(forKey: request.id) else { return nil }
+                state.inFlight[request.epoch, default: 1] -= 1
+                return pending
+            }
+            pending?.continuation.resume(throwing: CancellationError())
+        }
+    }
+
+    private func deliver(_ id: Int, _ answer: OwnAnswer) {
+        let taken = state.withLock { state -> (Pending, Oracle?)? in
+            guard let pending = state.answering.removeValue(forKey: id) else { return nil }
+            state.inFlight[pending.request.epoch, default: 1] -= 1
+            return (pending, state.oracle)
+        }
+        guard let (pending, oracle) = taken else { return }
+        let result = oracle?(pending.request, answer) ?? .failure(SessionError.fetchFailed("no backend"))
+        state.withLock { $0.delivered.append(Delivery(request: pending.request, result: result)) }
+        pending.continuation.resume(with: result)
     }
 
     /// Scripts the answer to the next fetch.
@@ -142,18 +218,34 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
         state.withLock { $0.pending.values.map(\.request).sorted { $0.id < $1.id } }
     }
 
-    package var pendingCount: Int { state.withLock { $0.pending.count } }
+    package var pendingCount: Int { state.withLock { $0.pending.count + $0.answering.count } }
 
     package var total: Int { state.withLock { $0.total } }
+
+    /// The answers fetches gave by themselves since the last call, in the order they gave them.
+    package func takeDeliveries() -> [Delivery] {
+        state.withLock { state in
+            defer { state.delivered.removeAll() }
+            return state.delivered
+        }
+    }
+
+    /// The fetches started since the last call, in the order they started.
+    package func takeStarts() -> [Request] {
+        state.withLock { state in
+            defer { state.starts.removeAll() }
+            return state.starts
+        }
+    }
 
     /// The first broken invariant the fetcher saw, if any.
     package var violation: String? { state.withLock { $0.violations.first } }
 
     /// Answers a pending fetch.
-    package func answer(_ id: Int, with result: Result<IdentityCredential, any Error>) {
+    package func answer(_ id: Int, with result: Result<FetchedCredential, any Error>) {
         let pending = state.withLock { state -> Pending? in
             guard let pending = state.pending.removeValue(forKey: id) else { return nil }
-            state.inFlight[pending.request.epoch, default: 1] -= 1
+            if !pending.request.cancelled { state.inFlight[pending.request.epoch, default: 1] -= 1 }
             return pending
         }
         guard let pending else { return }

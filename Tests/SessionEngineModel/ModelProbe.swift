@@ -40,9 +40,64 @@ package final class ModelProbe: Sendable {
         /// The epochs in which the backend issued each credential, by signature (the same email, expiry and secret
         /// give the same credential in any epoch).
         package var origins: [String: Set<UInt64>] = [:]
-        /// Epochs in which a credential was installed.
+        /// Epochs in which the engine published an installed credential.
         package var installedEpochs: Set<UInt64> = []
         package var shuttingDown = false
+        var gracefulShutdown = false
+        /// The sequence number of each state in `states`.
+        var stateSequences: [UInt64] = []
+        /// The credentials the engine published as installed, in order.
+        var installs: [(sequence: UInt64, epoch: UInt64, email: String, expiresAt: Int64)] = []
+        /// When each installed credential expires on this host's clock (its expiry moved by the applied offset).
+        var localExpiries: [String: Date] = [:]
+        /// What resumed callers and subscribers read, checked once the engine has published everything.
+        var resumes: [Resume] = []
+        /// Per epoch, what the engine announced about its next fetch: backoff waits, their ends, Retry-After floors.
+        var fetchRules: [UInt64: [FetchRule]] = [:]
+        /// Credentials handed out, and when: checked against their expiry on this host's clock once the model knows
+        /// the clock offset each was installed with (a fetch that answers by itself is brought into the model later).
+        var expiryChecks: [(label: String, credential: IdentityCredential, at: Date)] = []
+    }
+
+    /// What a caller or subscriber was promised when it resumed, and what it read from the engine before anything
+    /// else.
+    package enum Promise: Sendable {
+        /// The credential with this email and expiry, installed in this epoch.
+        case credential(email: String, expiresAt: Int64, epoch: UInt64?)
+        /// A credential installed in this epoch.
+        case installedIn(UInt64)
+        /// Everything the event with this sequence number says.
+        case event(UInt64)
+    }
+
+    /// What the fast path answered.
+    package enum HeadersReading: Sendable, Equatable {
+        case credential(email: String, expiresAt: Int64)
+        case refused(SessionError.Code)
+    }
+
+    struct Resume {
+        var label: String
+        var promise: Promise
+        var state: SessionState
+        var headers: HeadersReading
+    }
+
+    /// What the engine announced, in one step, about when its next fetch of an epoch may start.
+    package enum FetchRule: Sendable {
+        /// No fetch before this monotonic time (a failure's backoff, a repeated rejection's wait).
+        case wait(at: Duration, until: Duration)
+        /// The announced wait no longer holds: a credential was installed (`pushed`: one the host handed over), or
+        /// a first rejection renews at once.
+        case clear(at: Duration, pushed: Bool)
+        /// No fetch before this monotonic time, whatever asks for one: the backend's `Retry-After`.
+        case floor(at: Duration, until: Duration)
+
+        var time: Duration {
+            switch self {
+            case .wait(let at, _), .clear(let at, _), .floor(let at, _): at
+            }
+        }
     }
 
     private let state = Mutex(State())
@@ -57,12 +112,41 @@ package final class ModelProbe: Sendable {
                 state.violations.append("event \(event.sequence) followed event \(last.sequence)")
             }
             state.events.append(event)
+            let time = event.time.uptime
+            switch event.kind {
+            case .renewed(let identity, let fetch):
+                state.installedEpochs.insert(event.epoch)
+                state.installs.append((event.sequence, event.epoch, identity.email, identity.expiresAt))
+                state.fetchRules[event.epoch, default: []].append(.clear(at: time, pushed: fetch.pushed))
+            case .fetchFailed(let failure):
+                if let retryIn = failure.retryIn {
+                    state.fetchRules[event.epoch, default: []].append(.wait(at: time, until: time + retryIn))
+                }
+                if let floor = failure.serverRetryAfter {
+                    state.fetchRules[event.epoch, default: []].append(.floor(at: time, until: time + floor))
+                }
+            case .credentialRejected(let report):
+                if report.renewing {
+                    state.fetchRules[event.epoch, default: []].append(.clear(at: time, pushed: false))
+                } else if let retryIn = report.retryIn {
+                    state.fetchRules[event.epoch, default: []].append(.wait(at: time, until: time + retryIn))
+                }
+            default:
+                break
+            }
             guard let new = event.state else { return }
             state.states.append(new)
+            state.stateSequences.append(event.sequence)
             // A change begins with a switching state of a new epoch (a sign-out from switching included).
             if case .switching = new { state.begunEpochs.insert(event.epoch) }
         }
     }
+
+    /// How many credentials the engine has published as installed.
+    package var installCount: Int { state.withLock { $0.installs.count } }
+
+    /// The epoch of the engine's last event.
+    package var recentEpoch: UInt64 { state.withLock { $0.events.last?.epoch ?? 0 } }
 
     /// How many events the engine has published.
     package var eventCount: Int { state.withLock { $0.events.count } }
@@ -97,12 +181,25 @@ package final class ModelProbe: Sendable {
         state.withLock { $0.origins[credential.signature] ?? [] }
     }
 
-    package func noteInstalled(epoch: UInt64) {
-        state.withLock { _ = $0.installedEpochs.insert(epoch) }
+    /// Records when `credential` expires on this host's clock, once the model installs it.
+    package func noteLocalExpiry(of credential: IdentityCredential, at expiry: Date) {
+        state.withLock { $0.localExpiries[credential.signature] = expiry }
+    }
+
+    /// Checks, once the model knows the credential's clock offset, that `credential` had not expired at `now` when
+    /// it was handed out (invariant 2).
+    package func checkUnexpired(_ label: String, _ credential: IdentityCredential, at now: Date) {
+        state.withLock { $0.expiryChecks.append((label, credential, now)) }
     }
 
     package func wasInstalled(in epoch: UInt64) -> Bool {
         state.withLock { $0.installedEpochs.contains(epoch) }
+    }
+
+    /// A graceful shutdown began: new work and account changes fail with `SHUT_DOWN`.
+    package var gracefulShutdown: Bool {
+        get { state.withLock { $0.gracefulShutdown } }
+        set { state.withLock { $0.gracefulShutdown = newValue } }
     }
 
     package var shuttingDown: Bool {
@@ -166,7 +263,7 @@ package final class ModelProbe: Sendable {
             violation("\(call) threw \(type(of: error))")
             return
         }
-        if error.code == .shutDown && shuttingDown { return }
+        if error.code == .shutDown && (shuttingDown || gracefulShutdown) { return }
         if !allowed.contains(error.code) { violation("\(call) threw \(error.code): \(error.reason)") }
     }
 
@@ -184,10 +281,7 @@ package final class ModelProbe: Sendable {
                         + "\(origins.sorted())"
                 )
             }
-            if !credential.isValid(at: now) {
-                state.violations.append(
-                    "invariant 2: work received a credential that expired at \(credential.expiresAt)")
-            }
+            state.expiryChecks.append(("work", credential, now))
             state.nextWork += 1
             state.work[state.nextWork] = epoch ?? origins.max() ?? 0
             return state.nextWork
@@ -246,6 +340,108 @@ package final class ModelProbe: Sendable {
             let calls = held.filter(\.isCall).count
             return (calls, held.count - calls)
         }
+    }
+
+    /// The epochs of the changes ``changesHeldByWork`` counts: their preparation is parked before its hooks.
+    package var heldEpochs: Set<UInt64> {
+        state.withLock { state in
+            guard let oldest = state.work.values.min() else { return [] }
+            return Set(
+                state.changes.values.map(\.epoch).filter { $0 > oldest && state.begunEpochs.contains($0) })
+        }
+    }
+
+    // MARK: Resumed callers and subscribers
+
+    /// A caller or subscriber has just resumed with what `promise` describes: reads the engine's state and fast path
+    /// at once, before anything else, for ``checkResumes()``.
+    package func resumed(_ label: String, promised promise: Promise, engine: SessionEngine) {
+        let state = engine.state
+        let headers: HeadersReading
+        do {
+            let fields = try engine.identityHeaders()
+            headers = .credential(
+                email: fields[IdentityHeaders.emailName] ?? "",
+                expiresAt: fields[IdentityHeaders.expiresAtName].flatMap { Int64($0) } ?? 0
+            )
+        } catch {
+            headers = .refused(error.code)
+        }
+        self.state.withLock {
+            $0.resumes.append(Resume(label: label, promise: promise, state: state, headers: headers))
+        }
+    }
+
+    /// Invariant 9: what every resumed caller and subscriber read already held what it was promised. The engine's
+    /// state at that moment must be the state of the step that made the promise or of a later step, and so must what
+    /// its fast path answered: never an earlier one. Checked once the engine has published everything, since a
+    /// caller may resume before the step that resumed it has published its events.
+    package func checkResumes() -> String? {
+        state.withLock { state in
+            defer {
+                state.resumes.removeAll()
+                state.expiryChecks.removeAll()
+            }
+            for check in state.expiryChecks {
+                let expiry = state.localExpiries[check.credential.signature] ?? check.credential.expirationDate
+                if check.at >= expiry {
+                    return "invariant 2: \(check.label) received a credential that expired at "
+                        + "\(check.credential.expiresAt)"
+                }
+            }
+            for resume in state.resumes {
+                // The index of the first state the promise allows (-1 for the initial signed-out state).
+                let bound: UInt64?
+                switch resume.promise {
+                case .event(let sequence):
+                    bound = sequence
+                case .installedIn(let epoch):
+                    bound = state.installs.first { $0.epoch == epoch }?.sequence
+                case .credential(let email, let expiresAt, let epoch):
+                    bound =
+                        state.installs.first {
+                            $0.email == email && $0.expiresAt == expiresAt && (epoch == nil || $0.epoch == epoch)
+                        }?.sequence
+                }
+                guard let bound else {
+                    return "invariant 9: \(resume.label) resumed with \(resume.promise), which the engine never "
+                        + "published"
+                }
+                let first = (state.stateSequences.lastIndex { $0 <= bound } ?? -1)
+                let allowed = (first..<state.states.count).map { $0 < 0 ? SessionState.signedOut : state.states[$0] }
+                if !allowed.contains(resume.state) {
+                    return "invariant 9: \(resume.label) resumed with \(resume.promise) while the engine was still "
+                        + "\(resume.state); by then it must be \(allowed.first!) or later"
+                }
+                if !allowed.contains(where: { Self.agree(resume.headers, with: $0) }) {
+                    return "invariant 9: \(resume.label) resumed with \(resume.promise) while the fast path still "
+                        + "answered \(resume.headers); by then the engine must be \(allowed.first!) or later"
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Whether the fast path may answer `headers` in `state`.
+    private static func agree(_ headers: HeadersReading, with state: SessionState) -> Bool {
+        switch (headers, state) {
+        case (.credential(let email, let expiresAt), .identified(let identity)),
+            (.credential(let email, let expiresAt), .renewing(let identity)):
+            return identity.email == email && identity.expiresAt == expiresAt
+        case (.refused(.switching), .switching), (.refused(.signedOut), .signedOut), (.refused(.shutDown), .signedOut),
+            (.refused(.invalidIdentity), .expired), (.refused(.invalidIdentity), .identified),
+            (.refused(.invalidIdentity), .renewing):
+            return true
+        default:
+            return false
+        }
+    }
+
+    // MARK: Fetch rules
+
+    /// What the engine announced about the next fetch of `epoch`, in order.
+    package func fetchRules(of epoch: UInt64) -> [FetchRule] {
+        state.withLock { $0.fetchRules[epoch] ?? [] }
     }
 
     // MARK: Hooks
@@ -335,7 +531,7 @@ package final class SubscriberLog: Sendable {
     private let state = Mutex(State())
     /// The engine's last sequence number when the subscriber subscribed: its first event, the state current then,
     /// may carry an earlier one.
-    private let startSequence: UInt64
+    package let startSequence: UInt64
 
     /// Creates the log of a subscriber that subscribes while the engine's last event is `startSequence`.
     package init(startSequence: UInt64) {

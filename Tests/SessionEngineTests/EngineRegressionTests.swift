@@ -108,6 +108,72 @@ import Testing
     }
 }
 
+/// Programs for the operations the model gained with issue 18, each run once, so a change that breaks one of them
+/// fails by name; and the one finding of the stricter invariants that the engine does not meet yet.
+extension EngineRegressionTests {
+    private func run(_ program: [EngineOperation], seed: UInt64 = 1) async {
+        let failure = await EngineModelDriver(seed: seed).run(program)
+        #expect(failure == nil, "\(failure!)")
+    }
+
+    /// A graceful shutdown while work runs: the grace period ends by time, by the work finishing, or at once.
+    @Test(arguments: [0, 60, 900])
+    func aGracefulShutdownWhileWorkRuns(grace: Int) async {
+        await run([.signIn("alice"), .work(.long(seconds: 300)), .gracefulShutdown(grace: grace)])
+        await run([.signIn("alice"), .signOut, .gracefulShutdown(grace: grace)])
+    }
+
+    /// A waiting `renew()` and a waiting sign-in, cancelled: they fail with cancellation and nothing else changes.
+    @Test func cancelledWaitersChangeNothing() async {
+        await run([
+            .signIn("alice"), .advance(seconds: 10), .nextFetch(.hang), .cancelled(.renew), .advance(seconds: 30),
+        ])
+        await run([
+            .nextFetch(.succeedAfter(seconds: 20, lifetime: 300)), .cancelled(.signIn("bob")), .advance(seconds: 30),
+        ])
+    }
+
+    /// Credentials the host hands over: installed for the current account by the fetch's rules, refused otherwise.
+    @Test func handedOverCredentials() async {
+        await run([
+            .signIn("alice"), .push(.valid(lifetime: 900)), .push(.otherUser), .push(.expired), .push(.tooLong),
+            .push(.otherAccount), .signInWith("bob"), .work(.stubborn(seconds: 30)), .switchAccount("carol"),
+            .push(.valid(lifetime: 60)), .advance(seconds: 40),
+        ])
+    }
+
+    /// Fetches that answer on their own while the engine is busy, and a backend whose clocks disagree with this host's.
+    @Test func selfAnsweringFetchesAndClockOffsets() async {
+        await run([
+            .signIn("alice"), .nextFetch(.onItsOwn(yields: 3, answer: .succeed(lifetime: 300))), .advance(seconds: 10),
+            .renew, .nextFetch(.onItsOwn(yields: 0, answer: .retryAfter(seconds: 30))), .reportRejection(older: false),
+            .concurrentChanges("bob", nil), .backendClock(.skewed(seconds: -7200)), .signIn("alice"),
+            .advancePastExpiry(seconds: 1), .backendClock(.dateWrong(seconds: 3600)), .renew, .advance(seconds: 60),
+        ])
+    }
+
+    /// Design/engine.md: after a `Retry-After` the engine "starts no fetch for that account session before the delay
+    /// has passed, whatever asks for one". A credential the host hands over clears the delay
+    /// (`SessionStateMachine.install` resets `retryNotBefore`), so a `renew()` 7 seconds after a 429 asking for 120
+    /// fetches at once. Found by invariant 10; the engine is not this suite's to change, so the program documents it
+    /// until the engine keeps the delay, and then fails, to say the model may drop its leniency.
+    @Test func aRetryAfterOutlivesAHandedOverCredential() async {
+        let program: [EngineOperation] = [
+            .nextFetch(.retryAfter(seconds: 120, status: 429)),
+            .signIn("bob"),
+            .signInWith("bob"),
+            .advance(seconds: 7),
+            .renew,
+        ]
+        let driver = EngineModelDriver(seed: 15_782_653_143_404_668_264)
+        driver.retryAfterOutlivesPushes = true
+        let failure = await driver.run(program)
+        withKnownIssue("a handed-over credential clears the backend's Retry-After") {
+            #expect(failure == nil, "\(failure.map(String.init(describing:)) ?? "")")
+        }
+    }
+}
+
 /// An actor that waits on its waiters while another of its jobs is queued, as the engine does when a fetch result
 /// arrives while a caller decides to wait.
 private actor WaitingHost {
