@@ -36,37 +36,53 @@ package struct Footprint: Sendable, Hashable {
     package var executors: Set<UInt> = []
     /// For an actor's out-of-line processing job, the actor, read from the job before it ran.
     package var actor: UInt?
+    /// The actors whose processing jobs it enqueued (it scheduled an idle actor: it wrote that actor's queue).
+    package var scheduledActors: Set<UInt> = []
+    /// Whether it enqueued a runtime job other than a task (an actor's processing job, a continuation job).
+    package var enqueuedRuntimeJob = false
     /// The number of jobs it enqueued where the explorer sees them.
     package var enqueued = 0
 
-    /// Whether the job may have changed state the explorer cannot see: it enqueued nothing, so it may have ended by
-    /// queueing its task on an actor that already had a processing job scheduled (which the runtime does without
-    /// reaching a hook), or by parking on a continuation or another task.
+    /// Whether the job enqueued nothing where the explorer sees it: it may have ended by queueing its task on an
+    /// actor that already had a processing job scheduled (which the runtime does without reaching a hook), or by
+    /// parking on a continuation or another task.
     package var silent: Bool { enqueued == 0 }
 
-    /// The actors the job touched: those it was seen on, and the actor of its processing job.
+    /// The actors the job touched: those it was seen on, the actor of its processing job, and those it scheduled.
     package var actors: Set<UInt> {
-        guard let actor else { return executors }
-        return executors.union([actor])
+        var actors = executors.union(scheduledActors)
+        if let actor {
+            actors.insert(actor)
+        }
+        return actors
+    }
+
+    /// Whether the job may have changed state the explorer cannot name: it is ``silent``, or an actor's job whose
+    /// actor the explorer never saw.
+    package var opaque: Bool {
+        silent || (kind == .actor && actors.isEmpty)
+    }
+
+    /// Whether the job touched some actor's queue where the explorer sees it: it is an actor's job, or it enqueued one.
+    package var touchesActorQueue: Bool {
+        kind == .actor || enqueuedRuntimeJob
     }
 
     /// Whether running `self` and `other` in either order from the same state reaches the same state.
     ///
-    /// They are dependent when they took a common lock, ran on a common actor, or when one is ``silent`` and the
-    /// other is silent too or is an actor's processing job (a silent job may have queued a task on that actor's queue,
-    /// which the processing job then runs or not depending on the order). An actor's processing job whose actor the
-    /// explorer never saw (no lock, no enqueue on it) counts as silent. See ``Explorer`` for why this is sound and
-    /// where it is an approximation.
+    /// They are dependent when they took a common lock or touched a common actor (ran on it, or scheduled it), or
+    /// when one is ``opaque`` and the other is opaque too or ``touchesActorQueue``: an opaque job may have queued a
+    /// task on a busy actor without any hook, and the order of that against another job on (or scheduling) an actor
+    /// decides the order of that actor's queue. See ``Explorer`` for why this is sound and where it is an
+    /// approximation.
     package func isIndependent(of other: Footprint) -> Bool {
         if !locks.isDisjoint(with: other.locks) || !actors.isDisjoint(with: other.actors) {
             return false
         }
-        let selfOpaque = silent || (kind == .actor && actors.isEmpty)
-        let otherOpaque = other.silent || (other.kind == .actor && other.actors.isEmpty)
-        if selfOpaque && (otherOpaque || other.kind == .actor) {
+        if opaque && (other.opaque || other.touchesActorQueue) {
             return false
         }
-        if otherOpaque && kind == .actor {
+        if other.opaque && touchesActorQueue {
             return false
         }
         return true

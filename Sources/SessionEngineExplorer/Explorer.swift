@@ -7,19 +7,25 @@ import Synchronization
 /// ## API (package access; the client is `SessionEngineSchedules`)
 ///
 /// ```swift
-/// try Explorer.install()                       // first, from main.swift's synchronous top level
-/// try Explorer.selfTest()                      // -> SelfTestReport; throws ExplorerError with the reason
-/// var chooser = RandomChooser(seed: 7)         // or PCTChooser(depth:seed:expectedChoicePoints:),
-///                                              // ReplayChooser(schedule), Strategy.x.chooser(...)
-/// let report = Explorer.run(&chooser, stepLimit: 200_000, diagnostics: { "parked: ..." }) { try await program() }
-/// report.outcome        // .passed / .failed(msg) / .deadlock(parked) / .stepLimit / .captureBroken(reason)
-/// report.steps; report.choicePoints; report.schedule   // Schedule: "0x12.3.0x5.1", Schedule("...")!, .deviations
-/// Explorer.run(.random(seed: 7)) { ... }       // the same with a Strategy (expectedChoicePoints: for PCT)
-/// let x = Explorer.explore(bound: 2, maxSchedules: 100_000, reduction: true) { { try await program() } }
-/// x.schedules; x.pruned; x.complete; x.failures   // [(schedule, outcome)]; x.outcomes: [Outcome: Int]
-/// x.nondeterminism                              // set when a replayed prefix saw different runnable jobs
-/// Schedule.shrink(schedule) { Explorer.run(.replay($0)) { ... }.outcome != .passed }
+/// try Explorer.install()                   // first, from main.swift's synchronous top level, before any Task
+/// let proof = try Explorer.selfTest(lockProbe: { lock.withLock { _ in } })  // SelfTestReport; ExplorerError(reason)
+/// var chooser = RandomChooser(seed: 7)     // or PCTChooser(depth:seed:expectedChoicePoints:), ReplayChooser(s),
+///                                          // any ScheduleChooser; Strategy.x.chooser(expectedChoicePoints:)
+/// let report = Explorer.run(&chooser, stepLimit: 200_000, diagnostics: { "parked: ..." }, { try await program() })
+/// Explorer.run(.random(seed: 7), { ... })  // the same with a Strategy: .fifo, .random(seed:), .pct(depth:seed:)
+///                                          // (pass expectedChoicePoints: k from a first run), .replay(schedule)
+/// report.outcome    // .passed / .failed(message) / .deadlock(diagnostics) / .stepLimit / .captureBroken(reason)
+/// report.steps; report.choicePoints; report.schedule       // a Schedule replays the run exactly
+/// Schedule("0x12.3.0x5.1")!; schedule.description; schedule.deviations; schedule.trimmed
+/// Schedule.shrink(schedule) { !Explorer.run(.replay($0), program).outcome.isPassed }
+/// let x = Explorer.explore(bound: 2, maxSchedules: 100_000, reduction: true, { { try await program() } })
+/// x.schedules; x.pruned; x.complete; x.failures /* [Failure(schedule, outcome)], first 20 */; x.failureCount
+/// x.outcomes /* [Outcome: Int] */; x.nondeterminism /* String? */; x.maxChoicePoints; x.maxSteps
+/// Task(executorPreference: Explorer.taskExecutor) { ... }  // unstructured tasks whose hops should be choice points
 /// ```
+///
+/// A program must be deterministic given its schedule (no real time, no randomness the schedule does not fix, no
+/// state carried between runs); the exhaustive search checks it.
 ///
 /// ## Capture
 ///
@@ -33,35 +39,43 @@ import Synchronization
 ///
 /// The runtime runs an actor hop inline (no enqueue) only when no task executor is current
 /// (`swift_task_switchImpl` in stdlib/public/Concurrency/Actor.cpp). The explorer runs every job with
-/// `runSynchronously(on:)` its own task executor, so every hop is an enqueue: onto an actor, whose processing job
-/// reaches the global hook, or back to the generic executor.
+/// `runSynchronously(on:)` its own task executor, and starts the program's task with that executor as its preference
+/// (`Task.detached(executorPreference:)`; child tasks inherit it). The preference matters: while an actor drains its
+/// queue, the runtime makes each task's own preference the current task executor, so a task without one would hop
+/// off the actor inline. With it, every hop is an enqueue: onto an actor (whose processing job reaches the global
+/// hook) or back to the generic executor (which reaches the explorer's task executor). An unstructured `Task {}`
+/// does not inherit a preference (SE-0417): programs start theirs with `Task(executorPreference:
+/// Explorer.taskExecutor)`, or their jobs are still captured but hops inside an actor's drain are not choice points.
 ///
 /// ## Dependence (the exhaustive search's partial-order reduction)
 ///
-/// A step is one job run. Its ``Footprint`` is the package locks it took (SessionEngine's lock calls
-/// `__tsan_acquire`, which the C target defines), the actors it was seen on (the current executor at each lock and
-/// each enqueue), and how many jobs it enqueued. Two steps are dependent when
-/// 1. they took a common lock, or ran on a common actor: they may touch the same state; or
-/// 2. one is silent (enqueued nothing) and the other is silent or an actor's processing job: a task that ends its
-///    step without an enqueue either finished, parked (on a continuation, a task, a group), or queued itself on an
-///    actor that already had a processing job scheduled, which the runtime does without any hook; the processing job
-///    then runs that task or not depending on the order, and a parked task may be woken by state we cannot see; or
-/// 3. one is an actor's processing job on an actor the explorer never saw (treated as silent).
-/// Otherwise they are independent: each ran on a different actor (or on none), under different locks, and ended by
-/// enqueuing visibly, so neither read what the other wrote through an actor or a lock, and swapping them changes
-/// only the order of the queue, not its contents (the search names jobs by their enqueue ordinal, not their index).
+/// A step is one job run. Its ``Footprint``: the package locks it took (SessionEngine's lock calls `__tsan_acquire`,
+/// which the C target defines), the actors it touched (the current executor at each lock and each enqueue; for an
+/// actor's processing job, the actor named in the job; the actors whose processing jobs it enqueued), and the jobs it
+/// enqueued. A step is *opaque* when it enqueued nothing (a task that ends its step without an enqueue finished,
+/// parked on a continuation, a task or a group, or queued itself on an actor that already had a processing job
+/// scheduled, which the runtime does without reaching any hook), or is an actor job whose actor is unknown. Two steps
+/// are dependent when
+/// 1. they took a common lock or touched a common actor: they may touch the same state, or the same actor queue; or
+/// 2. one is opaque and the other is opaque too, is an actor's job, or enqueued one: the opaque step may have queued a
+///    task on that actor (or any actor), and the order decides that actor's queue order, or whether the processing
+///    job runs that task at all.
+/// Otherwise they are independent: each touched different actors (or none) under different locks and ended with
+/// visible enqueues, so neither read what the other wrote through an actor or a lock, and swapping them changes only
+/// the order of the run queue, not its contents (the search names jobs by their enqueue ordinal, not their index).
 ///
 /// Why this is sound for Swift 6 programs: without data races, tasks share mutable state only through actors, locks
-/// and the runtime's own synchronisation. Actors and package locks are in the footprint. Where it is an
+/// and the runtime's own synchronisation; actors and package locks are in the footprint. Where it is an
 /// approximation: state shared through a lock that is not the package's (`Synchronization.Mutex` used directly,
-/// `AsyncStream`'s internal lock, atomics), task cancellation flags, task-group and `async let` completion, and a
-/// task that wakes another silently (resuming a continuation onto a busy actor) in a step that also enqueued
-/// something visibly. The engine shares state only through its actors and `SanitizedMutex`, so for it the relation
-/// is exact up to those runtime-internal cases. A footprint recorded when a job ran on an earlier branch is reused
-/// for the same job (same ordinal) on a sibling branch; that is valid because runs are deterministic, which the
-/// search checks (the runnable jobs at every replayed step must be the recorded ones). Sleep sets combined with a
-/// deviation bound can cut a state that is reachable within the bound only through a pruned order; the self-test
-/// compares the outcomes with and without reduction on its toy program.
+/// `AsyncStream`'s internal lock, atomics), task cancellation flags, task-group and `async let` completion, and a step
+/// that wakes another task silently (resuming a continuation onto a busy actor) while also enqueuing something
+/// visibly. The engine shares state through its actors and `SanitizedMutex`. A footprint recorded when a job ran on
+/// an earlier branch is reused for the same job (same ordinal) on a sibling branch; that is valid because runs are
+/// deterministic, which the search checks (the runnable jobs at every replayed step must be the recorded ones).
+/// Sleep sets combined with a deviation bound can in principle cut a state reachable within the bound only through
+/// a pruned order. The self-test compares the final states reached with and without reduction on two programs (the
+/// toy; three tasks visiting two recording actors, where the first version of this relation, without rule 2's
+/// "enqueued an actor's job", missed one of six orders).
 package enum Explorer {
     /// The explorer's task executor: every job runs with it as the current task executor, so that the runtime never
     /// runs an actor hop inline. Its own enqueue (a task that prefers it) joins the run queue.
@@ -228,6 +242,12 @@ package enum Explorer {
         state.ordinals += 1
         state.queue.append(Pending(pointer: pointer, info: info))
         state.footprint.enqueued += 1
+        if kind == .actor {
+            state.footprint.enqueuedRuntimeJob = true
+            if kindByte == 193 {
+                state.footprint.scheduledActors.insert(identity)
+            }
+        }
         let executor = UInt(bitPattern: se_explorer_current_executor())
         if executor != 0 {
             state.footprint.executors.insert(executor)

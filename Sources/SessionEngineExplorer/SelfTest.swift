@@ -52,6 +52,7 @@ extension Explorer {
     package static func selfTest(lockProbe: (@Sendable () -> Void)? = nil) throws(ExplorerError) -> SelfTestReport {
         try install()
         var report = SelfTestReport()
+        try checkOutcomes(&report)
         try checkCapture(&report)
         try checkEscapes(&report)
         try checkInlineHops(&report)
@@ -197,7 +198,7 @@ extension Explorer {
         // On 6.3.1 the main actor's executor is the Swift DispatchMainExecutor, which enqueues on the dispatch main
         // queue without the main-executor hook; the explorer never drains that queue, so the job stays parked and a
         // program that waits for it deadlocks. Either way the run fails.
-        let main = Explorer.run(.fifo, diagnostics: { "waiting for the main actor" }) { await MainActor.run {} }
+        let main = Explorer.run(.fifo, diagnostics: { "waiting for the main actor" }, { await MainActor.run {} })
         let mainSeen: String
         switch main.outcome {
         case .captureBroken(let reason) where reason.contains("main actor"):
@@ -238,6 +239,69 @@ extension Explorer {
         report.checks.append(
             "inline hops are choice points: a hop onto an idle actor and back is \(with.steps) jobs with the "
                 + "explorer's task executor and \(without.steps) without (the runtime runs it inline)")
+    }
+
+    /// A counter shared across runs, for the nondeterminism check.
+    static let runCounter = Mutex(0)
+
+    /// Deadlock, step limit, a thrown error, leftover tasks and nondeterminism are reported as such.
+    static func checkOutcomes(_ report: inout SelfTestReport) throws(ExplorerError) {
+        let other = Toy.Other()
+        // A bounded loop far past the limit: a `while true` closure capturing a local actor crashed or hung the
+        // task inside the runtime on 6.3.1 (the closure never returns, and its context did not outlive the loop).
+        let endless = Explorer.run(.fifo, stepLimit: 50, { for _ in 0..<1_000_000 { await other.ping() } })
+        guard endless.outcome == .stepLimit, endless.steps == 50 else {
+            throw ExplorerError("outcome self-test: an endless program ended \(endless.outcome) after \(endless.steps)")
+        }
+        let deadlock = Explorer.run(
+            .fifo, diagnostics: { "one task parked on a continuation nobody resumes" },
+            {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    Toy.parked.withLock { $0.append(continuation) }
+                }
+            })
+        // Never resumed: the task stays parked (the program's leak).
+        guard deadlock.outcome == .deadlock("one task parked on a continuation nobody resumes") else {
+            throw ExplorerError("outcome self-test: a parked program ended \(deadlock.outcome), expected deadlock")
+        }
+        let thrown = Explorer.run(.fifo, { throw Toy.Overdrawn(balance: -1) })
+        guard thrown.outcome == .failed("overdrawn: balance -1") else {
+            throw ExplorerError("outcome self-test: a throwing program ended \(thrown.outcome)")
+        }
+        let leftover = ThreadLog()
+        let quiescent = Explorer.run(.fifo) {
+            Task(executorPreference: Explorer.taskExecutor) {
+                await other.ping()
+                leftover.note()
+            }
+        }
+        guard quiescent.outcome == .passed, !leftover.threads.withLock({ $0.isEmpty }) else {
+            throw ExplorerError("outcome self-test: a task left running after the program did not run to its end")
+        }
+        let varying = Explorer.explore(bound: 1, maxSchedules: 1_000) {
+            {
+                let odd = Explorer.runCounter.withLock {
+                    $0 += 1
+                    return $0 % 2 == 1
+                }
+                async let first: Void = other.ping()
+                if odd {
+                    async let second: Void = other.ping()
+                    await second
+                }
+                await first
+            }
+        }
+        guard let divergence = varying.nondeterminism, !varying.complete else {
+            throw ExplorerError(
+                "outcome self-test: a program that behaves differently on every other run was not flagged as "
+                    + "nondeterministic by the exhaustive search")
+        }
+        _ = divergence
+        report.checks.append(
+            "outcomes: a parked program is a deadlock with the caller's diagnostics, an endless one stops at its step "
+                + "limit, a thrown error fails the run, a task left running finishes before run returns, and a "
+                + "program that differs between runs stops the exhaustive search as nondeterministic")
     }
 
     /// Package locks report to the explorer.
@@ -342,6 +406,21 @@ extension Explorer {
                     + "\(reduced.schedules) schedules, without it \(full.outcomes.count) in \(full.schedules); "
                     + "the dependence relation (Footprint.isIndependent) is unsound")
         }
+        // A busier program: three tasks each visiting two actors that record the order of visits.
+        let busyReduced = Explorer.explore(bound: 3, maxSchedules: 200_000) { Toy.interleavings() }
+        let busyFull = Explorer.explore(bound: 3, maxSchedules: 200_000, reduction: false) { Toy.interleavings() }
+        guard busyReduced.complete, busyFull.complete,
+            Set(busyReduced.outcomes.keys) == Set(busyFull.outcomes.keys)
+        else {
+            throw ExplorerError(
+                "reduction self-test: with reduction the search reached \(busyReduced.outcomes.count) final states "
+                    + "in \(busyReduced.schedules) schedules, without it \(busyFull.outcomes.count) in "
+                    + "\(busyFull.schedules); the dependence relation (Footprint.isIndependent) is unsound")
+        }
+        report.checks.append(
+            "reduction is sound on three tasks over two actors (bound 3): \(busyReduced.outcomes.count) final "
+                + "states in \(busyReduced.schedules) schedules with it (\(busyReduced.pruned) pruned), the same "
+                + "\(busyFull.outcomes.count) in \(busyFull.schedules) without")
         report.exhaustiveCorrectReduced = correct
         report.exhaustiveCorrectFull = Explorer.explore(bound: 3, maxSchedules: 100_000, reduction: false) {
             Toy.program(racy: false)

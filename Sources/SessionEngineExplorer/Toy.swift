@@ -1,8 +1,42 @@
+import Synchronization
+
 /// The self-test's toy programs: two withdrawals of 10 from an account holding 10, each checking the balance,
 /// awaiting another actor, then debiting. The racy variant debits after the `await` (a check-then-act across a
 /// suspension: actor reentrancy lets both checks pass, and the balance goes to -10); the correct variant debits
 /// before it.
 enum Toy {
+    /// Continuations the deadlock check parks; never resumed.
+    static let parked = Mutex<[CheckedContinuation<Void, Never>]>([])
+
+    /// An actor that records which task visited it, in order.
+    actor Recorder {
+        /// The visitors, in order.
+        var visits: [Int] = []
+
+        /// Records a visit by task `number`.
+        func visit(_ number: Int) {
+            visits.append(number)
+        }
+    }
+
+    /// Three tasks, each visiting two recorders; throws the final visit orders as a ``FinalState``, so that an
+    /// exploration's outcomes are the orders it reached.
+    static func interleavings() -> @Sendable () async throws -> Void {
+        {
+            let first = Recorder()
+            let second = Recorder()
+            await withTaskGroup(of: Void.self) { group in
+                for number in 1...3 {
+                    group.addTask {
+                        await first.visit(number)
+                        await second.visit(number)
+                    }
+                }
+            }
+            throw FinalState(description: "\(await first.visits) \(await second.visits)")
+        }
+    }
+
     /// The account; its balance must never go below zero.
     actor Account {
         /// The balance.
