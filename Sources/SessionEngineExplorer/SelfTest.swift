@@ -249,7 +249,16 @@ extension Explorer {
         let other = Toy.Other()
         // A bounded loop far past the limit: a `while true` closure capturing a local actor crashed or hung the
         // task inside the runtime on 6.3.1 (the closure never returns, and its context did not outlive the loop).
-        let endless = Explorer.run(.fifo, stepLimit: 50, { for _ in 0..<1_000_000 { await other.ping() } })
+        let another = Toy.Other()
+        let endless = Explorer.run(
+            .fifo, stepLimit: 50,
+            {
+                // Two actors: hops between calls to one actor may be merged by the optimizer.
+                for _ in 0..<1_000_000 {
+                    await other.ping()
+                    await another.ping()
+                }
+            })
         guard endless.outcome == .stepLimit, endless.steps == 50 else {
             throw ExplorerError("outcome self-test: an endless program ended \(endless.outcome) after \(endless.steps)")
         }

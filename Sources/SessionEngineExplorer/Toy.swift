@@ -61,8 +61,14 @@ enum Toy {
 
     /// The actor awaited in the middle of a withdrawal.
     actor Other {
-        /// Does nothing, on this actor.
-        func ping() {}
+        /// How many times it was pinged; the count keeps the optimizer from removing the hop (a release build drops
+        /// a call to an empty actor method, and its hop with it).
+        var pings = 0
+
+        /// Counts a ping, on this actor.
+        func ping() {
+            pings += 1
+        }
     }
 
     /// The order in which withdrawals ended.
