@@ -32,6 +32,8 @@ static _Atomic int installed;
 static se_explorer_enqueue_sink enqueue_sink;
 static se_explorer_lock_sink lock_sink;
 static se_get_current_executor get_current_executor;
+typedef SE_SWIFTCALL void *(*se_get_current_task)(void);
+static se_get_current_task get_current_task;
 static _Atomic uint64_t foreign_enqueues;
 static _Atomic uint64_t foreign_locks;
 static _Atomic uint64_t original_calls;
@@ -102,6 +104,10 @@ const char *se_explorer_install(se_explorer_enqueue_sink enqueue, se_explorer_lo
     if (get_current_executor == NULL) {
         return "swift_task_getCurrentExecutor is not exported by the Swift runtime";
     }
+    get_current_task = (se_get_current_task)dlsym(RTLD_DEFAULT, "swift_task_getCurrent");
+    if (get_current_task == NULL) {
+        return "swift_task_getCurrent is not exported by the Swift runtime";
+    }
     if (*global != NULL || *delay != NULL || *deadline != NULL || *main_executor != NULL) {
         return "a concurrency hook is already installed (by another library, or install() ran twice)";
     }
@@ -164,6 +170,13 @@ void se_explorer_run_on_other_thread(void (*body)(void)) {
     if (pthread_create(&thread, NULL, se_explorer_thread_body, (void *)body) == 0) {
         pthread_join(thread, NULL);
     }
+}
+
+const void *se_explorer_current_task(void) {
+    if (get_current_task == NULL) {
+        return NULL;
+    }
+    return get_current_task();
 }
 
 uint64_t se_explorer_thread_id(void) { return (uint64_t)pthread_self(); }

@@ -40,6 +40,10 @@ package struct Footprint: Sendable, Hashable {
     package var scheduledActors: Set<UInt> = []
     /// Whether it enqueued a runtime job other than a task (an actor's processing job, a continuation job).
     package var enqueuedRuntimeJob = false
+    /// Whether it enqueued a task other than the one running: it created a task, or woke one (resumed a continuation,
+    /// completed a child a parent awaited, finished a task another awaited), through runtime state the explorer
+    /// cannot see.
+    package var wokeTask = false
     /// The number of jobs it enqueued where the explorer sees them.
     package var enqueued = 0
 
@@ -71,18 +75,23 @@ package struct Footprint: Sendable, Hashable {
     /// Whether running `self` and `other` in either order from the same state reaches the same state.
     ///
     /// They are dependent when they took a common lock or touched a common actor (ran on it, or scheduled it), or
-    /// when one is ``opaque`` and the other is opaque too or ``touchesActorQueue``: an opaque job may have queued a
-    /// task on a busy actor without any hook, and the order of that against another job on (or scheduling) an actor
-    /// decides the order of that actor's queue. See ``Explorer`` for why this is sound and where it is an
-    /// approximation.
+    /// when one is ``opaque`` and the other is opaque too, ``touchesActorQueue`` or ``wokeTask``: an opaque job may
+    /// have queued a task on a busy actor without any hook, or changed the runtime state a wake reads (a task group's
+    /// results, a task's awaiters); or when both woke tasks (the same runtime object may decide both). See
+    /// ``Explorer`` for why this is sound and where it is an approximation.
     package func isIndependent(of other: Footprint) -> Bool {
         if !locks.isDisjoint(with: other.locks) || !actors.isDisjoint(with: other.actors) {
             return false
         }
-        if opaque && (other.opaque || other.touchesActorQueue) {
+        if opaque && (other.opaque || other.touchesActorQueue || other.wokeTask) {
             return false
         }
-        if other.opaque && touchesActorQueue {
+        if other.opaque && (touchesActorQueue || wokeTask) {
+            return false
+        }
+        // Two wakes may go through the same runtime object (a task group, a task's awaiters), which decides who wakes
+        // whom and the order of results.
+        if wokeTask && other.wokeTask {
             return false
         }
         return true

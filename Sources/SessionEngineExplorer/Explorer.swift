@@ -59,10 +59,19 @@ import Synchronization
 /// 1. they took a common lock or touched a common actor: they may touch the same state, or the same actor queue; or
 /// 2. one is opaque and the other is opaque too, is an actor's job, or enqueued one: the opaque step may have queued a
 ///    task on that actor (or any actor), and the order decides that actor's queue order, or whether the processing
-///    job runs that task at all.
+///    job runs that task at all; or
+/// 3. one woke another task (enqueued a task other than its own: creation, a resumed continuation, a child's result
+///    its parent awaited, a finished task's awaiter) and the other is opaque or woke a task too: wakes go through
+///    runtime state the explorer cannot see (a group's results, a task's awaiters), and of two children finishing,
+///    the first wakes the waiting parent and the second only leaves its result, silently.
 /// Otherwise they are independent: each touched different actors (or none) under different locks and ended with
-/// visible enqueues, so neither read what the other wrote through an actor or a lock, and swapping them changes only
+/// visible enqueues of its own task or of an actor's job, so neither read what the other wrote through an actor or a lock, and swapping them changes only
 /// the order of the run queue, not its contents (the search names jobs by their enqueue ordinal, not their index).
+///
+/// In an actor's processing job the explorer cannot tell a task hopping off the actor from a task finishing and
+/// waking its awaiter (both enqueue after the runtime cleared the current task), so rule 3 sees only the wakes made
+/// while a task is current (continuation resumes, task creation); an actor's job is dependent with every opaque step
+/// under rule 2 anyway.
 ///
 /// Why this is sound for Swift 6 programs: without data races, tasks share mutable state only through actors, locks
 /// and the runtime's own synchronisation; actors and package locks are in the footprint. Where it is an
@@ -242,6 +251,22 @@ package enum Explorer {
         state.ordinals += 1
         state.queue.append(Pending(pointer: pointer, info: info))
         state.footprint.enqueued += 1
+        // A wake: a task job's step enqueued a task other than its own. In an actor's job, the tasks it runs are not
+        // known in advance; a task enqueued while another is current was created or woken by it, but a hop off the
+        // actor and a completion both enqueue after the runtime cleared the current task, so those are not told
+        // apart (see the approximation in the type's documentation).
+        if kind == .task && state.active {
+            if state.runningTask != 0 {
+                if identity != state.runningTask {
+                    state.footprint.wokeTask = true
+                }
+            } else {
+                let current = UInt(bitPattern: se_explorer_current_task())
+                if current != 0 && current != identity {
+                    state.footprint.wokeTask = true
+                }
+            }
+        }
         if kind == .actor {
             state.footprint.enqueuedRuntimeJob = true
             if kindByte == 193 {
@@ -380,6 +405,7 @@ package enum Explorer {
             }
             let job = state.queue.remove(at: index)
             state.footprint = Footprint(kind: job.info.kind)
+            state.runningTask = job.info.kind == .task ? job.info.identity : 0
             if job.info.rawKind == 193 {
                 state.footprint.actor = job.info.identity
             }

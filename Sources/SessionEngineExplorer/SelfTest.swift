@@ -430,6 +430,22 @@ extension Explorer {
             "reduction is sound on three tasks over two actors (bound 3): \(busyReduced.outcomes.count) final "
                 + "states in \(busyReduced.schedules) schedules with it (\(busyReduced.pruned) pruned), the same "
                 + "\(busyFull.outcomes.count) in \(busyFull.schedules) without")
+        // Wakes through runtime state: a group's results, in the order its children finish.
+        let groupReduced = Explorer.explore(bound: 3, maxSchedules: 200_000) { Toy.groupOrder() }
+        let groupFull = Explorer.explore(bound: 3, maxSchedules: 200_000, reduction: false) { Toy.groupOrder() }
+        guard groupReduced.complete, groupFull.complete,
+            Set(groupReduced.outcomes.keys) == Set(groupFull.outcomes.keys)
+        else {
+            throw ExplorerError(
+                "reduction self-test: with reduction the search reached \(groupReduced.outcomes.count) result orders "
+                    + "of a task group in \(groupReduced.schedules) schedules, without it "
+                    + "\(groupFull.outcomes.count) in \(groupFull.schedules); the dependence relation "
+                    + "(Footprint.isIndependent) is unsound")
+        }
+        report.checks.append(
+            "reduction is sound on a task group's result order (bound 3): \(groupReduced.outcomes.count) orders in "
+                + "\(groupReduced.schedules) schedules with it, the same \(groupFull.outcomes.count) in "
+                + "\(groupFull.schedules) without")
         report.exhaustiveCorrectReduced = correct
         report.exhaustiveCorrectFull = Explorer.explore(bound: 3, maxSchedules: 100_000, reduction: false) {
             Toy.program(racy: false)

@@ -19,6 +19,29 @@ enum Toy {
         }
     }
 
+    /// Three child tasks of a group, two visiting one recorder and one another, each returning its number; throws the
+    /// order in which the group delivered the results as a ``FinalState``.
+    static func groupOrder() -> @Sendable () async throws -> Void {
+        {
+            let first = Recorder()
+            let second = Recorder()
+            let order = await withTaskGroup(of: Int.self) { group in
+                for number in 1...3 {
+                    group.addTask {
+                        await (number == 2 ? second : first).visit(number)
+                        return number
+                    }
+                }
+                var order: [Int] = []
+                for await number in group {
+                    order.append(number)
+                }
+                return order
+            }
+            throw FinalState(description: "\(order)")
+        }
+    }
+
     /// Three tasks, each visiting two recorders; throws the final visit orders as a ``FinalState``, so that an
     /// exploration's outcomes are the orders it reached.
     static func interleavings() -> @Sendable () async throws -> Void {

@@ -64,6 +64,9 @@ uint64_t se_explorer_original_calls(void);
 /// The identity of the executor the calling code runs on (swift_task_getCurrentExecutor), null for the generic one.
 const void *se_explorer_current_executor(void);
 
+/// The task running on the calling thread (swift_task_getCurrent), null outside a task.
+const void *se_explorer_current_task(void);
+
 /// The calling thread's identity, for checks that code ran on the explorer's thread.
 uint64_t se_explorer_thread_id(void);
 
