@@ -120,6 +120,48 @@ extension EngineModelDriver {
         try await cancelWhileWaiting(task, flag: flag, name: "renew()")
     }
 
+    /// Runs work through `withIdentity` whose first run the service rejects, and cancels the call once it waits for
+    /// the renewal the rejection asked for: it fails with cancellation and nothing else changes; the renewal goes on.
+    func cancelledRejectedWork() async throws {
+        guard let installed = model.installed, engine.state.isIdentified || engine.state.isRenewing else { return }
+        let flag = Locked(false)
+        let runs = Locked(0)
+        let engine = self.engine
+        let probe = self.probe
+        let call = probe.callStarted("cancelled withIdentity")
+        let task = await enter {
+            defer { probe.callFinished(call) }
+            do {
+                _ = try await engine.withIdentity { _ -> Bool in
+                    let first = runs.withLock { runs in
+                        runs += 1
+                        return runs == 1
+                    }
+                    if first { throw SessionError.credentialRejected }
+                    return true
+                }
+                if flag.withLock({ $0 }) { probe.violation("withIdentity, cancelled while it waited, returned") }
+            } catch is CancellationError where flag.withLock({ $0 }) {
+            } catch {
+                if flag.withLock({ $0 }) {
+                    probe.violation("withIdentity, cancelled while it waited, failed with \(error)")
+                }
+                probe.callFailed(
+                    "withIdentity", error,
+                    allowed: [
+                        .signedOut, .switching, .invalidIdentity, .accountChanged, .fetchFailed, .identityMismatch,
+                        .credentialExpiredOnArrival, .lifetimeTooLong, .invalidCredential, .backendSessionEnded,
+                    ])
+            }
+        }
+        await engine.waitUntilIdle()
+        // The work ran, so its rejection was reported with the credential it received, the installed one.
+        if runs.withLock({ $0 }) > 0, model.installed == installed { model.rejected = installed.signature }
+        await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
+        guard probe.callsInProgress.contains("cancelled withIdentity") else { return }
+        try await cancelWhileWaiting(task, flag: flag, name: "withIdentity")
+    }
+
     /// Cancels a call that waits while the engine is idle, and checks that the engine did nothing because of it.
     private func cancelWhileWaiting(_ task: Task<Void, Never>, flag: Locked<Bool>, name: String) async throws {
         let state = engine.state

@@ -203,6 +203,8 @@ package final class EngineModelDriver {
             try await cancelledRenew()
         case .cancelled(.signIn(let account)):
             try await signIn(account, cancelled: true)
+        case .cancelled(.rejectedWork):
+            try await cancelledRejectedWork()
         case .gracefulShutdown(let grace):
             try await shutDownGracefully(grace: .seconds(grace))
         }

@@ -228,11 +228,14 @@ package enum CancelledCall: Hashable, Sendable, CustomStringConvertible {
     case renew
     /// `switchAccount(to:)`, parked on the account's first credential.
     case signIn(AccountID)
+    /// `withIdentity`, whose work the service rejected once: parked on the renewal the rejection asked for.
+    case rejectedWork
 
     package var description: String {
         switch self {
         case .renew: ".renew"
         case .signIn(let account): ".signIn(\"\(account.rawValue)\")"
+        case .rejectedWork: ".rejectedWork"
         }
     }
 }
@@ -378,6 +381,7 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
             (1, account.map { .signInWith($0) }),
             (2, .constant(.cancelled(.renew))),
             (1, account.map { .cancelled(.signIn($0)) }),
+            (1, .constant(.cancelled(.rejectedWork))),
         ])
     }()
 
@@ -425,6 +429,8 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
             [[.renew]]
         case .cancelled(.signIn(let account)):
             [[.signIn(account)], [.cancelled(.renew)]]
+        case .cancelled(.rejectedWork):
+            [[.cancelled(.renew)], [.reportRejection(older: false)]]
         case .gracefulShutdown(let grace):
             grace > 0 ? [[.gracefulShutdown(grace: 0)]] : []
         case .signOut, .renew, .rotateSecret, .subscribe:

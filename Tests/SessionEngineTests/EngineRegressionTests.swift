@@ -123,7 +123,7 @@ extension EngineRegressionTests {
         await run([.signIn("alice"), .signOut, .gracefulShutdown(grace: grace)])
     }
 
-    /// A waiting `renew()` and a waiting sign-in, cancelled: they fail with cancellation and nothing else changes.
+    /// A waiting `renew()`, sign-in and retry after a rejection, cancelled: they fail with cancellation and nothing else changes.
     @Test func cancelledWaitersChangeNothing() async {
         await run([
             .signIn("alice"), .advance(seconds: 10), .nextFetch(.hang), .cancelled(.renew), .advance(seconds: 30),
@@ -131,6 +131,7 @@ extension EngineRegressionTests {
         await run([
             .nextFetch(.succeedAfter(seconds: 20, lifetime: 300)), .cancelled(.signIn("bob")), .advance(seconds: 30),
         ])
+        await run([.signIn("alice"), .nextFetch(.hang), .cancelled(.rejectedWork), .advance(seconds: 30)])
     }
 
     /// Credentials the host hands over: installed for the current account by the fetch's rules, refused otherwise.
