@@ -42,6 +42,21 @@ int se_explorer_on_explorer_thread(void) {
     return atomic_load(&installed) && pthread_equal(pthread_self(), explorer_thread);
 }
 
+typedef SE_SWIFTCALL void (*se_enqueue_global)(void *job);
+
+void se_explorer_enqueue_foreign(void *job) {
+    static se_enqueue_global enqueue;
+    if (enqueue == NULL) {
+        enqueue = (se_enqueue_global)dlsym(RTLD_DEFAULT, "swift_task_enqueueGlobal");
+    }
+    if (enqueue == NULL) {
+        // Cannot happen once install() succeeded (the runtime that exports the hooks exports this); count it anyway.
+        atomic_fetch_add(&foreign_enqueues, 1);
+        return;
+    }
+    enqueue(job);
+}
+
 static SE_SWIFTCALL void hook_global(void *job, se_original_global original) {
     if (se_explorer_on_explorer_thread()) {
         enqueue_sink(job, SE_EXPLORER_ROUTE_GLOBAL);

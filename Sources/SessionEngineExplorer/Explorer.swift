@@ -93,6 +93,10 @@ package enum Explorer {
         func enqueue(_ job: consuming ExecutorJob) {
             let unowned = UnownedJob(job)
             let pointer = unsafeBitCast(unowned, to: UnsafeMutableRawPointer.self)
+            guard se_explorer_on_explorer_thread() != 0 else {
+                se_explorer_enqueue_foreign(pointer)
+                return
+            }
             Explorer.captured(pointer, route: Int32(SE_EXPLORER_ROUTE_TASK_EXECUTOR.rawValue))
         }
     }
@@ -109,6 +113,10 @@ package enum Explorer {
         func enqueue(_ job: consuming ExecutorJob) {
             let unowned = UnownedJob(job)
             let pointer = unsafeBitCast(unowned, to: UnsafeMutableRawPointer.self)
+            guard se_explorer_on_explorer_thread() != 0 else {
+                se_explorer_enqueue_foreign(pointer)
+                return
+            }
             Explorer.captured(pointer, route: Int32(SE_EXPLORER_ROUTE_TASK_EXECUTOR.rawValue))
         }
 
@@ -119,7 +127,7 @@ package enum Explorer {
             tolerance: C.Duration?,
             clock: C
         ) {
-            Explorer.askedForRealTime("\(C.self) after \(delay)")
+            Explorer.askedForRealTime("\(C.self) after \(delay)", job)
         }
 
         /// A job that asks to run at an instant of a real clock: fails the run.
@@ -129,7 +137,7 @@ package enum Explorer {
             tolerance: C.Duration?,
             clock: C
         ) {
-            Explorer.askedForRealTime("\(C.self)")
+            Explorer.askedForRealTime("\(C.self)", job)
         }
     }
 
@@ -189,8 +197,13 @@ package enum Explorer {
     /// executor), so those hops are not choice points. Jobs of such tasks are still captured.
     package static var taskExecutor: any TaskExecutor { hopExecutor }
 
-    /// A job asked for real time (through the task executor's scheduling side).
-    static func askedForRealTime(_ what: String) {
+    /// A job asked for real time (through the task executor's scheduling side). The job is dropped on the explorer's
+    /// thread (its task never resumes) and handed to the global executor on any other.
+    static func askedForRealTime(_ what: String, _ job: consuming ExecutorJob) {
+        guard onExplorerThread else {
+            se_explorer_enqueue_foreign(unsafeBitCast(UnownedJob(job), to: UnsafeMutableRawPointer.self))
+            return
+        }
         if state.captureFailure == nil {
             state.captureFailure =
                 "a job asked for real time (Task.sleep or a clock's sleep, \(what)); programs under the explorer "

@@ -42,6 +42,10 @@ typedef void (*se_explorer_lock_sink)(const void *lock, const void *executor);
 /// Returns null on success, or a static string saying which runtime symbol is missing.
 const char *se_explorer_install(se_explorer_enqueue_sink enqueue, se_explorer_lock_sink lock);
 
+/// Hands a job that reached the explorer's task executor on another thread to the runtime's global executor (through
+/// swift_task_enqueueGlobal, whose hook counts it as foreign), so that it is not lost and the run that saw it fails.
+void se_explorer_enqueue_foreign(void *job);
+
 /// Whether the calling thread is the explorer's thread.
 int se_explorer_on_explorer_thread(void);
 
