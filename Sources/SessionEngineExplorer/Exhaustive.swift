@@ -1,3 +1,5 @@
+import CSessionEngineExplorer
+
 /// What an exhaustive exploration did.
 package struct ExhaustiveReport: Sendable {
     /// A run that did not pass.
@@ -28,6 +30,9 @@ package struct ExhaustiveReport: Sendable {
     package var maxChoicePoints = 0
     /// The most steps one run had.
     package var maxSteps = 0
+    /// Whether sleep-set reduction applied (asked for, and the package locks are visible: not in a thread-sanitizer
+    /// build).
+    package var reduced = false
 }
 
 extension Explorer {
@@ -42,7 +47,8 @@ extension Explorer {
     /// - Parameters:
     ///   - bound: The most non-FIFO choices a schedule may make.
     ///   - maxSchedules: The most runs; the report says whether the search completed within it.
-    ///   - reduction: Whether to apply sleep-set reduction.
+    ///   - reduction: Whether to apply sleep-set reduction; off regardless in a thread-sanitizer build, where the
+    ///     package locks report to the sanitizer instead (``ExhaustiveReport/reduced`` says which applied).
     ///   - stepLimit: The most jobs one run may take.
     ///   - diagnostics: What is parked; called on deadlock.
     ///   - makeProgram: Makes a fresh program for each run.
@@ -56,6 +62,10 @@ extension Explorer {
         _ makeProgram: () -> @Sendable () async throws -> Void
     ) -> ExhaustiveReport {
         var report = ExhaustiveReport()
+        // Under the thread sanitizer the package locks report to the sanitizer, not here: without them in the
+        // footprints, the reduction could prune orders that differ through a lock.
+        let reduction = reduction && se_explorer_sees_locks() != 0
+        report.reduced = reduction
         var search = SearchChooser(bound: bound, reduction: reduction, prefix: [])
         while true {
             if report.schedules >= maxSchedules {
