@@ -171,6 +171,8 @@ package enum Explorer {
         var kindsSeen: Set<Int> = []
         /// Jobs run since installation.
         var jobsRun = 0
+        /// Foreign enqueues and locks counted when the last run ended (or at installation).
+        var foreignAtLastRun: UInt64 = 0
         /// Runs jobs as the runtime's own executor does (no task executor), for the self-test's control run.
         var withoutTaskExecutor = false
         /// The thread each step of the current run started on, when the self-test asks.
@@ -232,6 +234,7 @@ package enum Explorer {
                     + "stdlib/public/Concurrency/ConcurrencyHooks.def for this toolchain)")
         }
         state.installed = true
+        state.foreignAtLastRun = se_explorer_foreign_enqueues() + se_explorer_foreign_locks()
     }
 
     /// A job reached a hook on the explorer's thread.
@@ -365,11 +368,21 @@ package enum Explorer {
             report.outcome = .captureBroken("\(count) jobs were enqueued outside a run (dropped)")
             return report
         }
+        let foreignBefore = se_explorer_foreign_enqueues() + se_explorer_foreign_locks()
+        if foreignBefore > state.foreignAtLastRun {
+            // A job of an earlier run went on elsewhere after it ended (a real-time wait of a task without the
+            // explorer's preference fires on the runtime's timer thread, say).
+            let count = foreignBefore - state.foreignAtLastRun
+            state.foreignAtLastRun = foreignBefore
+            report.outcome = .captureBroken(
+                "\(count) jobs were enqueued or locks taken on other threads between runs (a job of an earlier run "
+                    + "escaped)")
+            return report
+        }
         state.active = true
         state.ordinals = 0
         state.captureFailure = nil
         state.footprint = Footprint(kind: .task)
-        let foreignBefore = se_explorer_foreign_enqueues() + se_explorer_foreign_locks()
         let result = ProgramResult()
         let body: @Sendable () async -> Void = {
             do {
@@ -437,6 +450,7 @@ package enum Explorer {
         state.queue.removeAll()
         state.strays = 0
         state.active = false
+        state.foreignAtLastRun = se_explorer_foreign_enqueues() + se_explorer_foreign_locks()
         return report
     }
 }
