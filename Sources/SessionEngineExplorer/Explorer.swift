@@ -85,6 +85,25 @@ import Synchronization
 /// a pruned order. The self-test compares the final states reached with and without reduction on two programs (the
 /// toy; three tasks visiting two recording actors, where the first version of this relation, without rule 2's
 /// "enqueued an actor's job", missed one of six orders).
+///
+/// ## Limitations, and what to do when a toolchain changes them
+///
+/// - An unstructured `Task {}` without `executorPreference: Explorer.taskExecutor` has its jobs captured, but its hops
+///   inside an actor's drain run inline (not choice points), and a real-time wait it makes goes to the default
+///   executor's timer, past every hook: the run may pass, and the job, firing later on another thread, fails the next
+///   run ("between runs"). Engines under test should start their tasks on an executor the test names.
+/// - The main actor: on 6.3.1 its executor (DispatchMainExecutor, in Swift) enqueues on the dispatch main queue
+///   without the main-executor hook; the explorer never drains that queue, so a program waiting for the main actor
+///   deadlocks (the self-test pins this: it accepts either a deadlock or capture broken).
+/// - Runtime details pinned by ``selfTest(lockProbe:)``, each failing with where to look: the four hook symbols
+///   (ConcurrencyHooks.def), the job kind byte at offset 32 and the actor at offset 64 of an out-of-line processing job
+///   (include/swift/ABI/Task.h, MetadataValues.h, Actor.cpp `ProcessOutOfLineJob`), that a current task executor
+///   stops inline hops (Actor.cpp `swift_task_switchImpl`), and that `Task.sleep` asks the current task executor's
+///   `SchedulingExecutor` side (experimental SPI; TaskSleep.swift). When one fails: read the named file at the new
+///   toolchain's tag, adjust the C target or this file, and rerun the self-test. When the custom-executor API lands
+///   (`ExecutorFactory` with `defaultExecutor` and `mainExecutor`, SE-0505 `SchedulingExecutor`), install a factory
+///   whose executors append to the run queue instead of the hooks: it catches the main actor and every sleep, and the
+///   rest (run queue, task executor, strategies, search) stays.
 package enum Explorer {
     /// The explorer's task executor: every job runs with it as the current task executor, so that the runtime never
     /// runs an actor hop inline. Its own enqueue (a task that prefers it) joins the run queue.
