@@ -13,6 +13,8 @@ struct Options {
     var seed: UInt64 = Self.defaultSeed
     var replay: Replay?
     var race: String?
+    /// Overrides every exhaustive exploration's delay bound.
+    var bound: Int?
     var list = false
     var quiet = false
     var help = false
@@ -35,6 +37,7 @@ struct Options {
           --replay SEED:SCHEDULE replay one generated program with one schedule, and print its trace
           --replay NAME:SCHEDULE replay one race or regression program (see --list) with one schedule
           --race NAME            explore only this race or regression program, exhaustively
+          --bound N              explore the races and regression programs with delay bound N instead of theirs
           --list                 list the races and regression programs
           --quiet                print only failures and the summary line
           --help                 this text
@@ -70,6 +73,10 @@ struct Options {
                 } else {
                     options.replay = .named(head, schedule: schedule)
                 }
+            case "--bound":
+                let text = try value(argument)
+                guard let bound = Int(text), bound >= 0 else { throw UsageError("bad --bound \(text)") }
+                options.bound = bound
             case "--race":
                 options.race = try value(argument)
             case "--list":

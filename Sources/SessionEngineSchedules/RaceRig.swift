@@ -105,6 +105,9 @@ final class RaceFetcher: CredentialFetcher, ActivityLedgerFetcher {
             state.requests.append((request.account, request.epoch))
             let unscripted = state.failing ? RaceAnswer.failTransiently : .credential(lifetime: 900)
             let answer = state.script.isEmpty ? unscripted : state.script.removeFirst()
+            if probe.hooksRunning {
+                probe.violation("a fetch for \(request.account) started while account-change hooks ran")
+            }
             state.inFlight[request.epoch, default: 0] += 1
             if state.inFlight[request.epoch, default: 0] > 1 {
                 probe.violation(
@@ -193,6 +196,8 @@ final class RaceProbe: Sendable {
         /// The epoch of the engine's last event.
         var epoch: UInt64 = 0
         var hooks: [AccountChange] = []
+        /// Hooks that have begun and not returned.
+        var hooksRunning = 0
         var origins: [String: Origin] = [:]
         var outstanding = 0
         var callWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
@@ -220,9 +225,23 @@ final class RaceProbe: Sendable {
         state.withLock { $0.violations.append(message) }
     }
 
-    func hook(_ change: AccountChange) {
-        state.withLock { $0.hooks.append(change) }
+    /// A hook began: hooks run one at a time, so no other may be running.
+    func hookBegan(_ change: AccountChange) {
+        state.withLock { state in
+            state.hooks.append(change)
+            state.hooksRunning += 1
+            if state.hooksRunning > 1 {
+                state.violations.append("the hooks of \(change) began while another change's hooks ran")
+            }
+        }
     }
+
+    func hookEnded() {
+        state.withLock { $0.hooksRunning -= 1 }
+    }
+
+    /// Whether a hook is running.
+    var hooksRunning: Bool { state.withLock { $0.hooksRunning > 0 } }
 
     func issued(_ credential: IdentityCredential, account: AccountID, epoch: UInt64) {
         state.withLock { $0.origins[credential.signature] = Origin(account: account, epoch: epoch) }
@@ -323,7 +342,12 @@ final class RaceRig: Sendable {
     /// Registers the hook recorder; call once, before the first change.
     func start() async {
         let probe = self.probe
-        await engine.addAccountChangeHook { change in probe.hook(change) }
+        await engine.addAccountChangeHook { change in
+            probe.hookBegan(change)
+            // One scheduling point inside the hook, so that whatever may overlap it gets the chance to.
+            await Waypoint.pass()
+            probe.hookEnded()
+        }
     }
 
     // MARK: Calls
@@ -352,6 +376,8 @@ final class RaceRig: Sendable {
                 self.probe.outcome("\(name): \(error.code)")
             } catch is CancellationError {
                 self.probe.outcome("\(name): cancelled")
+            } catch let violation as RaceViolation {
+                self.probe.violation("\(name): \(violation)")
             } catch {
                 self.probe.violation("\(name) threw \(type(of: error)), not a SessionError")
             }
@@ -386,6 +412,9 @@ final class RaceRig: Sendable {
         body: @escaping @Sendable (IdentityCredential) async throws -> Void = { _ in }
     ) async throws -> String {
         let before = probe.epoch
+        // The clock may move between the handout and the body's first step (a racing call moves it), so the
+        // credential must be valid when the call began; the fast path's checks catch a late handout exactly.
+        let start = clock.now
         let runs = Mutex<[UInt64]>([])
         do {
             try await engine.withIdentity { credential in
@@ -401,7 +430,7 @@ final class RaceRig: Sendable {
                 if !Task.isCancelled {
                     try self.checkCurrent(credential, by: name)
                 }
-                try self.checkHandedOut(credential, by: name, from: before)
+                try self.checkHandedOut(credential, by: name, from: before, validAt: start)
                 try await body(credential)
             }
             return "finished"
@@ -462,6 +491,30 @@ final class RaceRig: Sendable {
         }
     }
 
+    /// `switchAccount(to:)`, checked: once it returns, the engine holds a credential of the account, handed out on
+    /// the fast path, unless a later change has begun.
+    func change(to account: AccountID, allowed: Set<SessionError.Code> = []) async throws -> String {
+        do {
+            try await engine.switchAccount(to: account)
+        } catch let error as SessionError {
+            if !allowed.contains(error.code) { probe.violation("switchAccount(\(account)) threw \(error.code)") }
+            throw error
+        }
+        try checkEstablished(account, by: "switchAccount(\(account))")
+        return "returned"
+    }
+
+    /// After a sign-in or switch returned: the account's credential is installed and the fast path hands it out,
+    /// unless another change has begun meanwhile.
+    func checkEstablished(_ account: AccountID, by call: String) throws {
+        let state = engine.state
+        guard state.account == account, !state.isSwitching else { return }
+        guard state.isIdentified || state.isRenewing, let headers = try? engine.identityHeaders() else {
+            throw RaceViolation("\(call) returned with the engine \(state), its credential not handed out")
+        }
+        try checkCurrent(try headers.credential(), by: call)
+    }
+
     // MARK: Waiting and ending
 
     /// Waits until every call of the program has returned, moving the clock to the engine's next timer whenever the
@@ -487,6 +540,11 @@ final class RaceRig: Sendable {
             if probe.outstanding == 0 { return }
             // A call that finished may have woken the engine (one that moved the clock): wait for it again.
             if engine.ledger?.runnable ?? 0 > 0 { continue }
+            if engine.state.isIdentified && engine.metrics.waiters > 0 {
+                throw RaceViolation(
+                    "\(engine.metrics.waiters) callers wait in identified for an outcome that never comes: \(activity)"
+                )
+            }
             steps += 1
             guard steps <= Self.clockSteps else {
                 throw RaceViolation("calls still wait after \(steps) timers: \(activity); outcomes \(probe.outcomes)")
@@ -525,7 +583,13 @@ final class RaceRig: Sendable {
 
     /// The checks every race ends with: the rules its tasks saw broken, the published states against the transition
     /// table, the hooks once per change and in order, then a shutdown that leaves nothing behind.
-    func finish(changes: Int, finalAccount: AccountID?, hooksEndAt: AccountID?? = nil) async throws {
+    ///
+    /// - Parameters:
+    ///   - changes: How many account changes the program asked for.
+    ///   - finalAccount: The account the engine must end at; `.some(nil)` for signed out, `nil` for whichever
+    ///     account it is at (two changes raced).
+    ///   - hooksEndAt: The account the last hook must enter, when it is not `finalAccount`.
+    func finish(changes: Int, finalAccount: AccountID??, hooksEndAt: AccountID?? = nil) async throws {
         try await settle()
         if let first = probe.violations.first { throw RaceViolation(first) }
         try checkFastPath()
@@ -536,6 +600,7 @@ final class RaceRig: Sendable {
         for case .identified(let identity) in states where identity.email != Self.email(for: identity.account) {
             throw RaceViolation("\(identity.account) was identified with \(identity.email)'s credential")
         }
+        let finalAccount = finalAccount ?? engine.state.account
         if engine.state.account != finalAccount || engine.state.isSwitching {
             throw RaceViolation("the engine ended in \(engine.state), not at \(finalAccount?.rawValue ?? "nil")")
         }

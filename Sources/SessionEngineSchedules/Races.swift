@@ -18,7 +18,7 @@ struct RaceProgram: Sendable {
 enum Races {
     static let all: [RaceProgram] = [
         signOutDuringRenewal, switchDuringFetch, lateResultFromEarlierEpoch, manyCallersAtExpiry, cancelledWaiter,
-        rejectionDuringSwitch, shutdownDuringFetch,
+        rejectionDuringSwitch, shutdownDuringFetch, twoSwitches, lateResultThenShutdown,
     ]
 
     /// Signs in as alice and moves past the minimum fetch interval, so a renewal really fetches.
@@ -26,6 +26,7 @@ enum Races {
         let rig = RaceRig(latency: latency)
         await rig.start()
         try await rig.engine.signIn("alice")
+        try rig.checkEstablished("alice", by: "signIn(alice)")
         await rig.advance(seconds: 10)
         setUp?(rig)
         return rig
@@ -34,7 +35,7 @@ enum Races {
     static let signOutDuringRenewal = RaceProgram(
         name: "sign-out-during-renewal",
         summary: "renew() and signOut() race after a sign-in",
-        bound: 3
+        bound: 5
     ) {
         {
             let rig = try await signedIn()
@@ -43,22 +44,19 @@ enum Races {
                 await rig.engine.signOut()
                 return "returned"
             }
-            try await rig.finish(changes: 2, finalAccount: nil)
+            try await rig.finish(changes: 2, finalAccount: .some(nil))
         }
     }
 
     static let switchDuringFetch = RaceProgram(
         name: "switch-during-fetch",
         summary: "renew() (its fetch answering) races switchAccount(bob) and a fast-path reader",
-        bound: 3
+        bound: 5
     ) {
         {
             let rig = try await signedIn()
             rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
-            rig.launch("switch") { rig in
-                try await rig.engine.switchAccount(to: "bob")
-                return "returned"
-            }
+            rig.launch("switch") { try await $0.change(to: "bob") }
             rig.launch("headers", enters: 0) { rig in
                 for _ in 0..<2 {
                     try rig.checkFastPath()
@@ -73,15 +71,12 @@ enum Races {
     static let lateResultFromEarlierEpoch = RaceProgram(
         name: "late-result",
         summary: "a renewal whose answer ignores cancellation races switchAccount(bob) and scoped work",
-        bound: 3
+        bound: 5
     ) {
         {
             let rig = try await signedIn(latency: 2) { $0.fetcher.script(.late) }
             rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
-            rig.launch("switch") { rig in
-                try await rig.engine.switchAccount(to: "bob")
-                return "returned"
-            }
+            rig.launch("switch") { try await $0.change(to: "bob") }
             rig.launch("work") { rig in
                 try await rig.work("work", allowed: [.accountChanged, .switching]) { _ in
                     try rig.checkFastPath(by: "work's headers")
@@ -94,13 +89,14 @@ enum Races {
     static let manyCallersAtExpiry = RaceProgram(
         name: "many-callers-at-expiry",
         summary: "two renew() calls and scoped work race the credential's expiry after failed renewals",
-        bound: 2
+        bound: 4
     ) {
         {
             let rig = RaceRig()
             await rig.start()
             rig.fetcher.script(.credential(lifetime: 60))
             try await rig.engine.signIn("alice")
+            try rig.checkEstablished("alice", by: "signIn(alice)")
             rig.fetcher.failing = true
             await rig.advance(seconds: 59)
             rig.fetcher.failing = false
@@ -127,7 +123,7 @@ enum Races {
     static let cancelledWaiter = RaceProgram(
         name: "cancelled-waiter",
         summary: "two renew() callers share a fetch while one of them is cancelled",
-        bound: 3
+        bound: 5
     ) {
         {
             let rig = try await signedIn()
@@ -151,7 +147,7 @@ enum Races {
     static let rejectionDuringSwitch = RaceProgram(
         name: "rejection-during-switch",
         summary: "credentialRejected(alice's), scoped work the service rejects and switchAccount(bob) race",
-        bound: 2
+        bound: 5
     ) {
         {
             let rig = try await signedIn()
@@ -169,10 +165,7 @@ enum Races {
                     if credential.email == RaceRig.email(for: "alice") { throw SessionError.credentialRejected }
                 }
             }
-            rig.launch("switch") { rig in
-                try await rig.engine.switchAccount(to: "bob")
-                return "returned"
-            }
+            rig.launch("switch") { try await $0.change(to: "bob") }
             try await rig.finish(changes: 2, finalAccount: "bob")
             if rig.fetcher.requests.contains(where: { $0.epoch > 1 && $0.account != "bob" }) {
                 throw RaceViolation("a fetch for another account ran in bob's session: \(rig.fetcher.requests)")
@@ -183,7 +176,7 @@ enum Races {
     static let shutdownDuringFetch = RaceProgram(
         name: "shutdown-during-fetch",
         summary: "shutdown() races renew() with its fetch hanging and long scoped work",
-        bound: 3
+        bound: 5
     ) {
         {
             let rig = try await signedIn { $0.fetcher.script(.hang) }
@@ -202,7 +195,44 @@ enum Races {
                 return "returned"
             }
             // shutdown() runs no hooks (only a graceful shutdown does): the last hook entered alice.
-            try await rig.finish(changes: 2, finalAccount: nil, hooksEndAt: "alice")
+            try await rig.finish(changes: 2, finalAccount: .some(nil), hooksEndAt: "alice")
+        }
+    }
+
+    static let twoSwitches = RaceProgram(
+        name: "two-switches",
+        summary: "switchAccount(bob) and switchAccount(carol) race each other and renew()",
+        bound: 4
+    ) {
+        {
+            let rig = try await signedIn()
+            rig.launch("switch to bob") { try await $0.change(to: "bob", allowed: [.accountChanged]) }
+            rig.launch("switch to carol") { try await $0.change(to: "carol", allowed: [.accountChanged]) }
+            rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
+            try await rig.finish(changes: 3, finalAccount: nil)
+        }
+    }
+
+    static let lateResultThenShutdown = RaceProgram(
+        name: "late-result-then-shutdown",
+        summary: "a late answer of alice's cancelled renewal races bob's first fetch, which hangs until shutdown",
+        bound: 5
+    ) {
+        {
+            let rig = try await signedIn(latency: 2) { $0.fetcher.script(.late, .hang) }
+            rig.launch("renew") { try await $0.renew(allowed: [.accountChanged, .shutDown]) }
+            rig.launch("switch") { try await $0.change(to: "bob", allowed: [.shutDown]) }
+            // Wait until bob's fetch hangs (or, when the late answer went to bob's first fetch, bob is identified),
+            // then shut down: a hanging fetch must be cancelled.
+            for _ in 0..<20 {
+                await rig.engine.waitUntilIdle()
+                if rig.fetcher.pending > 0 || (rig.engine.state.isIdentified && rig.engine.state.account == "bob") {
+                    break
+                }
+                await Waypoint.pass()
+            }
+            await rig.engine.shutdown()
+            try await rig.finish(changes: 3, finalAccount: .some(nil), hooksEndAt: "bob")
         }
     }
 }

@@ -82,8 +82,9 @@ final class Runner {
     @discardableResult
     func explore(_ program: Named, maxSchedules: Int = 100_000) -> Bool {
         let began = ContinuousClock.now
+        let bound = options.bound ?? program.bound
         let result = Explorer.explore(
-            bound: program.bound,
+            bound: bound,
             maxSchedules: maxSchedules,
             reduction: true,
             stepLimit: Self.stepLimit,
@@ -103,7 +104,7 @@ final class Runner {
                 "INCOMPLETE (\(maxSchedules) schedules)"
             }
         say(
-            "exhaustive \(program.name): \(result.schedules) schedules, bound \(program.bound), \(completeness), "
+            "exhaustive \(program.name): \(result.schedules) schedules, bound \(bound), \(completeness), "
                 + "\(result.pruned) pruned, \(String(format: "%.1f", took)) s (\(rate)/s), up to \(result.maxSteps) "
                 + "jobs and \(result.maxChoicePoints) choice points a run; \(result.outcomeSummary)"
         )
@@ -250,7 +251,7 @@ final class Runner {
 
 extension RegressionPrograms {
     /// The delay bound of the regression programs' exhaustive exploration.
-    static let bound = 1
+    static let bound = 3
 }
 
 /// What the running program has parked, for a deadlock's report: set by the program when it builds its engine.
