@@ -46,6 +46,14 @@ public struct SessionConfiguration: Sendable {
     ///
     /// Records never hold a secret, a signature or a property value.
     public var log: (@Sendable (SessionLogRecord) -> Void)?
+    /// The task executor the engine's own tasks (fetches, timers, account changes) and its scoped work prefer;
+    /// `nil`, the default, runs them on the global concurrent executor.
+    ///
+    /// A host that keeps its work on an executor of its own (an event loop, for example) names it here, and the
+    /// engine's tasks then run there as well, hopping onto the engine's actor and back on that executor's threads.
+    /// The package's schedule explorer names its own executor, so that every hop of every engine task is a step it
+    /// schedules. The preference reaches only the engine's tasks: a caller's own task keeps its own.
+    public var taskExecutor: (any TaskExecutor)? = nil
 
     /// Creates a configuration.
     ///

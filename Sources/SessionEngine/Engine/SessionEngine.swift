@@ -565,9 +565,10 @@ public actor SessionEngine {
     ) async throws -> ScopedOutcome<T> {
         let store = self.store
         let ledger = self.ledger
+        let executor = configuration.taskExecutor
         let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
             ledger?.begin()
-            return Task {
+            return Task(executorPreference: executor) {
                 // The caller, parked while it waits for the work, becomes runnable as the work ends: one activity
                 // takes the other's place, so the ledger's count does not change.
                 defer { store.finishWork(id) }
@@ -793,7 +794,7 @@ public actor SessionEngine {
         let ledger = self.ledger
         ledger?.begin()
         recorder.tasks(1)
-        return Task {
+        return Task(executorPreference: configuration.taskExecutor) {
             defer {
                 recorder.tasks(-1)
                 ledger?.end()
