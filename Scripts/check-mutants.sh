@@ -62,13 +62,32 @@ restore() {
     git -C "$clone" checkout -q HEAD -- . && git -C "$clone" clean -fdq -e .build
 }
 
+# Runs a command in the background, bounded by `timeout`, so that an interrupted script stops it too.
+child=""
+# shellcheck disable=SC2317 # called by the INT and TERM traps
+stop() {
+    if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi
+    exit 130
+}
+trap stop INT TERM
+bounded() { # bounded SECONDS LOG COMMAND...
+    local limit="$1" log="$2"
+    shift 2
+    timeout "$limit" "$@" >"$log" 2>&1 &
+    child=$!
+    wait "$child"
+    local result=$?
+    child=""
+    return "$result"
+}
+
 # Runs the model test and the explorer on the clone as it is; sets model_verdict, explorer_verdict and first_failure.
 check() {
     local log="$logs/$1"
     model_verdict=missed
     explorer_verdict=missed
     first_failure=""
-    if ! (cd "$clone" && timeout 1200 swift build --build-tests >"$log.debug-build" 2>&1); then
+    if ! bounded 1200 "$log.debug-build" swift build --package-path "$clone" --build-tests; then
         model_verdict="not built"
         explorer_verdict="not built"
         first_failure="the debug build failed, see $log.debug-build"
@@ -76,8 +95,8 @@ check() {
     fi
     local model_seed
     model_seed=$(seed)
-    (cd "$clone" && SESSIONENGINE_PROPERTY_SEED="$model_seed" timeout 360 \
-        swift test --skip-build --filter 'EngineModelTests' >"$log.model" 2>&1)
+    bounded 360 "$log.model" env SESSIONENGINE_PROPERTY_SEED="$model_seed" \
+        swift test --package-path "$clone" --skip-build --filter 'EngineModelTests'
     local model_status=$?
     if [ "$model_status" -eq 124 ]; then
         model_verdict="caught (hung past 6 min)"
@@ -85,8 +104,8 @@ check() {
         model_verdict=caught
     fi
     model_verdict="$model_verdict (seed $model_seed)"
-    if ! (cd "$clone" && timeout 1200 swift build -c release --product SessionEngineSchedules \
-        >"$log.release-build" 2>&1); then
+    if ! bounded 1200 "$log.release-build" swift build --package-path "$clone" -c release \
+        --product SessionEngineSchedules; then
         explorer_verdict="not built"
         first_failure="the release build failed, see $log.release-build"
         return
@@ -94,8 +113,8 @@ check() {
     local explorer_seed limit
     explorer_seed=$(seed)
     limit=$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 + 240 }')
-    (cd "$clone" && timeout "$limit" .build/release/SessionEngineSchedules --minutes "$minutes" \
-        --seed "$explorer_seed" --quiet >"$log.explorer" 2>&1)
+    bounded "$limit" "$log.explorer" "$clone/.build/release/SessionEngineSchedules" --minutes "$minutes" \
+        --seed "$explorer_seed" --quiet
     local explorer_status=$?
     if [ "$explorer_status" -eq 124 ]; then
         explorer_verdict="hung"
