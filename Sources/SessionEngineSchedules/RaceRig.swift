@@ -508,7 +508,8 @@ final class RaceRig: Sendable {
     /// unless another change has begun meanwhile.
     func checkEstablished(_ account: AccountID, by call: String) throws {
         let state = engine.state
-        guard state.account == account, !state.isSwitching else { return }
+        // A later change to another account may have begun since; a change to this account must be done.
+        guard state.account == account else { return }
         guard state.isIdentified || state.isRenewing, let headers = try? engine.identityHeaders() else {
             throw RaceViolation("\(call) returned with the engine \(state), its credential not handed out")
         }

@@ -50,11 +50,11 @@ enum Races {
 
     static let switchDuringFetch = RaceProgram(
         name: "switch-during-fetch",
-        summary: "renew() (its fetch answering) races switchAccount(bob) and a fast-path reader",
+        summary: "renew() (its fetch answering at once) races switchAccount(bob) and a fast-path reader",
         bound: 5
     ) {
         {
-            let rig = try await signedIn()
+            let rig = try await signedIn(latency: 0)
             rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
             rig.launch("switch") { try await $0.change(to: "bob") }
             rig.launch("headers", enters: 0) { rig in
@@ -89,7 +89,7 @@ enum Races {
     static let manyCallersAtExpiry = RaceProgram(
         name: "many-callers-at-expiry",
         summary: "two renew() calls and scoped work race the credential's expiry after failed renewals",
-        bound: 4
+        bound: 3
     ) {
         {
             let rig = RaceRig()
@@ -122,11 +122,11 @@ enum Races {
 
     static let cancelledWaiter = RaceProgram(
         name: "cancelled-waiter",
-        summary: "two renew() callers share a fetch while one of them is cancelled",
+        summary: "two renew() callers share a fetch (answering at once) while one of them is cancelled",
         bound: 5
     ) {
         {
-            let rig = try await signedIn()
+            let rig = try await signedIn(latency: 0)
             let cancelled = rig.launch("renew (cancelled)") { try await $0.renew(allowed: []) }
             rig.launch("renew") { try await $0.renew(allowed: []) }
             rig.launch("cancel", enters: 0) { _ in
