@@ -157,10 +157,8 @@ extension EngineModelDriver {
     /// Invariant 10: every fetch started no earlier than the engine's own rules allow. After a failure the engine
     /// announces its backoff (`fetchFailed.retryIn`), after a repeated rejection its wait (`credentialRejected.retryIn`),
     /// and after a `Retry-After` the backend's floor (`serverRetryAfter`), which holds for the rest of the account
-    /// session whatever asks for a fetch; an install or a first rejection (which renews at once) ends the backoff.
-    /// Design/engine.md says the floor holds "whatever asks for one"; the engine today clears it when the host hands
-    /// over a credential, so the strict rule is checked only with `retryAfterOutlivesPushes` (see
-    /// `EngineRegressionTests`).
+    /// session whatever asks for a fetch (Design/engine.md: "whatever asks for one"), also through a credential the
+    /// host hands over; an install or a first rejection (which renews at once) ends the backoff.
     /// The minimum interval between starts is invariant 3, checked by the fetcher. A start at the same instant as an
     /// announcement may belong before or after it, so it counts as allowed if either order allows it.
     package func checkFetchStarts() throws {
@@ -173,11 +171,8 @@ extension EngineModelDriver {
                 for rule in rules {
                     switch rule {
                     case .wait(_, let until): wait = until
-                    case .clear(_, let pushed):
+                    case .clear:
                         wait = nil
-                        // The engine forgets a Retry-After when the host hands over a credential (see
-                        // `retryAfterOutlivesPushes`).
-                        if pushed && !retryAfterOutlivesPushes { floor = .zero }
                     case .floor(_, let until): floor = max(floor, until)
                     }
                 }

@@ -54,9 +54,6 @@ package final class EngineModelDriver {
     package var checkedStates = 1
     /// The backend succeeds from now on, for the liveness check.
     package var recovering = false
-    /// Whether invariant 10 holds a backend's `Retry-After` through a credential the host hands over, as
-    /// Design/engine.md says ("whatever asks for one"); the engine does not yet, so it is off by default.
-    package var retryAfterOutlivesPushes = false
     /// The program shut the engine down gracefully: the operations after it are not run.
     package var shutDownGracefully = false
 

@@ -154,10 +154,8 @@ extension EngineRegressionTests {
     }
 
     /// Design/engine.md: after a `Retry-After` the engine "starts no fetch for that account session before the delay
-    /// has passed, whatever asks for one". A credential the host hands over clears the delay
-    /// (`SessionStateMachine.install` resets `retryNotBefore`), so a `renew()` 7 seconds after a 429 asking for 120
-    /// fetches at once. Found by invariant 10; the engine is not this suite's to change, so the program documents it
-    /// until the engine keeps the delay, and then fails, to say the model may drop its leniency.
+    /// has passed, whatever asks for one". A credential the host handed over once cleared the delay, so a `renew()` 7
+    /// seconds after a 429 asking for 120 fetched at once; found by invariant 10.
     @Test func aRetryAfterOutlivesAHandedOverCredential() async {
         let program: [EngineOperation] = [
             .nextFetch(.retryAfter(seconds: 120, status: 429)),
@@ -166,12 +164,8 @@ extension EngineRegressionTests {
             .advance(seconds: 7),
             .renew,
         ]
-        let driver = EngineModelDriver(seed: 15_782_653_143_404_668_264)
-        driver.retryAfterOutlivesPushes = true
-        let failure = await driver.run(program)
-        withKnownIssue("a handed-over credential clears the backend's Retry-After") {
-            #expect(failure == nil, "\(failure.map(String.init(describing:)) ?? "")")
-        }
+        let failure = await EngineModelDriver(seed: 15_782_653_143_404_668_264).run(program)
+        #expect(failure == nil, "\(failure.map(String.init(describing:)) ?? "")")
     }
 }
 

@@ -101,7 +101,9 @@ extension SessionStateMachine {
         session.failures = 0
         session.expiredReason = nil
         session.rejectedSignature = nil
-        session.retryNotBefore = nil
+        // A backend's Retry-After holds for the account session until it has passed, also through a credential the
+        // host hands over: the backend said when it may be asked again, and a pushed credential does not change that.
+        if let notBefore = session.retryNotBefore, now.uptime >= notBefore { session.retryNotBefore = nil }
         session.lastFailure = nil
         session.renewedAfterRejection = reason == .rejection || reason == .retryAfterRejection
         if !session.renewedAfterRejection { session.rejectionStreak = 0 }
