@@ -13,6 +13,8 @@ struct Options {
     var seed: UInt64 = Self.defaultSeed
     var replay: Replay?
     var race: String?
+    /// Only generated programs, no races or regression programs.
+    var programsOnly = false
     /// Overrides every exhaustive exploration's delay bound.
     var bound: Int?
     var list = false
@@ -37,6 +39,7 @@ struct Options {
           --replay SEED:SCHEDULE replay one generated program with one schedule, and print its trace
           --replay NAME:SCHEDULE replay one race or regression program (see --list) with one schedule
           --race NAME            explore only this race or regression program, exhaustively
+          --programs             only generated programs (random and PCT), no races or regression programs
           --bound N              explore the races and regression programs with delay bound N instead of theirs
           --list                 list the races and regression programs
           --quiet                print only failures and the summary line
@@ -79,6 +82,8 @@ struct Options {
                 options.bound = bound
             case "--race":
                 options.race = try value(argument)
+            case "--programs":
+                options.programsOnly = true
             case "--list":
                 options.list = true
             case "--quiet":

@@ -68,7 +68,7 @@ if let name = options.race {
     }
     runner.explore(program)
 } else {
-    for program in Runner.named where runner.timeLeft {
+    for program in Runner.named where runner.timeLeft && !options.programsOnly {
         runner.explore(program)
     }
     runner.sample()
