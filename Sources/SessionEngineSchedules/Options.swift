@@ -36,7 +36,7 @@ struct Options {
 
           --minutes N            spend N minutes instead (the races and regressions run first, then programs)
           --seed S               the run's seed for generated programs and random schedules (decimal or 0x hex)
-          --replay SEED:SCHEDULE replay one generated program with one schedule, and print its trace
+          --replay SEED:SCHEDULE replay one generated program with one schedule and print its outcome
           --replay NAME:SCHEDULE replay one race or regression program (see --list) with one schedule
           --race NAME            explore only this race or regression program, exhaustively
           --programs             only generated programs (random and PCT), no races or regression programs
