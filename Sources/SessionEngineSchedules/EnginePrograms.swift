@@ -76,5 +76,13 @@ enum RegressionPrograms {
                 .advancePastExpiry(seconds: 0),
             ]
         ),
+        Entry(
+            name: "retry-after-outlives-handover",
+            seed: 15_782_653_143_404_668_264,
+            operations: [
+                .nextFetch(.retryAfter(seconds: 120, status: 429)), .signIn("bob"), .signInWith("bob"),
+                .advance(seconds: 7), .renew,
+            ]
+        ),
     ]
 }
