@@ -653,9 +653,9 @@ final class RaceRig: Sendable {
 
 /// A scheduling point: a hop onto a fresh actor and back, which the explorer sees as two enqueues.
 ///
-/// `Task.yield()` would be the natural choice, but the explorer does not capture its enqueue yet (a run that yields
-/// deadlocks), so the programs pass through an actor instead; a fresh one each time, so that the reduction does not
-/// see two unrelated waypoints as touching the same actor.
+/// The explorer's first version did not capture `Task.yield()` (a run that yielded deadlocked), so the programs pass
+/// through an actor instead; a fresh one each time, so that the reduction does not see two unrelated waypoints as
+/// touching the same actor. The race counts in the report are measured with it.
 actor Waypoint {
     func pass() {}
 
