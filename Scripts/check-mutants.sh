@@ -5,7 +5,7 @@
 #
 # usage: Scripts/check-mutants.sh [--only NN] [--minutes M] [--baseline] [--keep]
 #   --only NN     only the mutant whose file name starts with NN (01 … 07); may be repeated
-#   --minutes M   the explorer's budget per mutant (default 2; its CI budget without the flag is about 3)
+#   --minutes M   the explorer's budget per mutant (default 3, about its CI budget; races and regressions run first)
 #   --baseline    first run both checks on the unmodified engine: both must pass, or every "caught" would be noise
 #   --keep        keep the clone (its path is printed) instead of deleting it
 #
@@ -16,15 +16,14 @@
 #
 # Time: the clone reuses one build directory, kept between runs in $MUTANTS_WORKDIR (default
 # ${TMPDIR:-/tmp}/sessionengine-mutants/build), so after the first run only the engine and its dependents rebuild. Each
-# mutant is bounded: debug build 20 min, model test 6 min, release build 20 min, explorer M minutes plus 4 (its
-# exhaustive races and regressions run before the budget is counted down). Measured on 2 cores with warm builds:
-# about 1.5 min debug build, 0.5-1 min model test, 3-4 min release build and M+1 min explorer per mutant, so about
-# 7-9 min per mutant and 50-65 min for all seven with the default budget; the bounds cap it at about 5 h 30 min.
+# mutant is bounded: debug build 20 min, model test 6 min, release build 20 min, explorer M minutes plus 4. Measured on
+# 2 cores with warm builds and other work running: 1.5-4.5 min per mutant with --minutes 1, 3-4.5 min with the default
+# 3, so about 25-35 min for all seven; the bounds cap it at about 53 min per mutant, 6 h 10 min for seven.
 set -uo pipefail
 
 root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 only=()
-minutes=2
+minutes=3
 baseline=false
 keep=false
 while [ $# -gt 0 ]; do
@@ -33,7 +32,7 @@ while [ $# -gt 0 ]; do
         --minutes) minutes="$2"; shift 2 ;;
         --baseline) baseline=true; shift ;;
         --keep) keep=true; shift ;;
-        -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
