@@ -806,13 +806,21 @@ public actor SessionEngine {
     private func startFetch(_ request: FetchRequest) {
         fetchTask?.task.cancel()
         let fetcher = self.fetcher
-        recorder.fetchStarted()
+        let recorder = self.recorder
         let task = startTask { [weak self] in
             let result: Result<FetchedCredential, any Error>
-            do {
-                result = .success(try await fetcher.fetch(request))
-            } catch {
-                result = .failure(error)
+            if Task.isCancelled {
+                // The account session ended (a change, a sign-out, shutdown) before this task first ran: its request
+                // never reaches the backend, which by now may be serving the next account's hooks.
+                result = .failure(CancellationError())
+            } else {
+                // Counted here, in the step that calls the fetcher, so the count is of requests the backend can see.
+                recorder.fetchStarted()
+                do {
+                    result = .success(try await fetcher.fetch(request))
+                } catch {
+                    result = .failure(error)
+                }
             }
             await self?.fetchCompleted(request.id, result)
         }
