@@ -19,7 +19,7 @@ enum EnginePrograms {
     /// A run of `operations` under the model's driver; it throws the first broken invariant.
     static func program(_ operations: [EngineOperation], seed: UInt64) -> @Sendable () async throws -> Void {
         {
-            let driver = EngineModelDriver(seed: seed)
+            let driver = EngineModelDriver(seed: seed, taskExecutor: Explorer.taskExecutor)
             Diagnostics.current = { driver.activity }
             if let failure = await driver.run(operations) { throw failure }
         }

@@ -1,6 +1,7 @@
 import Foundation
 import SessionEngine
 import SessionEngineBackend
+import SessionEngineExplorer
 import SessionEngineModel
 import SessionEngineTestKit
 import Synchronization
@@ -318,9 +319,12 @@ final class RaceRig: Sendable {
         let probe = self.probe
         signer = try! IdentitySigner(projectID: Self.projectID, secret: "race-secret", clock: clock)
         fetcher = RaceFetcher(clock: clock, signer: signer, probe: probe, latency: latency)
+        var configuration = Self.configuration
+        // Every hop of the engine's own tasks is then a step the explorer schedules, not only their first job.
+        configuration.taskExecutor = Explorer.taskExecutor
         engine = SessionEngine(
             fetcher: fetcher,
-            configuration: Self.configuration,
+            configuration: configuration,
             clock: clock,
             observer: { probe.observe($0) }
         )

@@ -17,7 +17,8 @@ struct RaceProgram: Sendable {
 /// The races the brief names, each an explicit small program.
 enum Races {
     static let all: [RaceProgram] = [
-        signOutDuringRenewal, switchDuringFetch, lateResultFromEarlierEpoch, manyCallersAtExpiry, cancelledWaiter,
+        renewAnsweredAtOnce, signOutDuringRenewal, switchDuringFetch, lateResultFromEarlierEpoch, manyCallersAtExpiry,
+        cancelledWaiter,
         rejectionDuringSwitch, shutdownDuringFetch, twoSwitches, lateResultThenShutdown,
     ]
 
@@ -30,6 +31,27 @@ enum Races {
         await rig.advance(seconds: 10)
         setUp?(rig)
         return rig
+    }
+
+    static let renewAnsweredAtOnce = RaceProgram(
+        name: "renew-answered-at-once",
+        summary: "renew() whose fetch answers at once races its own registration, beside a fast-path reader",
+        bound: 5
+    ) {
+        {
+            // No other call ends the epoch here, so a caller that registers after its outcome was handed out is left
+            // waiting in identified, which the settling reports.
+            let rig = try await signedIn(latency: 0)
+            rig.launch("renew") { try await $0.renew(allowed: []) }
+            rig.launch("headers", enters: 0) { rig in
+                for _ in 0..<2 {
+                    try rig.checkFastPath()
+                    await Waypoint.pass()
+                }
+                return "read"
+            }
+            try await rig.finish(changes: 1, finalAccount: "alice")
+        }
     }
 
     static let signOutDuringRenewal = RaceProgram(

@@ -109,16 +109,65 @@ final class Runner {
                 + "jobs and \(result.maxChoicePoints) choice points a run; \(result.outcomeSummary)"
         )
         if result.nondeterminism != nil { failures += 1 }
-        guard let failure = result.failures.first else { return result.nondeterminism == nil }
+        guard let failure = result.failures.first else {
+            return result.nondeterminism == nil && sample(program)
+        }
         failures += result.failureCount
         report(
             "FAILED \(program.name) (\(result.failureCount) of \(result.schedules) schedules): \(failure.outcome)"
         )
-        report("  replay: \(Self.command) --replay \(program.name):\(failure.schedule)")
-        let shrunk = Schedule.shrink(failure.schedule) { candidate in
+        return reportFailure(of: program, schedule: failure.schedule)
+    }
+
+    /// Random and PCT schedules per named program, after its exhaustive search: the search covers every order within
+    /// its delay bound, these reach orders that need many more deviations (a whole account change landing inside a
+    /// caller's window between two of its steps), which PCT finds by starving one task.
+    static let sampledPerNamedProgram = 300
+
+    /// Runs a named program under random and PCT schedules; returns whether every run passed.
+    private func sample(_ program: Named) -> Bool {
+        let began = ContinuousClock.now
+        // Each program's schedules follow from the run's seed and the program's name (FNV-1a), so one replays alone.
+        var random = SplitMix64(
+            seed: program.name.utf8.reduce(options.seed ^ 0xCBF2_9CE4_8422_2325) {
+                ($0 ^ UInt64($1)) &* 0x100_0000_01B3
+            }
+        )
+        let fifo = Explorer.run(.fifo, stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe, program.make())
+        let expected = max(1, fifo.choicePoints)
+        var runs = 1
+        schedules += 1
+        var failure: RunReport?
+        for index in 0..<(2 * Self.sampledPerNamedProgram) where failure == nil && fifo.outcome.isPassed {
+            let strategy: Strategy =
+                index % 2 == 0 ? .random(seed: random.next()) : .pct(depth: Self.pctDepth, seed: random.next())
+            let run = Explorer.run(
+                strategy, expectedChoicePoints: expected, stepLimit: Self.stepLimit,
+                diagnostics: Diagnostics.describe, program.make()
+            )
+            runs += 1
+            schedules += 1
+            if !run.outcome.isPassed { failure = run }
+        }
+        if !fifo.outcome.isPassed { failure = fifo }
+        let took = seconds(ContinuousClock.now - began)
+        say(
+            "sampled \(program.name): \(runs) schedules (FIFO, then random and PCT depth \(Self.pctDepth) in turn), "
+                + "\(String(format: "%.1f", took)) s; \(failure == nil ? "passed" : "FAILED")"
+        )
+        guard let failure else { return true }
+        failures += 1
+        report("FAILED \(program.name) under a sampled schedule: \(failure.outcome)")
+        return reportFailure(of: program, schedule: failure.schedule)
+    }
+
+    /// Prints a failing named program's replay command, shrinks its schedule and prints that too; returns false.
+    private func reportFailure(of program: Named, schedule: Schedule) -> Bool {
+        report("  replay: \(Self.command) --replay \(program.name):\(schedule)")
+        let shrunk = Schedule.shrink(schedule) { candidate in
             !Explorer.run(.replay(candidate), stepLimit: Self.stepLimit, program.make()).outcome.isPassed
         }
-        report("  shrunk schedule (\(shrunk.deviations) of \(failure.schedule.deviations) deviations): \(shrunk)")
+        report("  shrunk schedule (\(shrunk.deviations) of \(schedule.deviations) deviations): \(shrunk)")
         report("  replay: \(Self.command) --replay \(program.name):\(shrunk)")
         return false
     }

@@ -62,11 +62,17 @@ package final class EngineModelDriver {
     /// - Parameters:
     ///   - seed: The engine's random seed.
     ///   - log: The engine's log hook; the driver never reads it.
-    package init(seed: UInt64, log: (@Sendable (SessionLogRecord) -> Void)? = nil) {
+    ///   - taskExecutor: The executor the engine's own tasks prefer; the schedule explorer passes its own.
+    package init(
+        seed: UInt64,
+        log: (@Sendable (SessionLogRecord) -> Void)? = nil,
+        taskExecutor: (any TaskExecutor)? = nil
+    ) {
         let probe = self.probe
         var configuration = Self.configuration
         configuration.randomSeed = seed
         configuration.log = log
+        configuration.taskExecutor = taskExecutor
         fetcher = ModelFetcher(clock: clock, minimumInterval: configuration.minimumFetchInterval)
         engine = SessionEngine(
             fetcher: fetcher,
