@@ -331,7 +331,7 @@ final class RaceRig: Sendable {
         let events = engine.events(bufferLimit: .max)
         let diagnostics = Unchecked<RaceRig?>(nil)
         Diagnostics.current = { diagnostics.value.map { "\($0.activity); outcomes \($0.probe.outcomes)" } ?? "" }
-        subscriber = Task {
+        subscriber = Task(executorPreference: Explorer.taskExecutor) {
             var states: [SessionState] = []
             for await event in events {
                 if let state = event.state { states.append(state) }
@@ -371,7 +371,9 @@ final class RaceRig: Sendable {
     ) -> Task<Void, Never> {
         probe.callStarted()
         let entered = engine.ledger?.callsEntered ?? 0
-        let task = Task {
+        // The call prefers the explorer's executor, so its hop off the engine's actor is a step the explorer
+        // schedules instead of running on inline.
+        let task = Task(executorPreference: Explorer.taskExecutor) {
             defer { self.probe.callFinished() }
             do {
                 let value = try await call(self)

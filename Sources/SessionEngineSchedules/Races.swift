@@ -36,7 +36,7 @@ enum Races {
     static let renewAnsweredAtOnce = RaceProgram(
         name: "renew-answered-at-once",
         summary: "renew() whose fetch answers at once races its own registration, beside a fast-path reader",
-        bound: 3
+        bound: 2
     ) {
         {
             // No other call ends the epoch here, so a caller that registers after its outcome was handed out is left
@@ -57,7 +57,7 @@ enum Races {
     static let signOutDuringRenewal = RaceProgram(
         name: "sign-out-during-renewal",
         summary: "renew() and signOut() race after a sign-in",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn()
@@ -73,7 +73,7 @@ enum Races {
     static let switchDuringFetch = RaceProgram(
         name: "switch-during-fetch",
         summary: "renew() (its fetch answering at once) races switchAccount(bob) and a fast-path reader",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn(latency: 0)
@@ -93,7 +93,7 @@ enum Races {
     static let lateResultFromEarlierEpoch = RaceProgram(
         name: "late-result",
         summary: "a renewal whose answer ignores cancellation races switchAccount(bob) and scoped work",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn(latency: 2) { $0.fetcher.script(.late) }
@@ -145,7 +145,7 @@ enum Races {
     static let cancelledWaiter = RaceProgram(
         name: "cancelled-waiter",
         summary: "two renew() callers share a fetch (answering at once) while one of them is cancelled",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn(latency: 0)
@@ -169,7 +169,7 @@ enum Races {
     static let rejectionDuringSwitch = RaceProgram(
         name: "rejection-during-switch",
         summary: "credentialRejected(alice's), scoped work the service rejects and switchAccount(bob) race",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn()
@@ -198,7 +198,7 @@ enum Races {
     static let shutdownDuringFetch = RaceProgram(
         name: "shutdown-during-fetch",
         summary: "shutdown() races renew() with its fetch hanging and long scoped work",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn { $0.fetcher.script(.hang) }
@@ -224,7 +224,7 @@ enum Races {
     static let twoSwitches = RaceProgram(
         name: "two-switches",
         summary: "switchAccount(bob) and switchAccount(carol) race each other and renew()",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn()
@@ -238,7 +238,7 @@ enum Races {
     static let lateResultThenShutdown = RaceProgram(
         name: "late-result-then-shutdown",
         summary: "a late answer of alice's cancelled renewal races bob's first fetch, which hangs until shutdown",
-        bound: 3
+        bound: 2
     ) {
         {
             let rig = try await signedIn(latency: 2) { $0.fetcher.script(.late, .hang) }

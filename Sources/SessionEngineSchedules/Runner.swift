@@ -300,7 +300,7 @@ final class Runner {
 
 extension RegressionPrograms {
     /// The delay bound of the regression programs' exhaustive exploration.
-    static let bound = 3
+    static let bound = 2
 }
 
 /// What the running program has parked, for a deadlock's report: set by the program when it builds its engine.

@@ -92,7 +92,7 @@ extension EngineModelDriver {
         let done = AsyncGate<Void>()
         let ledger = engine.ledger!
         let entered = ledger.callsEntered + 1
-        Task {
+        Task(executorPreference: taskExecutor) {
             await engine.shutdown()
             if probe.runningWork > 0 || engine.metrics.scopedWork > 0 {
                 probe.violation("invariant 8: shutdown returned while scoped work ran")

@@ -38,6 +38,9 @@ package final class EngineModelDriver {
     package let probe = ModelProbe()
     package let fetcher: ModelFetcher
     package let engine: SessionEngine
+    /// The executor the engine's tasks and the program's own tasks prefer; the schedule explorer passes its own, so
+    /// that every hop of every task is a step it schedules.
+    package let taskExecutor: (any TaskExecutor)?
     package let verifier: ServiceVerifier
     /// The backend: its signer and clocks, shared with the fetches that answer by themselves.
     package let backend: ModelBackend
@@ -73,7 +76,9 @@ package final class EngineModelDriver {
         configuration.randomSeed = seed
         configuration.log = log
         configuration.taskExecutor = taskExecutor
-        fetcher = ModelFetcher(clock: clock, minimumInterval: configuration.minimumFetchInterval)
+        self.taskExecutor = taskExecutor
+        fetcher = ModelFetcher(
+            clock: clock, minimumInterval: configuration.minimumFetchInterval, taskExecutor: taskExecutor)
         engine = SessionEngine(
             fetcher: fetcher,
             configuration: configuration,
@@ -221,7 +226,7 @@ package final class EngineModelDriver {
     package func enter(_ call: @escaping @Sendable () async -> Void) async -> Task<Void, Never> {
         let ledger = engine.ledger!
         let entered = ledger.callsEntered + 1
-        let task = Task { await call() }
+        let task = Task(executorPreference: taskExecutor) { await call() }
         await ledger.waitUntilEntered(entered)
         return task
     }
@@ -459,7 +464,7 @@ package final class EngineModelDriver {
         let engine = self.engine
         let probe = self.probe
         let startSequence = log.startSequence
-        let task = Task {
+        let task = Task(executorPreference: taskExecutor) {
             for await event in events {
                 switch event.kind {
                 case .stateChanged, .renewed:

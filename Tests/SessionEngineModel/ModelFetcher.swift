@@ -69,10 +69,13 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     private let state = Mutex(State())
     private let clock: ManualClock
     private let minimumInterval: Duration
+    /// The executor the tasks that answer on their own prefer.
+    private let taskExecutor: (any TaskExecutor)?
 
-    package init(clock: ManualClock, minimumInterval: Duration) {
+    package init(clock: ManualClock, minimumInterval: Duration, taskExecutor: (any TaskExecutor)? = nil) {
         self.clock = clock
         self.minimumInterval = minimumInterval
+        self.taskExecutor = taskExecutor
     }
 
     /// The engine's fetches park on the clock's ledger, which the fetcher already knows.
@@ -173,7 +176,7 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
                     continuation.resume(throwing: CancellationError())
                     return
                 }
-                Task {
+                Task(executorPreference: taskExecutor) {
                     for _ in 0..<yields { await Task.yield() }
                     self.deliver(request.id, answer)
                 }
