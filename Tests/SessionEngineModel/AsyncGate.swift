@@ -1,4 +1,4 @@
-import Synchronization
+import SessionEngine
 
 /// A one-shot value that many tasks can wait for, ignoring cancellation.
 package final class AsyncGate<Value: Sendable>: Sendable {
