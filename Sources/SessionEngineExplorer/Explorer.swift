@@ -91,7 +91,11 @@ import Synchronization
 /// - An unstructured `Task {}` without `executorPreference: Explorer.taskExecutor` has its jobs captured, but its hops
 ///   inside an actor's drain run inline (not choice points), and a real-time wait it makes goes to the default
 ///   executor's timer, past every hook: the run may pass, and the job, firing later on another thread, fails the next
-///   run ("between runs"). Engines under test should start their tasks on an executor the test names.
+///   run ("between runs"). Engines under test should start their tasks on an executor the test names. Running inline
+///   is also an order of its own, which a program may want: the task leaves the actor with the thread, the actor's
+///   remaining queue waits for a new processing job (a choice point), and the task's next steps can run first. With
+///   the preference the drain goes on through the actor's whole queue in one step (the runtime's drain loop never
+///   yields), so a task that prefers the explorer's executor never runs between two jobs of one drain.
 /// - The main actor: on 6.3.1 its executor (DispatchMainExecutor, in Swift) enqueues on the dispatch main queue
 ///   without the main-executor hook; the explorer never drains that queue, so a program waiting for the main actor
 ///   deadlocks (the self-test pins this: it accepts either a deadlock or capture broken).

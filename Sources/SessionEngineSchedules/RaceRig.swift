@@ -300,6 +300,9 @@ final class RaceRig: Sendable {
         minimumFetchInterval: .seconds(5),
         randomSeed: 7
     )
+    /// Whether ``launch(_:enters:_:)`` starts its calls without the explorer's task executor as their preference, so
+    /// that a call leaving the engine's actor runs on inline: the variant of each race named `NAME/inline`.
+    @TaskLocal static var callsFollowTheirThread = false
     /// How many times a race program may move the clock to let the engine's timers fire before it counts as hung.
     static let clockSteps = 60
 
@@ -362,18 +365,18 @@ final class RaceRig: Sendable {
     ///   - name: The call's name in outcomes and violations.
     ///   - enters: How many of the engine's asynchronous methods the call begins with (0 for a call that only moves
     ///     the clock, reads the fast path or cancels a task), so ``settle()`` knows when every call is inside.
+    ///   - priority: The call's task priority; the engine's actor runs its queued jobs in priority order.
     ///   - call: The call.
     @discardableResult
     func launch(
         _ name: String,
         enters: UInt64 = 1,
+        priority: TaskPriority? = nil,
         _ call: @escaping @Sendable (RaceRig) async throws -> String
     ) -> Task<Void, Never> {
         probe.callStarted()
         let entered = engine.ledger?.callsEntered ?? 0
-        // The call prefers the explorer's executor, so its hop off the engine's actor is a step the explorer
-        // schedules instead of running on inline.
-        let task = Task(executorPreference: Explorer.taskExecutor) {
+        let body: @Sendable () async -> Void = {
             defer { self.probe.callFinished() }
             do {
                 let value = try await call(self)
@@ -388,6 +391,13 @@ final class RaceRig: Sendable {
                 self.probe.violation("\(name) threw \(type(of: error)), not a SessionError")
             }
         }
+        // Preferring the explorer's executor, the call's hop off the engine's actor is a step the explorer schedules.
+        // Without a preference the call runs on inline when it leaves the actor, as a pool thread that follows its
+        // task does, and whatever else the actor had queued waits for a processing job of its own.
+        let task =
+            Self.callsFollowTheirThread
+            ? Task(priority: priority, operation: body)
+            : Task(executorPreference: Explorer.taskExecutor, priority: priority, operation: body)
         launched.withLock { launched in
             if enters == 0 { launched.side.append(task) }
             launched.entered = (launched.entered ?? entered) + enters

@@ -18,7 +18,7 @@ struct RaceProgram: Sendable {
 enum Races {
     static let all: [RaceProgram] = [
         renewAnsweredAtOnce, signOutDuringRenewal, switchDuringFetch, lateResultFromEarlierEpoch, manyCallersAtExpiry,
-        cancelledWaiter,
+        cancelledWaiter, joinedSwitch,
         rejectionDuringSwitch, shutdownDuringFetch, twoSwitches, lateResultThenShutdown,
     ]
 
@@ -163,6 +163,30 @@ enum Races {
                 throw RaceViolation("the caller that was not cancelled got no credential: \(rig.probe.outcomes)")
             }
             try await rig.finish(changes: 1, finalAccount: "alice")
+        }
+    }
+
+    static let joinedSwitch = RaceProgram(
+        name: "joined-switch",
+        summary: "switchAccount(bob) at background priority, joined by switchAccount(bob) at high priority and a "
+            + "fast-path reader, bob's fetch answering at once",
+        bound: 2
+    ) {
+        {
+            // The engine's tasks for the change inherit the first caller's priority, so the second caller's job on
+            // the engine's actor runs before theirs once both are queued: it must still return only once bob's
+            // credential is installed.
+            let rig = try await signedIn(latency: 0)
+            rig.launch("switch (background)", priority: .background) { try await $0.change(to: "bob") }
+            rig.launch("switch (high)", priority: .high) { try await $0.change(to: "bob") }
+            rig.launch("headers", enters: 0) { rig in
+                for _ in 0..<2 {
+                    try rig.checkFastPath()
+                    await Waypoint.pass()
+                }
+                return "read"
+            }
+            try await rig.finish(changes: 2, finalAccount: "bob")
         }
     }
 
