@@ -9,15 +9,52 @@ import Synchronization
 /// away from A has begun. The engine's actor is the only writer of the snapshot; requests read it without an actor
 /// hop.
 final class SessionStore: Sendable {
-    /// What identified work may use.
-    enum Access: Sendable {
+    /// What a step of the engine installs: everything the store's readers see, decided by the machine.
+    struct Snapshot: Sendable {
+        /// The public state.
+        var state: SessionState
+        /// The current epoch.
+        var epoch: UInt64
+        /// The usable credential, if the state allows one; it belongs to `epoch`.
+        var credential: IdentityCredential?
+        /// Whether the engine has shut down.
+        var shutDown: Bool
+        /// The backend's clock minus the local one, which local expiry applies.
+        var clockOffset: Duration
+    }
+
+    /// Why no credential is usable: the one place the store spells out availability.
+    enum Unavailability: Sendable {
         case signedOut
         case switching
         case expired
         case shutDown
+
+        /// The error a reader receives.
+        var error: SessionError {
+            switch self {
+            case .signedOut: SessionError(.signedOut, reason: "no account is signed in")
+            case .switching: SessionError(.switching, reason: "an account change is under way")
+            case .shutDown: SessionError(.shutDown, reason: "the session engine has shut down")
+            case .expired: SessionStore.expiredError
+            }
+        }
+    }
+
+    /// What identified work may use.
+    enum Access: Sendable {
+        case unavailable(Unavailability)
         /// A credential and its precomputed headers; usable until `expiresAt` (Unix seconds) by the local clock: the
         /// credential's own expiry, moved by the backend clock offset the engine applies.
         case usable(IdentityCredential, IdentityHeaders, expiresAt: TimeInterval, epoch: UInt64)
+
+        /// The error of a read that finds no usable credential here (an expired one when a credential is held).
+        var error: SessionError {
+            switch self {
+            case .unavailable(let why): why.error
+            case .usable: SessionStore.expiredError
+            }
+        }
     }
 
     /// One piece of running scoped work, shared between the store and the work's caller: its epoch, its task and
@@ -39,7 +76,7 @@ final class SessionStore: Sendable {
     }
 
     private struct State {
-        var access: Access = .signedOut
+        var access: Access = .unavailable(.signedOut)
         var state: SessionState = .signedOut
         /// Work of epochs below this one has been cancelled; no new work may join them.
         var workFloor: UInt64 = 0
@@ -68,22 +105,11 @@ final class SessionStore: Sendable {
     private enum Readable {
         /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
         case usable(IdentityHeaders, expiresAt: TimeInterval)
-        case signedOut
-        case switching
-        case expired
-        case shutDown
-    }
-
-    /// Why ``Readable`` holds no headers, as a trivial value.
-    private enum Unavailable {
-        case signedOut
-        case switching
-        case expired
-        case shutDown
+        case unavailable(Unavailability)
     }
 
     private let state = Mutex(State())
-    private let readable = Mutex(Readable.signedOut)
+    private let readable = Mutex(Readable.unavailable(.signedOut))
     private let clock: any SessionClock
     private let wallClock: WallClockCheck
     private let ledger: ActivityLedger?
@@ -105,25 +131,15 @@ final class SessionStore: Sendable {
     /// The number of scoped tasks running.
     var runningWorkCount: Int { state.withLock { $0.work.count - $0.freeSlots.count } }
 
-    /// Replaces the snapshot.
-    ///
-    /// - Parameters:
-    ///   - sessionState: The public state.
-    ///   - credential: The usable credential and its epoch, if the state allows one.
-    ///   - shutDown: Whether the engine has shut down.
-    ///   - clockOffset: The backend's clock minus the local one that expiry applies.
-    func update(
-        sessionState: SessionState,
-        credential: (IdentityCredential, UInt64)?,
-        shutDown: Bool = false,
-        clockOffset: Duration = .zero
-    ) {
-        let offset = clockOffset.timeInterval
+    /// Installs what a step of the engine decided.
+    func install(_ snapshot: Snapshot) {
+        let offset = snapshot.clockOffset.timeInterval
         state.withLock { state in
-            state.state = sessionState
-            if shutDown {
-                state.access = .shutDown
-            } else if let (credential, epoch) = credential {
+            state.state = snapshot.state
+            if snapshot.shutDown {
+                state.access = .unavailable(.shutDown)
+            } else if let credential = snapshot.credential {
+                let epoch = snapshot.epoch
                 if case .usable(let current, let headers, _, let currentEpoch) = state.access,
                     currentEpoch == epoch, current == credential
                 {
@@ -138,10 +154,10 @@ final class SessionStore: Sendable {
                     )
                 }
             } else {
-                switch sessionState {
-                case .signedOut: state.access = .signedOut
-                case .switching: state.access = .switching
-                case .expired, .identified, .renewing: state.access = .expired
+                switch snapshot.state {
+                case .signedOut: state.access = .unavailable(.signedOut)
+                case .switching: state.access = .unavailable(.switching)
+                case .expired, .identified, .renewing: state.access = .unavailable(.expired)
                 }
             }
             publishReadable(state.access)
@@ -153,10 +169,7 @@ final class SessionStore: Sendable {
         let next: Readable =
             switch access {
             case .usable(_, let headers, let expiresAt, _): .usable(headers, expiresAt: expiresAt)
-            case .signedOut: .signedOut
-            case .switching: .switching
-            case .expired: .expired
-            case .shutDown: .shutDown
+            case .unavailable(let why): .unavailable(why)
             }
         readable.withLock { $0 = next }
     }
@@ -168,23 +181,13 @@ final class SessionStore: Sendable {
     func headers() throws(SessionError) -> IdentityHeaders {
         // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
         let (headers, expiresAt, unavailable) = readable.withLock {
-            readable -> (IdentityHeaders?, TimeInterval, Unavailable) in
+            readable -> (IdentityHeaders?, TimeInterval, Unavailability) in
             switch readable {
             case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
-            case .signedOut: (nil, 0, .signedOut)
-            case .switching: (nil, 0, .switching)
-            case .expired: (nil, 0, .expired)
-            case .shutDown: (nil, 0, .shutDown)
+            case .unavailable(let why): (nil, 0, why)
             }
         }
-        guard let headers else {
-            switch unavailable {
-            case .signedOut: throw Self.error(for: .signedOut)
-            case .switching: throw Self.error(for: .switching)
-            case .expired: throw Self.expiredError
-            case .shutDown: throw Self.error(for: .shutDown)
-            }
-        }
+        guard let headers else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
         return headers
     }
@@ -192,7 +195,7 @@ final class SessionStore: Sendable {
     /// The usable credential, checked against the local clock.
     func credential() throws(SessionError) -> IdentityCredential {
         let access = state.withLock { $0.access }
-        guard case .usable(let credential, _, let expiresAt, _) = access else { throw Self.error(for: access) }
+        guard case .usable(let credential, _, let expiresAt, _) = access else { throw access.error }
         guard clock.now.timeIntervalSince1970 < expiresAt else { throw Self.expiredError }
         return credential
     }
@@ -228,7 +231,7 @@ final class SessionStore: Sendable {
             state -> Result<(IdentityCredential, Task<T, any Error>, WorkTicket), SessionError> in
             guard !state.refusesWork else { return .failure(Self.shuttingDownError) }
             guard case .usable(let credential, _, let expiresAt, let epoch) = state.access else {
-                return .failure(Self.error(for: state.access))
+                return .failure(state.access.error)
             }
             if let required, required.epoch != epoch { return .failure(Self.accountChangedError) }
             guard now < expiresAt, epoch >= state.workFloor, required == nil || required?.credential == credential
@@ -337,15 +340,6 @@ final class SessionStore: Sendable {
         .shutDown,
         reason: "the session engine is shutting down; new work receives no identity"
     )
-
-    private static func error(for access: Access) -> SessionError {
-        switch access {
-        case .signedOut: SessionError(.signedOut, reason: "no account is signed in")
-        case .switching: SessionError(.switching, reason: "an account change is under way")
-        case .shutDown: SessionError(.shutDown, reason: "the session engine has shut down")
-        case .expired, .usable: expiredError
-        }
-    }
 }
 
 /// A task the store can cancel, whatever its result type.

@@ -181,6 +181,17 @@ struct SessionStateMachine: Sendable {
         case fail(SessionError)
     }
 
+    /// What the owner installs in its store after every step: all its readers see, read out of the machine once.
+    var snapshot: SessionStore.Snapshot {
+        SessionStore.Snapshot(
+            state: publicState,
+            epoch: epoch,
+            credential: usableCredential,
+            shutDown: isShutDown,
+            clockOffset: serverClockOffset
+        )
+    }
+
     struct Configuration: Sendable {
         var renewal: RenewalPolicy
         var retry: RetryPolicy
@@ -321,6 +332,43 @@ struct SessionStateMachine: Sendable {
         switch state {
         case .signedOut, .switching, .shutDown: nil
         case .identified(let session), .renewing(let session), .expired(let session): session
+        }
+    }
+}
+
+/// A decision of ``SessionStateMachine`` whose actions its owner performs in the same step.
+protocol SessionDecision {
+    /// The actions to perform, in order.
+    var actions: [SessionStateMachine.Action] { get }
+}
+
+extension Array: SessionDecision where Element == SessionStateMachine.Action {
+    var actions: [SessionStateMachine.Action] { self }
+}
+
+extension SessionStateMachine.ChangeDecision: SessionDecision {
+    var actions: [SessionStateMachine.Action] {
+        switch self {
+        case .began(_, let actions), .refused(_, let actions): actions
+        case .alreadyCurrent, .shutDown: []
+        }
+    }
+}
+
+extension SessionStateMachine.PushDecision: SessionDecision {
+    var actions: [SessionStateMachine.Action] {
+        switch self {
+        case .installed(let actions), .refused(_, let actions): actions
+        case .deferred: []
+        }
+    }
+}
+
+extension SessionStateMachine.RenewDecision: SessionDecision {
+    var actions: [SessionStateMachine.Action] {
+        switch self {
+        case .wait(_, let actions): actions
+        case .current, .fail: []
         }
     }
 }

@@ -1,0 +1,264 @@
+import Foundation
+
+/// Account changes: signing in, switching and signing out, handed-over credentials, and the hooks that run between
+/// two accounts.
+extension SessionEngine {
+    /// Signs an account in and waits for its first credential.
+    ///
+    /// Signing in is an account change: the state passes through ``SessionState/switching(from:to:)``. The call
+    /// returns once the previous account's work has drained, the hooks have run and the account's first credential is
+    /// installed. Transient fetch failures are retried with backoff while this call waits (the state is then
+    /// ``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable``), for as long as it takes:
+    /// through a backend outage or a misconfiguration that is until shutdown. A host whose loop must run whatever
+    /// the backend does signs in with ``signIn(_:timeout:)``. Cancelling the calling task stops the wait, not the
+    /// sign-in. Signing in to the account that is already current returns once it is identified.
+    ///
+    /// - Parameter account: The account to sign in.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/backendSessionEnded`` when the backend refuses the account
+    ///   (the engine is then signed out), ``SessionError/Code/accountChanged`` when another change superseded this
+    ///   one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was cancelled.
+    public func signIn(_ account: AccountID) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(to: account)
+    }
+
+    /// Signs an account in and waits for its first credential, for at most `timeout` on the engine's clock.
+    ///
+    /// This is ``signIn(_:)`` with a deadline. When the first credential is installed in time the call returns as
+    /// ``signIn(_:)`` does. When the deadline passes first (the backend is down, refuses every credential, or is
+    /// misconfigured), the call throws ``SessionError/Code/signInTimedOut`` and the sign-in goes on: the account stays
+    /// signed in (``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable`` once the first fetch
+    /// failed, ``SessionState/switching(from:to:)`` while the previous account's work still drains), identified work
+    /// fails with `INVALID_IDENTITY`, and the engine keeps fetching with backoff and becomes
+    /// ``SessionState/identified(_:)`` as soon as the backend answers, which ``events(bufferLimit:)`` reports. The
+    /// error's reason says why the last fetch failed, when one did. Cancelling the calling task stops the wait as
+    /// with ``signIn(_:)``.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - timeout: How long to wait for the first credential, on the engine's clock; from the call.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/signInTimedOut`` when the deadline passed first; otherwise
+    ///   as ``signIn(_:)``.
+    public func signIn(_ account: AccountID, timeout: Duration) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(to: account, timeout: max(.zero, timeout))
+    }
+
+    /// Signs an account in with a credential the host already holds, such as one its login response carried.
+    ///
+    /// The credential is validated exactly like a fetched one, as the account session's first: not expired on
+    /// arrival, at most 24 hours of lifetime (plus ``SessionConfiguration/clockSkewTolerance``). A refused credential
+    /// changes nothing and the call throws. An accepted one starts an account change like ``signIn(_:)``; once the
+    /// previous account's work has drained and the hooks have run, the credential is installed instead of the first
+    /// fetch (if it expired meanwhile, the engine fetches one). Renewal then goes through the fetcher, or through
+    /// ``setIdentityCredential(_:for:)``. Signing in to the account that is already current hands the credential over
+    /// as ``setIdentityCredential(_:for:)`` does.
+    ///
+    /// This is the seed's `setIdentityCredential(credential)` after sign-in.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - credential: The account's credential, as the host's backend issued it.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/credentialExpiredOnArrival`` or
+    ///   ``SessionError/Code/lifetimeTooLong`` for a refused credential, ``SessionError/Code/identityMismatch`` when
+    ///   the account is current and the credential names another user; otherwise as ``signIn(_:)``.
+    public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(to: account, pushing: credential)
+    }
+
+    /// Installs a credential the host already holds for the current account, such as a renewal its backend pushed.
+    ///
+    /// The credential is validated exactly like a fetched one: it must name the same user as the account session's
+    /// first credential, must not have expired on arrival and must live at most 24 hours (plus
+    /// ``SessionConfiguration/clockSkewTolerance``). It is subject to the same epoch rule: a credential for an
+    /// account the engine is not signed in to, has left or is leaving is refused and never installed. An accepted
+    /// credential replaces the installed one at once (a fetch running for the account is cancelled and its result
+    /// discarded), the renewal timer restarts from it, and callers waiting for a renewal receive it. During the
+    /// account's sign-in, before its first credential is installed, the credential is kept and installed once the
+    /// previous account's work has drained.
+    ///
+    /// This is the seed's `setIdentityCredential(credential)` "whenever your backend renews it".
+    ///
+    /// - Parameters:
+    ///   - credential: The credential the host's backend issued.
+    ///   - account: The account it belongs to.
+    /// - Throws: ``SessionError``: ``SessionError/Code/identityMismatch``,
+    ///   ``SessionError/Code/credentialExpiredOnArrival`` or ``SessionError/Code/lifetimeTooLong`` for a refused
+    ///   credential; ``SessionError/Code/accountChanged`` when the engine is not signed in to `account`;
+    ///   ``SessionError/Code/shutDown`` after shutdown. Nothing is installed when it throws.
+    public func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try push(credential, for: account)
+    }
+
+    private func push(_ credential: IdentityCredential, for account: AccountID) throws {
+        if case .refused(let error, _) = step({ $0.credentialPushed(credential, for: account, at: $1) }) {
+            throw error
+        }
+    }
+
+    /// Switches to another account and waits for its first credential.
+    ///
+    /// The seed's order is followed: the previous account's scoped work is cancelled and drained, its credential is
+    /// cleared, the account-change hooks run, the next account's credential is fetched and installed, and then the
+    /// new state is published. From the moment the switch begins, no credential of the previous account is handed
+    /// out, and any fetch still running for it is cancelled and its result discarded.
+    ///
+    /// - Parameter account: The account to switch to.
+    /// - Throws: As ``signIn(_:)``.
+    public func switchAccount(to account: AccountID) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(to: account)
+    }
+
+    /// Signs out: cancels and drains the account's scoped work, clears the credential and runs the hooks.
+    ///
+    /// Any fetch in flight is cancelled and its result discarded. Returns once the state is
+    /// ``SessionState/signedOut`` (or a later change superseded the sign-out).
+    public func signOut() async {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try? await changeAccount(to: nil)
+    }
+
+    /// Registers a hook that runs during every account change, after the previous account's work has drained and
+    /// its credential was cleared, and before the next account's credential is installed.
+    ///
+    /// Hosts discard account-specific view models, read caches and offline storage here. Hooks run one at a time,
+    /// in registration order, once per change.
+    ///
+    /// - Parameter hook: Receives the account being left and the account being entered.
+    public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {
+        hooks.append(hook)
+    }
+
+    private func changeAccount(
+        to target: AccountID?,
+        pushing credential: IdentityCredential? = nil,
+        timeout: Duration? = nil
+    ) async throws {
+        let decision = step(
+            announcing: { decision in
+                guard case .began(let epoch, _) = decision else { return }
+                self.log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
+            },
+            { $0.changeAccount(to: target, pushing: credential, at: $1) }
+        )
+        switch decision {
+        case .shutDown:
+            throw SessionStateMachine.shutDownError
+        case .refused(let error, _):
+            throw error
+        case .alreadyCurrent(let epoch):
+            guard let target else {
+                // A sign-out may still be draining its work: return once it is done, as the first caller does.
+                await preparation?.wait()
+                return
+            }
+            if let credential { try push(credential, for: target) }
+            if let timeout {
+                try await waitForIdentity(epoch: epoch, of: target, preparedBy: nil, within: timeout)
+                return
+            }
+            try await waitForIdentity(epoch: epoch)
+        case .began(let epoch, _):
+            // The actions started this change's preparation; a caller returns only once it is done, even when a
+            // later change superseded it, so no work of the previous account still runs.
+            guard let target else {
+                await preparation?.wait()
+                return
+            }
+            // The caller registers for the epoch's outcome in this step, before the preparation ends: a first fetch
+            // that ends the backend session while the caller is still waking from the preparation then reaches it as
+            // BACKEND_SESSION_ENDED, not as a superseded change.
+            try await waitForIdentity(epoch: epoch, of: target, preparedBy: preparation, within: timeout)
+        }
+    }
+
+    /// Drains the previous epochs' work, runs the hooks the machine says are due and reports the change prepared.
+    func prepare(epoch: UInt64) async {
+        await store.drain(before: epoch)
+        // Every await is a place where the world may have changed: the machine checks the epoch.
+        if let change = machine.hooksDue(epoch: epoch) {
+            for hook in hooks { await hook(change) }
+        }
+        step { $0.changePrepared(epoch: epoch, at: $1) }
+    }
+
+    private func waitForIdentity(epoch: UInt64) async throws {
+        if machine.epoch == epoch, machine.usableCredential != nil { return }
+        guard machine.epoch == epoch, machine.currentAccount != nil else {
+            if machine.isShutDown { throw SessionStateMachine.shutDownError }
+            throw SessionError(.accountChanged, reason: "another account change superseded this one")
+        }
+        _ = try await waiters.wait(epoch: epoch, kind: .identity)
+    }
+
+    /// Waits for the identity of `epoch`, and for at most `timeout` when one is given, the change's preparation
+    /// (`latch`) included.
+    ///
+    /// The caller registers for the epoch's identity at once, in the step that began the change, so no outcome of
+    /// the epoch can slip in while it waits for the preparation, and a deadline covers the preparation too: an
+    /// engine task sleeping on the engine's clock fails that one registration when the deadline passes. Every other
+    /// outcome, a superseding change's included, returns only once the change's preparation is done.
+    private func waitForIdentity(
+        epoch: UInt64,
+        of account: AccountID,
+        preparedBy latch: Latch?,
+        within timeout: Duration?
+    ) async throws {
+        if latch == nil, machine.epoch == epoch, machine.usableCredential != nil { return }
+        guard machine.epoch == epoch, machine.currentAccount != nil else {
+            if machine.isShutDown { throw SessionStateMachine.shutDownError }
+            throw SessionError(.accountChanged, reason: "another account change superseded this one")
+        }
+        let ticket = waiters.register(epoch: epoch, kind: .identity)
+        let clock = self.clock
+        let deadline = timeout.map { timeout in
+            startTask { [weak self] in
+                do {
+                    try await clock.sleep(for: timeout)
+                } catch {
+                    return
+                }
+                await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
+            }
+        }
+        defer { deadline?.cancel() }
+        do {
+            _ = try await waiters.wait(ticket)
+        } catch let error as SessionError where error.code == .signInTimedOut {
+            throw error
+        } catch {
+            await latch?.wait()
+            throw error
+        }
+        await latch?.wait()
+    }
+
+    /// A sign-in's deadline passed: its caller fails with `SIGN_IN_TIMED_OUT` unless it was resolved already, and
+    /// the sign-in goes on.
+    private func signInDeadlinePassed(
+        _ ticket: OutcomeWaiters.Ticket,
+        epoch: UInt64,
+        account: AccountID,
+        timeout: Duration
+    ) {
+        var reason = "\(account) was not identified within \(timeout.readable); the engine keeps trying"
+        if machine.epoch == epoch, let failure = machine.activeSession?.lastFailure {
+            reason += " (the last fetch failed: \(failure))"
+        } else if machine.epoch == epoch, machine.activeSession == nil {
+            reason += " (the previous account's work is still draining)"
+        }
+        log(.info, "sign-in timed out", ["account": account.rawValue, "timeout": timeout.readable])
+        let failureClass = machine.epoch == epoch ? machine.activeSession?.lastFailure?.failureClass : nil
+        waiters.fail(
+            ticket, with: SessionError(.signInTimedOut, reason: reason, isTransient: true, failureClass: failureClass))
+    }
+}

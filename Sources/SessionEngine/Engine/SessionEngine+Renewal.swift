@@ -1,0 +1,85 @@
+import Foundation
+
+/// Renewal on request and after the service rejected a credential.
+extension SessionEngine {
+    /// Renews the credential now and returns the new one.
+    ///
+    /// Concurrent callers share one fetch. If a fetch started less than
+    /// ``SessionConfiguration/minimumFetchInterval`` ago and its credential is still valid, that credential is
+    /// returned without fetching again. A cancelled caller stops waiting; the fetch goes on for the others.
+    ///
+    /// - Returns: The credential installed by the renewal.
+    /// - Throws: ``SessionError``: the fetch's failure (the engine keeps retrying in the background),
+    ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
+    ///   `CancellationError`.
+    public nonisolated func renew() async throws -> IdentityCredential {
+        // Only the decision and the registration run on the actor, where the call enters the ledger in order; the
+        // wait does not, so callers woken together resume on their own executors instead of queueing on the actor
+        // to return.
+        let answer = await requestRenewal()
+        defer { ledger?.leave() }
+        switch answer {
+        case .now(let credential): return credential
+        case .wait(let ticket): return try await waiters.wait(ticket)
+        case .failed(let error): throw error
+        }
+    }
+
+    /// Enters the call and decides it: the credential to return at once, the caller's registered wait, or a failure.
+    private func requestRenewal() -> OutcomeWaiters.Answer {
+        ledger?.enter()
+        switch step({ $0.renewRequested(at: $1) }) {
+        case .current(let credential):
+            return .now(credential)
+        case .fail(let error):
+            return .failed(error)
+        case .wait(let epoch, _):
+            // Registered in the step that started the fetch, so no outcome of it can slip by.
+            return .wait(waiters.register(epoch: epoch, kind: .nextOutcome))
+        }
+    }
+
+    /// Reports that the service answered `INVALID_IDENTITY` for a credential, for example after a secret rotation.
+    ///
+    /// The first report of the installed credential renews it once; concurrent reports of the same credential share
+    /// that renewal. If the renewed credential is rejected too, the state stays ``SessionState/expired(_:)`` with
+    /// reason ``ExpiredIdentity/Reason/rejected`` and the engine retries only after backoff, so a misconfigured
+    /// backend cannot cause a loop. Reports of older credentials, or from an earlier epoch, are ignored.
+    ///
+    /// - Parameter credential: The credential the service rejected.
+    public func credentialRejected(_ credential: IdentityCredential) async {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        reportRejection(of: credential)
+    }
+
+    func reportRejection(of credential: IdentityCredential) {
+        step { $0.credentialRejected(credential, at: $1) }
+    }
+
+    /// Reports a rejection and waits for the renewal it causes, for ``withIdentity(_:)``'s one retry.
+    ///
+    /// - Parameters:
+    ///   - credential: The credential the work sent and the service rejected.
+    ///   - epoch: The account session the work ran in.
+    /// - Returns: The credential to retry with, of the same account session.
+    /// - Throws: ``SessionError/Code/accountChanged`` when that account session is no longer the current one (the
+    ///   work must not run again as another account); ``SessionError/Code/invalidIdentity`` when no renewal follows.
+    package func renewAfterRejection(of credential: IdentityCredential, epoch: UInt64) async throws
+        -> IdentityCredential
+    {
+        guard !machine.isShutDown else { throw SessionStateMachine.shutDownError }
+        // The work belongs to its account session: after an account change it fails, and never runs again with the
+        // next account's credential.
+        guard machine.currentSession?.epoch == epoch else { throw SessionStore.accountChangedError }
+        reportRejection(of: credential)
+        if let current = machine.usableCredential, current.signature != credential.signature {
+            // Another caller's report already renewed it.
+            return current
+        }
+        guard let epoch = machine.rejectionRenewalEpoch(for: credential) else {
+            throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
+        }
+        return try await waiters.wait(epoch: epoch, kind: .nextOutcome)
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+import Synchronization
+
+/// Work bound to the current account session, cancelled and drained when it ends.
+extension SessionEngine {
+    /// Runs work bound to the current account and credential.
+    ///
+    /// The work runs in its own task, registered with the account session. An account change or sign-out cancels
+    /// it and waits for it to end before the next account's credential is installed, so work of a previous account
+    /// never overlaps the next one. Work should honour cancellation promptly, since a change waits for it.
+    ///
+    /// If the work throws ``SessionError/credentialRejected`` (the service answered `INVALID_IDENTITY`), the engine
+    /// renews the credential once and runs the work once more with the new credential; a second rejection fails
+    /// with `INVALID_IDENTITY` and leaves the state ``SessionState/expired(_:)``.
+    ///
+    /// This call does not hop onto the actor unless the credential is rejected.
+    ///
+    /// - Parameter body: The work; it receives the credential to send.
+    /// - Returns: What the work returns.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidIdentity`` when the credential has expired or was
+    ///   rejected twice, ``SessionError/Code/signedOut`` or ``SessionError/Code/switching`` when no identity is
+    ///   available, ``SessionError/Code/accountChanged`` when an account change cancelled the work; otherwise what the
+    ///   work throws.
+    public nonisolated func withIdentity<T: Sendable>(
+        _ body: @escaping @Sendable (IdentityCredential) async throws -> T
+    ) async throws -> T {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        switch try await runScoped(body, requiring: nil) {
+        case .finished(let value):
+            return value
+        case .rejected(let credential, let epoch):
+            let renewed = try await renewAfterRejection(of: credential, epoch: epoch)
+            switch try await runScoped(body, requiring: (renewed, epoch)) {
+            case .finished(let value):
+                return value
+            case .rejected(let again, _):
+                await reportRejection(of: again)
+                throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
+            }
+        }
+    }
+
+    /// How one run of scoped work ended, when it did not fail otherwise.
+    private enum ScopedOutcome<T> {
+        /// The work returned this value.
+        case finished(T)
+        /// The work threw ``SessionError/credentialRejected`` with this credential, of this account session, and
+        /// the engine had not cancelled it.
+        case rejected(IdentityCredential, epoch: UInt64)
+    }
+
+    private nonisolated func runScoped<T: Sendable>(
+        _ body: @escaping @Sendable (IdentityCredential) async throws -> T,
+        requiring required: (credential: IdentityCredential, epoch: UInt64)?
+    ) async throws -> ScopedOutcome<T> {
+        let store = self.store
+        let ledger = self.ledger
+        let executor = configuration.taskExecutor
+        let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
+            ledger?.begin()
+            return Task(executorPreference: executor) {
+                // The caller, parked while it waits for the work, becomes runnable as the work ends: one activity
+                // takes the other's place, so the ledger's count does not change.
+                defer { store.finishWork(id) }
+                return try await body(credential)
+            }
+        }
+        ledger?.park()
+        do {
+            return .finished(
+                try await withTaskCancellationHandler {
+                    try await task.value
+                } onCancel: {
+                    task.cancel()
+                })
+        } catch {
+            // An account change that cancelled the work decides, whatever the work threw as it ended: a rejection
+            // then belongs to the account that was left.
+            if ticket.cancelledByEngine.load(ordering: .relaxed) { throw SessionStore.accountChangedError }
+            if let error = error as? SessionError, error.code == .credentialRejected {
+                return .rejected(credential, epoch: ticket.epoch)
+            }
+            throw error
+        }
+    }
+}

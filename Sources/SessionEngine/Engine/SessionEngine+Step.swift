@@ -1,0 +1,251 @@
+import Foundation
+
+/// The one path every input takes: the machine decides, the engine installs its snapshot and performs its actions
+/// (fetches, timers, waiters, preparations, events).
+extension SessionEngine {
+    func instant() -> SessionInstant {
+        SessionInstant(wall: clock.now, uptime: clock.uptime)
+    }
+
+    /// The one path from an input to the machine and back: reads the clock once, lets the machine decide, and
+    /// performs the decision with the machine's snapshot (``apply(_:installing:at:)``).
+    ///
+    /// - Parameters:
+    ///   - announce: Runs between the decision and its actions, for a log record that belongs before the step's own.
+    ///   - decide: Hands the input to the machine, at the step's instant.
+    /// - Returns: The machine's decision, for a caller that goes on according to it.
+    @discardableResult
+    func step<Decision: SessionDecision>(
+        announcing announce: ((Decision) -> Void)? = nil,
+        _ decide: (inout SessionStateMachine, SessionInstant) -> Decision
+    ) -> Decision {
+        let now = instant()
+        let decision = decide(&machine, now)
+        announce?(decision)
+        apply(decision.actions, installing: machine.snapshot, at: now)
+        return decision
+    }
+
+    /// Installs the machine's snapshot in the store, performs its actions in order, then publishes the events.
+    ///
+    /// Events go out last, so a subscriber that sees an event knows the engine has already done everything the event
+    /// implies: the credential is installed, waiters are resolved, the next timer and fetch are set. Finishing the
+    /// event streams at shutdown comes after the step's events, so every subscriber receives the final state.
+    ///
+    /// - Parameters:
+    ///   - actions: What the machine decided.
+    ///   - snapshot: What the machine holds after deciding.
+    ///   - now: The instant the machine decided at; every event of the step carries it.
+    private func apply(
+        _ actions: [SessionStateMachine.Action],
+        installing snapshot: SessionStore.Snapshot,
+        at now: SessionInstant
+    ) {
+        store.install(snapshot)
+        let newState = snapshot.state
+        var events: [(SessionEvent.Kind, UInt64)] = []
+        if newState != publishedState {
+            publishedState = newState
+            events.append((.stateChanged(newState), snapshot.epoch))
+            log(.debug, "state changed", ["state": newState.name, "account": newState.account?.rawValue ?? "none"])
+        }
+        var finishesShutdown = false
+        for action in actions {
+            switch action {
+            case .emit(let kind, let epoch):
+                logEvent(kind)
+                events.append((kind, epoch))
+            case .cancelWork(let epoch, let account):
+                let count = store.cancelWork(before: epoch)
+                // An account change that cancelled nothing reports nothing.
+                if count > 0 {
+                    events.append((.workCancelled(account: account, count: count), epoch))
+                }
+            case .finishShutdown:
+                finishesShutdown = true
+                for task in graceTasks { task.cancel() }
+                graceTasks = []
+            default:
+                perform(action)
+            }
+        }
+        for (kind, epoch) in events { publish(kind, epoch: epoch, at: now) }
+        if finishesShutdown {
+            broadcaster.finish()
+            stopped.open()
+        }
+    }
+
+    private func publish(_ kind: SessionEvent.Kind, epoch: UInt64, at now: SessionInstant) {
+        sequence += 1
+        let event = SessionEvent(kind, time: now, epoch: epoch, sequence: sequence)
+        recorder.record(event)
+        observer?(event)
+        broadcaster.publish(event)
+    }
+
+    /// Performs one action that reports no event.
+    private func perform(_ action: SessionStateMachine.Action) {
+        switch action {
+        case .startFetch(let request):
+            startFetch(request)
+        case .cancelFetch:
+            fetchTask?.task.cancel()
+            fetchTask = nil
+        case .scheduleTimer(let spec):
+            startTimer(spec)
+        case .cancelTimer:
+            timerTask?.cancel()
+            timerTask = nil
+        case .resolveWaiters(let epoch, let kinds, let outcome):
+            waiters.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
+        case .failAllWaiters(let error):
+            waiters.failAll(error)
+        case .prepareChange(let epoch):
+            let previous = preparation
+            let done = Latch(ledger: ledger)
+            preparation = done
+            _ = startTask { [weak self] in
+                await previous?.wait()
+                await self?.prepare(epoch: epoch)
+                done.open()
+            }
+        case .refuseNewWork:
+            store.refuseNewWork()
+        case .startGracePeriod(let grace):
+            startGracePeriod(grace)
+        case .emit, .cancelWork, .finishShutdown:
+            // Performed by `apply`, which publishes their events.
+            break
+        }
+    }
+
+    /// Starts one of the engine's own tasks, counted until it ends.
+    func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        let recorder = self.recorder
+        let ledger = self.ledger
+        ledger?.begin()
+        recorder.tasks(1)
+        return Task(executorPreference: configuration.taskExecutor) {
+            defer {
+                recorder.tasks(-1)
+                ledger?.end()
+            }
+            await body()
+        }
+    }
+
+    private func startFetch(_ request: FetchRequest) {
+        fetchTask?.task.cancel()
+        let fetcher = self.fetcher
+        let recorder = self.recorder
+        let task = startTask { [weak self] in
+            let result: Result<FetchedCredential, any Error>
+            if Task.isCancelled {
+                // The account session ended (a change, a sign-out, shutdown) before this task first ran: its request
+                // never reaches the backend, which by now may be serving the next account's hooks.
+                result = .failure(CancellationError())
+            } else {
+                // Counted here, in the step that calls the fetcher, so the count is of requests the backend can see.
+                recorder.fetchStarted()
+                do {
+                    result = .success(try await fetcher.fetch(request))
+                } catch {
+                    result = .failure(error)
+                }
+            }
+            await self?.fetchCompleted(request.id, result)
+        }
+        fetchTask = (request.id, task)
+        log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
+    }
+
+    private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>) {
+        if fetchTask?.id == id { fetchTask = nil }
+        switch result {
+        case .success(let fetched):
+            step { machine, now in
+                machine.fetchSucceeded(
+                    id, credential: fetched.credential, serverClockOffset: fetched.serverClockOffset, at: now)
+            }
+        case .failure(let error):
+            step { $0.fetchFailed(id, error: Self.classify(error), at: $1) }
+        }
+    }
+
+    private func startTimer(_ spec: TimerSpec) {
+        timerTask?.cancel()
+        let clock = self.clock
+        timerTask = startTask { [weak self] in
+            // On the system clock, a wall-clock deadline alone waits on the process's one wall-clock watch.
+            if clock is SystemClock, let wall = spec.wallDeadline, spec.uptimeDeadline == nil {
+                guard (try? await WallClockWatch.system.wait(until: wall)) != nil else { return }
+                await self?.timerFired(spec.id)
+                return
+            }
+            while !Task.isCancelled {
+                let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
+                if spec.isDue(at: now) {
+                    await self?.timerFired(spec.id)
+                    return
+                }
+                // Sleep on the monotonic clock, but never longer than 30 s, so wall-clock jumps are noticed.
+                var slice = Duration.seconds(30)
+                if let wall = spec.wallDeadline {
+                    slice = min(slice, .seconds(max(0.001, wall.timeIntervalSince(now.wall))))
+                }
+                if let uptime = spec.uptimeDeadline {
+                    slice = min(slice, max(.milliseconds(1), uptime - now.uptime))
+                }
+                do {
+                    try await clock.sleep(for: slice)
+                } catch {
+                    return
+                }
+                if self == nil { return }
+            }
+        }
+    }
+
+    private func timerFired(_ id: TimerID) {
+        step { $0.timerFired(id, at: $1) }
+    }
+
+    /// Maps what a fetcher threw to the engine's error.
+    ///
+    /// Terminal, ending the session: ``SessionError/Code/backendSessionEnded``, and a credential refused for good
+    /// (``SessionError/Code/invalidCredential`` marked not transient, or a ``CredentialError`` with
+    /// ``CredentialError/Code/unpairedSurrogate``), since fetching again would return the same one. A
+    /// ``SessionError/Code/fetchFailed`` the fetcher marked not transient (it refused the endpoint or the request)
+    /// becomes ``SessionError/Code/backendMisconfigured``. Everything else is transient and retried with backoff, a
+    /// misconfiguration on its slower schedule.
+    static func classify(_ error: any Error) -> SessionError {
+        switch error {
+        case let error as SessionError:
+            // Terminal: the backend ended the session, or said its credential can never verify.
+            let terminal =
+                error.code == .backendSessionEnded || (error.code == .invalidCredential && !error.isTransient)
+            if error.code == .fetchFailed && !error.isTransient {
+                // The fetcher refused to fetch (an endpoint it must not use, a request it cannot send): fetching
+                // again fails the same way until someone changes the setup.
+                return SessionError(
+                    .backendMisconfigured, reason: error.reason, isTransient: true, retryAfter: error.retryAfter)
+            }
+            return SessionError(
+                error.code, reason: error.reason, isTransient: !terminal, retryAfter: error.retryAfter,
+                failureClass: error.failureClass)
+        case let error as CredentialError:
+            // A credential the reference backend signs but no verifier can check is refused for good: retrying
+            // would fetch the same one for ever.
+            return SessionError(
+                .invalidCredential,
+                reason: "the fetched credential is invalid: \(error.reason)",
+                isTransient: error.code != .unpairedSurrogate
+            )
+        case is CancellationError:
+            return .fetchFailed("the fetch was cancelled")
+        default:
+            return .fetchFailed("the fetcher failed with \(type(of: error))")
+        }
+    }
+}
