@@ -34,6 +34,8 @@ extension SessionEngine {
         case .fail(let error):
             return .failed(error)
         case .wait(let epoch, _):
+            // A caller now waits for the fetch: the pool's budget lets it go before proactive renewals.
+            if let fetchTicket { budget?.promote(fetchTicket) }
             // Registered in the step that started the fetch, so no outcome of it can slip by.
             return .wait(waiters.register(epoch: epoch, kind: .nextOutcome))
         }

@@ -92,6 +92,7 @@ extension SessionEngine {
         case .cancelFetch:
             fetchTask?.task.cancel()
             fetchTask = nil
+            fetchTicket = nil
         case .scheduleTimer(let spec):
             startTimer(spec)
         case .cancelTimer:
@@ -139,11 +140,21 @@ extension SessionEngine {
         fetchTask?.task.cancel()
         let fetcher = self.fetcher
         let recorder = self.recorder
+        let budget = self.budget
+        let ticket = budget.map { budget in
+            let (urgency, deadline) = machine.fetchUrgency(at: instant(), callersWaiting: waiters.count > 0)
+            return budget.ticket(urgency: urgency, deadline: deadline)
+        }
+        let maximumPause = configuration.maximumRetryAfter
         let task = startTask { [weak self] in
             let result: Result<FetchedCredential, any Error>
-            if Task.isCancelled {
+            if let budget, let ticket, await !budget.acquire(ticket) {
+                // Cancelled while it waited for the pool's budget: it never reached the backend.
+                result = .failure(CancellationError())
+            } else if Task.isCancelled {
                 // The account session ended (a change, a sign-out, shutdown) before this task first ran: its request
                 // never reaches the backend, which by now may be serving the next account's hooks.
+                budget?.release()
                 result = .failure(CancellationError())
             } else {
                 // Counted here, in the step that calls the fetcher, so the count is of requests the backend can see.
@@ -153,15 +164,26 @@ extension SessionEngine {
                 } catch {
                     result = .failure(error)
                 }
+                if let budget {
+                    budget.release()
+                    // A backend that asks for a pause speaks for every account of the pool.
+                    if case .failure(let error as SessionError) = result, let pause = error.retryAfter {
+                        budget.pause(for: min(pause, maximumPause))
+                    }
+                }
             }
             await self?.fetchCompleted(request.id, result)
         }
         fetchTask = (request.id, task)
+        fetchTicket = ticket
         log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
     }
 
     private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>) {
-        if fetchTask?.id == id { fetchTask = nil }
+        if fetchTask?.id == id {
+            fetchTask = nil
+            fetchTicket = nil
+        }
         switch result {
         case .success(let fetched):
             step { machine, now in

@@ -31,6 +31,8 @@ public actor SessionEngine {
     let broadcaster: EventBroadcaster
     let waiters: OutcomeWaiters
     let recorder = MetricsRecorder()
+    /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
+    let budget: FetchBudget?
     /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
     package nonisolated let ledger: ActivityLedger?
     /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
@@ -38,6 +40,8 @@ public actor SessionEngine {
     /// Opens once the engine has shut down.
     let stopped: Latch
     var fetchTask: (id: FetchID, task: Task<Void, Never>)?
+    /// The running fetch's claim on the pool's budget, which a caller that comes to wait for it promotes.
+    var fetchTicket: FetchBudget.Ticket?
     var timerTask: Task<Void, Never>?
     /// A graceful shutdown's two watchers: the grace period's sleep and the wait for running work to finish.
     var graceTasks: [Task<Void, Never>] = []
@@ -68,13 +72,19 @@ public actor SessionEngine {
     ///   - configuration: Renewal, retry and buffering policies.
     ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
+    ///   - budget: A pool's budget toward the backend, which this engine's fetches then share.
+    ///   - hooks: Account-change hooks registered from the start, in order.
     package init(
-        fetcher: some CredentialFetcher,
+        fetcher: any CredentialFetcher,
         configuration: SessionConfiguration = SessionConfiguration(),
-        clock: some SessionClock = SystemClock(),
-        observer: (@Sendable (SessionEvent) -> Void)?
+        clock: any SessionClock = SystemClock(),
+        observer: (@Sendable (SessionEvent) -> Void)?,
+        budget: FetchBudget? = nil,
+        hooks: [@Sendable (AccountChange) async -> Void] = []
     ) {
         self.fetcher = fetcher
+        self.budget = budget
+        self.hooks = hooks
         self.clock = clock
         self.configuration = configuration
         self.observer = observer

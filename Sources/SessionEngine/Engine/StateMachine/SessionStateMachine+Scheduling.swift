@@ -39,6 +39,19 @@ extension SessionStateMachine {
         )
     }
 
+    /// How urgently the running fetch is needed, and by when on the monotonic clock, for a budget the engine shares
+    /// with other accounts: a proactive renewal while the credential is usable is needed by the credential's expiry;
+    /// anything else (a first credential, an expired or rejected one, a caller waiting) is needed now.
+    func fetchUrgency(at now: SessionInstant, callersWaiting: Bool) -> (urgency: FetchUrgency, deadline: Duration) {
+        guard !callersWaiting, let credential = usableCredential, isValid(credential, at: now),
+            case .inFlight(_, .renewal) = activeSession?.fetch
+        else {
+            return (.needed, now.uptime)
+        }
+        let left = localTime(ofBackend: credential.expirationDate).timeIntervalSince(now.wall)
+        return (.proactive, now.uptime + .seconds(max(0, left)))
+    }
+
     /// Starts the planned fetch if its time has come.
     mutating func resumeWaitingFetch(
         _ session: inout AccountSession,

@@ -1,0 +1,337 @@
+import Synchronization
+
+/// How urgently a fetch is needed, for the order a shared ``FetchBudget`` admits fetches in.
+enum FetchUrgency: Sendable, Hashable, Comparable {
+    /// A caller waits for it, or the account has no usable identity (a first credential, an expired or rejected
+    /// one): identified work is blocked until it lands.
+    case needed
+    /// A proactive renewal while the credential is still usable.
+    case proactive
+}
+
+/// The one budget toward the backend that every account of a ``SessionPool`` fetches through: at most
+/// ``SessionPoolConfiguration/Budget/maximumInFlight`` fetches in flight, fetch starts refilled at
+/// ``SessionPoolConfiguration/Budget/startsPerSecond`` (a token bucket holding at most
+/// ``SessionPoolConfiguration/Budget/burst``), and a pause the backend asked for (`Retry-After`) that holds for every
+/// account.
+///
+/// Fetches that cannot start at once queue by urgency: needed fetches first, then proactive renewals, earlier
+/// deadlines first within each, and a proactive renewal whose deadline has passed counts as needed, so no account
+/// waits behind a stream of others for ever. The queue and the counters live behind one lock; a single task sleeps on
+/// the clock until the next token or the pause's end, and none runs while nothing waits.
+package final class FetchBudget: Sendable {
+    /// A queued fetch's place: its urgency, its deadline on the monotonic clock, and the order it queued in.
+    struct Key: Sendable, Comparable {
+        var deadline: Duration
+        var order: UInt64
+
+        static func < (a: Key, b: Key) -> Bool {
+            (a.deadline, a.order) < (b.deadline, b.order)
+        }
+    }
+
+    /// One fetch's claim on the budget, made on the engine's actor when it starts the fetch.
+    package struct Ticket: Sendable {
+        fileprivate let order: UInt64
+        fileprivate let urgency: FetchUrgency
+        fileprivate let deadline: Duration
+    }
+
+    /// What the budget's counters show, for metrics.
+    struct Snapshot: Sendable, Equatable {
+        var inFlight: Int
+        var queuedNeeded: Int
+        var queuedProactive: Int
+        /// Fetches that had to queue, over the budget's life.
+        var waits: Int
+        /// Fetches admitted, over the budget's life.
+        var admitted: Int
+    }
+
+    private enum Start {
+        case now
+        case cancelled
+        case queued([UnsafeContinuation<Bool, Never>], sleep: Duration?)
+    }
+
+    private struct State {
+        var inFlight = 0
+        var tokens: Double
+        var refilledAt: Duration
+        var pausedUntil: Duration = .zero
+        var needed = Heap<Key>()
+        var proactive = Heap<Key>()
+        var parked: [UInt64: UnsafeContinuation<Bool, Never>] = [:]
+        var queued: [UInt64: FetchUrgency] = [:]
+        /// Tickets promoted to needed before their fetch queued.
+        var promoted: Set<UInt64> = []
+        var nextOrder: UInt64 = 0
+        var sleeping = false
+        var waits = 0
+        var admitted = 0
+    }
+
+    private let limits: SessionPoolConfiguration.Budget
+    private let clock: any SessionClock
+    private let ledger: ActivityLedger?
+    private let taskExecutor: (any TaskExecutor)?
+    private let state: Mutex<State>
+
+    init(
+        limits: SessionPoolConfiguration.Budget,
+        clock: any SessionClock,
+        ledger: ActivityLedger?,
+        taskExecutor: (any TaskExecutor)?
+    ) {
+        self.limits = limits
+        self.clock = clock
+        self.ledger = ledger
+        self.taskExecutor = taskExecutor
+        state = Mutex(State(tokens: Double(limits.burst), refilledAt: clock.uptime))
+    }
+
+    var snapshot: Snapshot {
+        state.withLock { state in
+            Snapshot(
+                inFlight: state.inFlight,
+                queuedNeeded: state.queued.values.count { $0 == .needed },
+                queuedProactive: state.queued.values.count { $0 == .proactive },
+                waits: state.waits,
+                admitted: state.admitted
+            )
+        }
+    }
+
+    /// A claim for a fetch about to start.
+    ///
+    /// - Parameters:
+    ///   - urgency: How urgently the fetch is needed.
+    ///   - deadline: When it is needed by, on the clock's monotonic time: the credential's expiry for a renewal,
+    ///     now for a caller waiting.
+    func ticket(urgency: FetchUrgency, deadline: Duration) -> Ticket {
+        let order = state.withLock { state -> UInt64 in
+            state.nextOrder += 1
+            return state.nextOrder
+        }
+        return Ticket(order: order, urgency: urgency, deadline: deadline)
+    }
+
+    /// A caller now waits for the ticket's fetch: it is needed, whether it has queued yet or not.
+    func promote(_ ticket: Ticket) {
+        guard ticket.urgency == .proactive else { return }
+        state.withLock { state in
+            switch state.queued[ticket.order] {
+            case .proactive?:
+                state.queued[ticket.order] = .needed
+                state.needed.insert(Key(deadline: ticket.deadline, order: ticket.order))
+            case .needed?:
+                break
+            case nil:
+                if state.parked[ticket.order] == nil { state.promoted.insert(ticket.order) }
+            }
+        }
+    }
+
+    /// Waits until the ticket's fetch may start, then counts it in flight; pair every `true` with one ``release()``.
+    ///
+    /// - Parameter ticket: The fetch's claim.
+    /// - Returns: `false` when the calling task was cancelled before the fetch was admitted (nothing to release).
+    func acquire(_ ticket: Ticket) async -> Bool {
+        let order = ticket.order
+        let deadline = ticket.deadline
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
+                let start = state.withLock { state -> Start in
+                    let urgency = state.promoted.remove(order) != nil ? .needed : ticket.urgency
+                    // Cancelled before it could queue: the cancellation handler found nothing to resume.
+                    if Task.isCancelled { return .cancelled }
+                    let now = clock.uptime
+                    refill(&state, at: now)
+                    // Nothing queued ahead of it: start at once if the budget allows.
+                    if state.queued.isEmpty, admit(&state, at: now) { return .now }
+                    let key = Key(deadline: deadline, order: order)
+                    if urgency == .needed { state.needed.insert(key) } else { state.proactive.insert(key) }
+                    state.queued[order] = urgency
+                    state.parked[order] = continuation
+                    state.waits += 1
+                    let (ready, sleep) = pump(&state, at: now)
+                    // The ledger's count only grows before this fetch parks, last, so it never reads zero while
+                    // something admitted here, or the sleeper, is about to run.
+                    let admittedItself = state.parked[order] == nil
+                    ledger?.unpark(count: ready.count - (admittedItself ? 1 : 0))
+                    if sleep != nil { ledger?.begin() }
+                    if !admittedItself { ledger?.park() }
+                    return .queued(ready, sleep: sleep)
+                }
+                switch start {
+                case .now:
+                    continuation.resume(returning: true)
+                case .cancelled:
+                    continuation.resume(returning: false)
+                case .queued(let ready, let sleep):
+                    // `ready` may hold this fetch's own continuation.
+                    for continuation in ready { continuation.resume(returning: true) }
+                    if let sleep { startSleeper(for: sleep) }
+                }
+            }
+        } onCancel: {
+            let continuation = state.withLock { state -> UnsafeContinuation<Bool, Never>? in
+                guard let continuation = state.parked.removeValue(forKey: order) else { return nil }
+                state.queued[order] = nil
+                ledger?.unpark()
+                return continuation
+            }
+            continuation?.resume(returning: false)
+        }
+    }
+
+    /// A fetch admitted by ``acquire(urgency:deadline:)`` has ended.
+    func release() {
+        let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
+            state.inFlight -= 1
+            return wake(&state)
+        }
+        for continuation in ready { continuation.resume(returning: true) }
+        if let sleep { startSleeper(for: sleep) }
+    }
+
+    /// The backend asked to be left alone for `duration` (a 429 or 503 with `Retry-After`): no account's fetch
+    /// starts before it has passed.
+    func pause(for duration: Duration) {
+        guard duration > .zero else { return }
+        state.withLock { state in
+            state.pausedUntil = max(state.pausedUntil, clock.uptime + duration)
+        }
+    }
+
+    // MARK: - Under the lock
+
+    private func refill(_ state: inout State, at now: Duration) {
+        let elapsed = (now - state.refilledAt).timeInterval
+        guard elapsed > 0 else { return }
+        state.tokens = min(Double(limits.burst), state.tokens + elapsed * limits.startsPerSecond)
+        state.refilledAt = now
+    }
+
+    /// Takes a token and a slot if both are free and the backend's pause is over.
+    private func admit(_ state: inout State, at now: Duration) -> Bool {
+        guard state.inFlight < limits.maximumInFlight, state.tokens >= 1, now >= state.pausedUntil else {
+            return false
+        }
+        state.tokens -= 1
+        state.inFlight += 1
+        state.admitted += 1
+        return true
+    }
+
+    /// Pumps for a runnable caller (a fetch that ended, the sleeper) and counts what it made runnable on the ledger.
+    private func wake(_ state: inout State) -> ([UnsafeContinuation<Bool, Never>], Duration?) {
+        let (ready, sleep) = pump(&state, at: clock.uptime)
+        ledger?.unpark(count: ready.count)
+        if sleep != nil { ledger?.begin() }
+        return (ready, sleep)
+    }
+
+    /// Admits queued fetches in urgency order while the budget allows; returns the continuations to resume and, when
+    /// fetches still wait for time to pass (a token, the pause), how long the sleeper should sleep. The caller counts
+    /// them on the ledger, in the same lock step: each admitted fetch unparked, a new sleeper begun.
+    private func pump(_ state: inout State, at now: Duration) -> ([UnsafeContinuation<Bool, Never>], Duration?) {
+        refill(&state, at: now)
+        var ready: [UnsafeContinuation<Bool, Never>] = []
+        while let order = nextQueued(&state, at: now) {
+            guard admit(&state, at: now) else { break }
+            removeQueued(&state, order)
+            if let continuation = state.parked.removeValue(forKey: order) {
+                state.queued[order] = nil
+                ready.append(continuation)
+            }
+        }
+        guard !state.queued.isEmpty, state.inFlight < limits.maximumInFlight, !state.sleeping else {
+            return (ready, nil)
+        }
+        // Waiting on time, not on a fetch to end: the next token, or the end of the backend's pause.
+        var wait = Duration.zero
+        if state.tokens < 1 { wait = .seconds((1 - state.tokens) / limits.startsPerSecond) }
+        wait = max(wait, state.pausedUntil - now)
+        state.sleeping = true
+        return (ready, max(wait, .nanoseconds(1)))
+    }
+
+    /// The queued fetch to admit next, dropping the keys of fetches cancelled meanwhile.
+    private func nextQueued(_ state: inout State, at now: Duration) -> UInt64? {
+        // A key is stale once its fetch was admitted or cancelled, or (in the proactive heap) promoted.
+        while let key = state.needed.min, state.queued[key.order] != .needed { state.needed.removeMin() }
+        while let key = state.proactive.min, state.queued[key.order] != .proactive { state.proactive.removeMin() }
+        switch (state.needed.min, state.proactive.min) {
+        case (nil, nil): return nil
+        case (let needed?, nil): return needed.order
+        case (nil, let proactive?): return proactive.order
+        case (let needed?, let proactive?):
+            // A proactive renewal past its deadline is needed now; the earlier deadline goes first.
+            return proactive.deadline <= now && proactive < needed ? proactive.order : needed.order
+        }
+    }
+
+    private func removeQueued(_ state: inout State, _ order: UInt64) {
+        if state.needed.min?.order == order {
+            state.needed.removeMin()
+        } else if state.proactive.min?.order == order {
+            state.proactive.removeMin()
+        }
+    }
+
+    // MARK: - The sleeper
+
+    /// Starts the sleeper, already begun on the ledger by the lock step that asked for it.
+    private func startSleeper(for duration: Duration) {
+        let clock = self.clock
+        Task(executorPreference: taskExecutor) { [self] in
+            defer { ledger?.end() }
+            try? await clock.sleep(for: duration)
+            let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
+                state.sleeping = false
+                return wake(&state)
+            }
+            for continuation in ready { continuation.resume(returning: true) }
+            if let sleep { startSleeper(for: sleep) }
+        }
+    }
+}
+
+/// A binary min-heap.
+struct Heap<Element: Comparable & Sendable>: Sendable {
+    private var storage: [Element] = []
+
+    var min: Element? { storage.first }
+    var count: Int { storage.count }
+
+    mutating func insert(_ element: Element) {
+        storage.append(element)
+        var child = storage.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard storage[child] < storage[parent] else { break }
+            storage.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    @discardableResult
+    mutating func removeMin() -> Element? {
+        guard !storage.isEmpty else { return nil }
+        storage.swapAt(0, storage.count - 1)
+        let min = storage.removeLast()
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1
+            let right = left + 1
+            var smallest = parent
+            if left < storage.count, storage[left] < storage[smallest] { smallest = left }
+            if right < storage.count, storage[right] < storage[smallest] { smallest = right }
+            guard smallest != parent else { break }
+            storage.swapAt(parent, smallest)
+            parent = smallest
+        }
+        return min
+    }
+}

@@ -1,0 +1,212 @@
+import Foundation
+import Synchronization
+
+/// Accounts joining and leaving the pool: sign-in, sign-out, eviction, hooks and shutdown.
+extension SessionPool {
+    /// Signs an account in and waits for its first credential, as ``SessionEngine/signIn(_:)`` does for its account.
+    ///
+    /// Signing in an account the pool already holds returns once it is identified. When the pool is at
+    /// ``SessionPoolConfiguration/maximumAccounts``, the least recently used account with no scoped work running and
+    /// no caller waiting is signed out first (its hooks run, and the pool's events report the eviction); while every
+    /// account is busy, the pool holds one more until one can go.
+    ///
+    /// - Parameter account: The account to sign in.
+    /// - Throws: As ``SessionEngine/signIn(_:)``; ``SessionError/Code/shutDown`` after the pool shut down.
+    public func signIn(_ account: AccountID) async throws {
+        try await withMember(account) { try await $0.signIn(account) }
+    }
+
+    /// Signs an account in and waits for its first credential for at most `timeout`, as
+    /// ``SessionEngine/signIn(_:timeout:)`` does: past the deadline the call throws `SIGN_IN_TIMED_OUT` and the
+    /// account stays in the pool, still fetching.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - timeout: How long to wait, on the pool's clock.
+    /// - Throws: As ``SessionEngine/signIn(_:timeout:)``.
+    public func signIn(_ account: AccountID, timeout: Duration) async throws {
+        try await withMember(account) { try await $0.signIn(account, timeout: timeout) }
+    }
+
+    /// Signs an account in with a credential the host already holds, as ``SessionEngine/signIn(_:with:)`` does.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - credential: Its credential, as the host's backend issued it.
+    /// - Throws: As ``SessionEngine/signIn(_:with:)``.
+    public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
+        try await withMember(account) { try await $0.signIn(account, with: credential) }
+    }
+
+    /// Installs a credential the host's backend pushed for an account the pool holds, as
+    /// ``SessionEngine/setIdentityCredential(_:for:)`` does.
+    ///
+    /// - Parameters:
+    ///   - credential: The credential.
+    ///   - account: The account it belongs to.
+    /// - Throws: As ``SessionEngine/setIdentityCredential(_:for:)``; ``SessionError/Code/accountChanged`` for an
+    ///   account the pool does not hold.
+    public func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
+        guard let member = member(account, using: true) else {
+            throw SessionError(.accountChanged, reason: "\(account) is not signed in to the pool")
+        }
+        try await member.engine.setIdentityCredential(credential, for: account)
+    }
+
+    /// Signs an account out of the pool: cancels and drains its scoped work, clears its credential, runs the hooks
+    /// and removes it. Other accounts are not touched. Returns once the account has left.
+    ///
+    /// - Parameter account: The account to sign out; nothing happens for one the pool does not hold.
+    public func signOut(_ account: AccountID) async {
+        guard let member = member(account) else { return }
+        await remove(member, because: nil)
+    }
+
+    /// Registers a hook that runs during every account change of every account, as
+    /// ``SessionEngine/addAccountChangeHook(_:)`` does for one engine: after the account's work has drained and its
+    /// credential was cleared, before the next credential is installed.
+    ///
+    /// - Parameter hook: Receives the account being left and the account being entered.
+    public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) async {
+        let current = members.withLock { members in
+            members.hooks.append(hook)
+            return Array(members.byAccount.values)
+        }
+        for member in current { await member.engine.addAccountChangeHook(hook) }
+    }
+
+    /// Shuts every account down as ``SessionEngine/shutdown()`` does, refuses new sign-ins and ends the pool's event
+    /// stream. Returns once every account has shut down.
+    public func shutdown() async {
+        let all = members.withLock { members -> [Member] in
+            members.shutDown = true
+            defer { members.byAccount.removeAll() }
+            return Array(members.byAccount.values)
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for member in all { group.addTask { await member.engine.shutdown() } }
+        }
+        broadcaster.finish()
+        stopped.open()
+    }
+
+    // MARK: - Joining and leaving
+
+    /// Runs `call` on the account's engine, making the member first (and evicting one over the cap). A sign-out or
+    /// eviction that shut the engine down under the call is retried once on a fresh member.
+    private func withMember(_ account: AccountID, _ call: (SessionEngine) async throws -> Void) async throws {
+        for attempt in 0..<2 {
+            let (member, evicted) = try join(account)
+            if let evicted { await remove(evicted, because: .capacity) }
+            do {
+                try await call(member.engine)
+                return
+            } catch let error as SessionError where error.code == .shutDown && attempt == 0 {
+                // The member left the pool under the call; a pool that has not shut down makes a new one.
+                if members.withLock({ $0.shutDown }) { throw Self.shutDownError }
+                continue
+            }
+        }
+    }
+
+    /// The account's member, made if the pool has none, and the member to evict to stay within the cap.
+    private func join(_ account: AccountID) throws(SessionError) -> (Member, evicted: Member?) {
+        let now = clock.uptime
+        let (joined, evicted, startSweeper) = try members.withLock {
+            members throws(SessionError) -> (Member, Member?, Bool) in
+            guard !members.shutDown else { throw Self.shutDownError }
+            if let member = members.byAccount[account] {
+                member.lastUsed.store(Member.nanoseconds(now), ordering: .relaxed)
+                return (member, nil, false)
+            }
+            let member = Member(account: account, engine: makeEngine(for: account, hooks: members.hooks), now: now)
+            var evicted: Member?
+            if let cap = configuration.maximumAccounts, members.byAccount.count >= cap {
+                evicted = Self.leastRecentlyUsedIdle(members.byAccount.values)
+                if let evicted { members.byAccount[evicted.account] = nil }
+            }
+            members.byAccount[account] = member
+            let startSweeper = configuration.idleTimeout != nil && !members.sweeping
+            if startSweeper { members.sweeping = true }
+            return (member, evicted, startSweeper)
+        }
+        if startSweeper { startIdleSweeper() }
+        return (joined, evicted)
+    }
+
+    /// The least recently used member with no scoped work running and no caller waiting.
+    static func leastRecentlyUsedIdle(_ members: some Sequence<Member>) -> Member? {
+        var oldest: (member: Member, used: Int64)?
+        for member in members {
+            let used = member.lastUsed.load(ordering: .relaxed)
+            if let oldest, oldest.used <= used { continue }
+            let metrics = member.engine.metrics
+            guard metrics.scopedWork == 0, metrics.waiters == 0 else { continue }
+            oldest = (member, used)
+        }
+        return oldest?.member
+    }
+
+    private func makeEngine(for account: AccountID, hooks: [@Sendable (AccountChange) async -> Void]) -> SessionEngine {
+        let broadcaster = self.broadcaster
+        let engine = SessionEngine(
+            fetcher: fetcher,
+            configuration: configuration.session,
+            clock: clock,
+            observer: { event in broadcaster.publish(SessionPoolEvent(account: account, kind: .session(event))) },
+            budget: budget,
+            hooks: hooks
+        )
+        return engine
+    }
+
+    /// Removes the member, signs it out (hooks run) and shuts its engine down, reporting an eviction's reason.
+    ///
+    /// From the removal on, reads for the account fail with `SIGNED_OUT` and a sign-in makes a new member; a call
+    /// that reached the old engine first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
+    func remove(_ member: Member, because reason: SessionPoolEvent.EvictionReason?) async {
+        members.withLock { members in
+            if members.byAccount[member.account] === member { members.byAccount[member.account] = nil }
+            if reason != nil { members.evictions += 1 }
+        }
+        await member.engine.signOut()
+        await member.engine.shutdown()
+        if let reason { broadcaster.publish(SessionPoolEvent(account: member.account, kind: .evicted(reason))) }
+    }
+
+    // MARK: - Idle accounts
+
+    /// Signs out accounts unused for the idle timeout, waking once per half timeout while the pool holds accounts.
+    private func startIdleSweeper() {
+        guard let timeout = configuration.idleTimeout else { return }
+        let ledger = self.ledger
+        let clock = self.clock
+        ledger?.begin()
+        Task(executorPreference: configuration.session.taskExecutor) { [weak self] in
+            defer { ledger?.end() }
+            while true {
+                do {
+                    try await clock.sleep(for: timeout / 2)
+                } catch {
+                    return
+                }
+                guard let self else { return }
+                let now = Member.nanoseconds(clock.uptime)
+                let limit = Member.nanoseconds(timeout)
+                let idle = self.members.withLock { members -> [Member]? in
+                    guard !members.shutDown, !members.byAccount.isEmpty else {
+                        members.sweeping = false
+                        return nil
+                    }
+                    return members.byAccount.values.filter { member in
+                        guard now - member.lastUsed.load(ordering: .relaxed) >= limit else { return false }
+                        let metrics = member.engine.metrics
+                        return metrics.scopedWork == 0 && metrics.waiters == 0
+                    }
+                }
+                guard let idle else { return }
+                for member in idle { await self.remove(member, because: .idle) }
+            }
+        }
+    }
+}

@@ -1,0 +1,52 @@
+/// Work, renewal and rejections for one account of the pool, and the pool's life cycle.
+extension SessionPool {
+    /// Runs work bound to `account`'s current credential, as ``SessionEngine/withIdentity(_:)`` does: cancelled and
+    /// drained when that account signs out or leaves the pool, renewed and retried once after a rejection.
+    ///
+    /// - Parameters:
+    ///   - account: The account the work acts for.
+    ///   - body: The work; it receives the account's credential.
+    /// - Returns: What the work returns.
+    /// - Throws: As ``SessionEngine/withIdentity(_:)``; ``SessionError/Code/signedOut`` for an account the pool does
+    ///   not hold.
+    public func withIdentity<T: Sendable>(
+        for account: AccountID,
+        _ body: @escaping @Sendable (IdentityCredential) async throws -> T
+    ) async throws -> T {
+        guard let member = member(account, using: true) else { throw Self.notHeld(account) }
+        return try await member.engine.withIdentity(body)
+    }
+
+    /// Renews `account`'s credential now, as ``SessionEngine/renew()`` does; the fetch goes through the pool's budget
+    /// as a needed one.
+    ///
+    /// - Parameter account: The account.
+    /// - Returns: The credential installed by the renewal.
+    /// - Throws: As ``SessionEngine/renew()``; ``SessionError/Code/signedOut`` for an account the pool does not hold.
+    public func renew(for account: AccountID) async throws -> IdentityCredential {
+        guard let member = member(account, using: true) else { throw Self.notHeld(account) }
+        return try await member.engine.renew()
+    }
+
+    /// Reports that the service rejected `credential` of `account`, as ``SessionEngine/credentialRejected(_:)``
+    /// does; a report for an account the pool does not hold, or of another account's credential, changes nothing.
+    ///
+    /// - Parameters:
+    ///   - credential: The credential the service rejected.
+    ///   - account: The account it was sent for.
+    public func credentialRejected(_ credential: IdentityCredential, for account: AccountID) async {
+        guard let member = member(account) else { return }
+        await member.engine.credentialRejected(credential)
+    }
+
+    /// Keeps the pool running until the calling task is cancelled, then shuts it down as ``shutdown()`` does.
+    ///
+    /// - Throws: Never at present; the signature leaves room for start-up failures.
+    public func run() async throws {
+        let ledger = self.ledger
+        ledger?.enter()
+        defer { ledger?.leave() }
+        await stopped.wait(stopsOnCancellation: true)
+        await shutdown()
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import Synchronization
+
+/// Keeps many accounts' verified identities alive at once in one process, with one budget toward the backend.
+///
+/// Each account gets every promise ``SessionEngine`` keeps for its account: proactive renewal with jitter, expiry
+/// that blocks identified work with `INVALID_IDENTITY`, epochs, one fetch at a time, the minimum fetch interval and
+/// backoff, one renewal after a rejection, the backend's `Retry-After`, clock offsets, handed-over credentials, and
+/// scoped work cancelled and drained when *that* account signs out. Inside, each account is a ``SessionEngine`` of its
+/// own, so the rules exist once, in the engine's state machine. What the accounts share is the backend: every fetch
+/// goes through the pool's ``SessionPoolConfiguration/Budget`` (at most so many in flight, at most so many starts a
+/// second, needed fetches before proactive renewals), and a backend that asks for a pause pauses every account.
+///
+/// Use a pool when one process acts for many people at once (a support desk posting for its agents, a bridge speaking
+/// for its members); use a ``SessionEngine`` when it acts for one signed-in user at a time and switches between them.
+///
+/// ```swift
+/// let pool = SessionPool(fetcher: backend, configuration: SessionPoolConfiguration(maximumAccounts: 10_000))
+/// try await pool.signIn("agent-7")
+/// let headers = try pool.identityHeaders(for: "agent-7")   // on every identified request, no actor hop
+/// ```
+public final class SessionPool: Sendable {
+    /// One account's engine and when it was last used.
+    final class Member: Sendable {
+        let account: AccountID
+        let engine: SessionEngine
+        /// The pool clock's monotonic time of the last use, in nanoseconds.
+        let lastUsed: Atomic<Int64>
+
+        init(account: AccountID, engine: SessionEngine, now: Duration) {
+            self.account = account
+            self.engine = engine
+            self.lastUsed = Atomic(Self.nanoseconds(now))
+        }
+
+        static func nanoseconds(_ duration: Duration) -> Int64 {
+            let (seconds, attoseconds) = duration.components
+            return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+        }
+    }
+
+    struct Members {
+        var byAccount: [AccountID: Member] = [:]
+        var hooks: [@Sendable (AccountChange) async -> Void] = []
+        var shutDown = false
+        var evictions = 0
+        /// Whether the idle sweeper runs.
+        var sweeping = false
+    }
+
+    let fetcher: any CredentialFetcher
+    let configuration: SessionPoolConfiguration
+    let clock: any SessionClock
+    let budget: FetchBudget
+    /// Counts runnable work for tests on a manual clock; `nil` on other clocks.
+    package let ledger: ActivityLedger?
+    let members = Mutex(Members())
+    let broadcaster: PoolEventBroadcaster
+    /// Opens once the pool has shut down.
+    let stopped: Latch
+
+    /// Creates a pool with no accounts.
+    ///
+    /// - Parameters:
+    ///   - fetcher: Gets credentials from the host's backend, for every account; each request names its account.
+    ///   - configuration: Each account's policies, the budget toward the backend and the bounds on accounts.
+    ///   - clock: The source of wall time and sleep; a manual clock in tests.
+    public init(
+        fetcher: some CredentialFetcher,
+        configuration: SessionPoolConfiguration = SessionPoolConfiguration(),
+        clock: some SessionClock = SystemClock()
+    ) {
+        self.fetcher = fetcher
+        self.configuration = configuration
+        self.clock = clock
+        let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
+        if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
+        self.ledger = ledger
+        self.budget = FetchBudget(
+            limits: configuration.budget, clock: clock, ledger: ledger,
+            taskExecutor: configuration.session.taskExecutor)
+        self.broadcaster = PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit)
+        self.stopped = Latch(ledger: ledger)
+    }
+
+    // MARK: - Reading without an actor hop
+
+    /// The accounts the pool holds, signed in or signing in.
+    public var accounts: [AccountID] { members.withLock { Array($0.byAccount.keys) } }
+
+    /// An account's state, read without an actor hop; ``SessionState/signedOut`` for an account the pool does not
+    /// hold.
+    ///
+    /// - Parameter account: The account.
+    public func state(of account: AccountID) -> SessionState {
+        member(account)?.engine.state ?? .signedOut
+    }
+
+    /// The identity headers for an identified request of `account`, read without an actor hop.
+    ///
+    /// Costs one dictionary lookup under an uncontended lock on top of ``SessionEngine/identityHeaders()``.
+    ///
+    /// - Parameter account: The account the request acts for.
+    /// - Returns: The `X-AppNorth-Identity-*` headers of the account's installed credential.
+    /// - Throws: ``SessionError`` as ``SessionEngine/identityHeaders()`` does; ``SessionError/Code/signedOut`` for an
+    ///   account the pool does not hold. Never another account's headers, never anonymous.
+    public func identityHeaders(for account: AccountID) throws(SessionError) -> IdentityHeaders {
+        guard let member = member(account, using: true) else { throw Self.notHeld(account) }
+        return try member.engine.identityHeaders()
+    }
+
+    /// What the pool has done and holds: accounts, the budget's counters and evictions. Read without an actor hop.
+    public var metrics: SessionPoolMetrics {
+        let (accounts, evictions) = members.withLock { ($0.byAccount.count, $0.evictions) }
+        let budget = budget.snapshot
+        return SessionPoolMetrics(
+            accounts: accounts, fetchesInFlight: budget.inFlight, queuedNeeded: budget.queuedNeeded,
+            queuedProactive: budget.queuedProactive, budgetWaits: budget.waits, fetchesAdmitted: budget.admitted,
+            evictions: evictions)
+    }
+
+    /// One account's metrics, as its ``SessionEngine/metrics``; `nil` for an account the pool does not hold.
+    ///
+    /// - Parameter account: The account.
+    public func metrics(for account: AccountID) -> SessionMetrics? {
+        member(account)?.engine.metrics
+    }
+
+    /// The pool's events, each naming its account, starting with the events published after this call.
+    ///
+    /// - Parameter bufferLimit: How many undelivered events this subscriber may hold before the oldest are dropped;
+    ///   `nil` uses ``SessionConfiguration/eventBufferLimit`` of ``SessionPoolConfiguration/session``.
+    /// - Returns: A sequence that ends when the pool shuts down.
+    public func events(bufferLimit: Int? = nil) -> SessionPoolEvents {
+        broadcaster.subscribe(bufferLimit: bufferLimit)
+    }
+
+    /// One account's events, as its ``SessionEngine/events(bufferLimit:)``: starting with its current state and ending
+    /// when the account leaves the pool. `nil` for an account the pool does not hold.
+    ///
+    /// - Parameters:
+    ///   - account: The account.
+    ///   - bufferLimit: As ``SessionEngine/events(bufferLimit:)``.
+    public func events(for account: AccountID, bufferLimit: Int? = nil) -> SessionEvents? {
+        member(account)?.engine.events(bufferLimit: bufferLimit)
+    }
+
+    // MARK: - Members
+
+    /// The member for `account`, marking it used when `using`.
+    func member(_ account: AccountID, using: Bool = false) -> Member? {
+        guard let member = members.withLock({ $0.byAccount[account] }) else { return nil }
+        if using { member.lastUsed.store(Member.nanoseconds(clock.uptime), ordering: .relaxed) }
+        return member
+    }
+
+    static func notHeld(_ account: AccountID) -> SessionError {
+        SessionError(.signedOut, reason: "\(account) is not signed in to the pool")
+    }
+
+    static let shutDownError = SessionError(.shutDown, reason: "the session pool has shut down")
+}

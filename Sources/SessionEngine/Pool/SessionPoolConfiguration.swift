@@ -1,0 +1,63 @@
+/// How a ``SessionPool`` renews its accounts, shares the backend among them and bounds how many it keeps.
+public struct SessionPoolConfiguration: Sendable {
+    /// The one budget toward the backend that every account's fetches share.
+    ///
+    /// A fetch starts only while fewer than ``maximumInFlight`` are in flight and the token bucket holds a start
+    /// (``startsPerSecond`` refill it, up to ``burst``). A fetch that must wait queues by urgency: a caller waiting or
+    /// an identity that is not usable (a sign-in, an expired or rejected credential) before a proactive renewal,
+    /// earlier deadlines first; a proactive renewal whose credential has expired meanwhile counts as needed. A `429` or
+    /// `503` with `Retry-After` pauses every account's fetches, not only the one that received it. Each account's own
+    /// minimum fetch interval and backoff still hold.
+    public struct Budget: Sendable, Hashable {
+        /// At most this many fetches in flight across the pool; at least 1.
+        public var maximumInFlight: Int
+        /// Fetch starts per second across the pool, on the pool's clock; a value that is not positive and finite
+        /// becomes 1.
+        public var startsPerSecond: Double
+        /// How many starts the bucket holds when it is full, so a quiet pool can start that many at once; at least 1.
+        public var burst: Int
+
+        /// Creates a budget.
+        ///
+        /// - Parameters:
+        ///   - maximumInFlight: At most this many fetches in flight (at least 1).
+        ///   - startsPerSecond: Fetch starts per second (positive and finite, else 1).
+        ///   - burst: Starts the full bucket holds; `nil` holds one second's worth (at least 1).
+        public init(maximumInFlight: Int = 32, startsPerSecond: Double = 100, burst: Int? = nil) {
+            self.maximumInFlight = max(1, maximumInFlight)
+            let rate = startsPerSecond.isFinite && startsPerSecond > 0 ? startsPerSecond : 1
+            self.startsPerSecond = rate
+            self.burst = max(1, burst ?? Int(min(rate, Double(Int32.max)).rounded(.up)))
+        }
+    }
+
+    /// Each account's renewal, retry and buffering policies, as a ``SessionEngine`` takes them.
+    public var session: SessionConfiguration
+    /// The budget toward the backend.
+    public var budget: Budget
+    /// At most this many accounts; signing in one more signs out the least recently used account with no work
+    /// running and no caller waiting. `nil` keeps every account.
+    public var maximumAccounts: Int?
+    /// An account not used for this long (no sign-in, read, renewal or work) is signed out once it has no work running
+    /// and no caller waiting. `nil` keeps accounts however long they are idle.
+    public var idleTimeout: Duration?
+
+    /// Creates a pool configuration.
+    ///
+    /// - Parameters:
+    ///   - session: Each account's policies.
+    ///   - budget: The budget toward the backend.
+    ///   - maximumAccounts: The cap on accounts (at least 1), or `nil` for none.
+    ///   - idleTimeout: How long an unused account is kept (at least one second), or `nil` for ever.
+    public init(
+        session: SessionConfiguration = SessionConfiguration(),
+        budget: Budget = Budget(),
+        maximumAccounts: Int? = nil,
+        idleTimeout: Duration? = nil
+    ) {
+        self.session = session
+        self.budget = budget
+        self.maximumAccounts = maximumAccounts.map { max(1, $0) }
+        self.idleTimeout = idleTimeout.map { max(.seconds(1), $0) }
+    }
+}

@@ -1,0 +1,125 @@
+import Synchronization
+
+/// An event of a ``SessionPool``: one account's engine event, or the account's eviction.
+public struct SessionPoolEvent: Sendable, CustomStringConvertible {
+    /// Why the pool signed an account out by itself.
+    public enum EvictionReason: String, Sendable, Hashable {
+        /// The pool was at ``SessionPoolConfiguration/maximumAccounts`` and this was the least recently used account
+        /// with no work running and no caller waiting.
+        case capacity
+        /// The account was not used for ``SessionPoolConfiguration/idleTimeout``.
+        case idle
+    }
+
+    /// What happened.
+    public enum Kind: Sendable {
+        /// The account's engine published this event (its ``SessionEvent/epoch`` and ``SessionEvent/sequence`` count
+        /// within the account).
+        case session(SessionEvent)
+        /// The pool signed the account out by itself; its hooks ran and its engine's events ended.
+        case evicted(EvictionReason)
+    }
+
+    /// The account the event is about.
+    public let account: AccountID
+    /// What happened.
+    public let kind: Kind
+
+    /// Creates an event.
+    ///
+    /// - Parameters:
+    ///   - account: The account.
+    ///   - kind: What happened.
+    public init(account: AccountID, kind: Kind) {
+        self.account = account
+        self.kind = kind
+    }
+
+    /// The account and what happened, without credentials.
+    public var description: String {
+        switch kind {
+        case .session(let event): "\(account): \(event)"
+        case .evicted(let reason): "\(account): evicted (\(reason.rawValue))"
+        }
+    }
+}
+
+/// The pool's events, each naming its account; it ends when the pool shuts down.
+public typealias SessionPoolEvents = AsyncStream<SessionPoolEvent>
+
+/// Fans the pool's events out to its subscribers, each with a bounded buffer that drops the oldest.
+final class PoolEventBroadcaster: Sendable {
+    private struct State {
+        var subscribers: [UInt64: AsyncStream<SessionPoolEvent>.Continuation] = [:]
+        var nextID: UInt64 = 0
+        var finished = false
+    }
+
+    private let state = Mutex(State())
+    private let bufferLimit: Int
+
+    init(bufferLimit: Int) {
+        self.bufferLimit = max(1, bufferLimit)
+    }
+
+    func subscribe(bufferLimit: Int?) -> SessionPoolEvents {
+        let limit = max(1, bufferLimit ?? self.bufferLimit)
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: SessionPoolEvent.self, bufferingPolicy: limit == .max ? .unbounded : .bufferingNewest(limit))
+        let id = state.withLock { state -> UInt64? in
+            guard !state.finished else { return nil }
+            state.nextID += 1
+            state.subscribers[state.nextID] = continuation
+            return state.nextID
+        }
+        guard let id else {
+            continuation.finish()
+            return stream
+        }
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.state.withLock { $0.subscribers.removeValue(forKey: id) }
+        }
+        return stream
+    }
+
+    /// Hands the event to every subscriber; called in the step that publishes it.
+    func publish(_ event: SessionPoolEvent) {
+        let subscribers = state.withLock { Array($0.subscribers.values) }
+        for subscriber in subscribers { subscriber.yield(event) }
+    }
+
+    var subscriberCount: Int { state.withLock { $0.subscribers.count } }
+
+    func finish() {
+        let subscribers = state.withLock { state -> [AsyncStream<SessionPoolEvent>.Continuation] in
+            state.finished = true
+            defer { state.subscribers.removeAll() }
+            return Array(state.subscribers.values)
+        }
+        for subscriber in subscribers { subscriber.finish() }
+    }
+}
+
+/// What a ``SessionPool`` holds and how its budget toward the backend is used.
+public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
+    /// Accounts in the pool.
+    public var accounts: Int
+    /// Fetches in flight across the pool.
+    public var fetchesInFlight: Int
+    /// Fetches waiting for the budget that are needed now (a caller waits, or the identity is not usable).
+    public var queuedNeeded: Int
+    /// Proactive renewals waiting for the budget.
+    public var queuedProactive: Int
+    /// Fetches that had to wait for the budget, over the pool's life.
+    public var budgetWaits: Int
+    /// Fetches the budget let start, over the pool's life.
+    public var fetchesAdmitted: Int
+    /// Accounts the pool signed out by itself (capacity or idle), over its life.
+    public var evictions: Int
+
+    /// The pool's counters on one line.
+    public var description: String {
+        "accounts \(accounts), in flight \(fetchesInFlight), queued \(queuedNeeded) needed and \(queuedProactive) "
+            + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions)"
+    }
+}

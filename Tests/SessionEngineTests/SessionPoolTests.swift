@@ -1,0 +1,387 @@
+import Foundation
+import SessionEngineBackend
+import SessionEngineTestKit
+import Synchronization
+import Testing
+
+@testable import SessionEngine
+
+/// A pool wired to a manual clock, a scripted fetcher and a signer.
+private struct PoolHarness {
+    let clock = ManualClock()
+    let fetcher: ScriptedCredentialFetcher
+    let signer: IdentitySigner
+    let pool: SessionPool
+
+    init(
+        budget: SessionPoolConfiguration.Budget = .init(maximumInFlight: 8, startsPerSecond: 100),
+        maximumAccounts: Int? = nil,
+        idleTimeout: Duration? = nil,
+        answersAtOnce: Bool = true
+    ) {
+        let clock = self.clock
+        let signer = try! IdentitySigner(projectID: "proj_pool", secret: "pool-secret", clock: clock)
+        self.signer = signer
+        let responder: (@Sendable (AccountID) throws -> IdentityCredential)? = { account in
+            try signer.sign(email: Self.email(for: account))
+        }
+        fetcher = ScriptedCredentialFetcher(responder: answersAtOnce ? responder : nil)
+        pool = SessionPool(
+            fetcher: fetcher,
+            configuration: SessionPoolConfiguration(
+                session: SessionConfiguration(randomSeed: 7),
+                budget: budget,
+                maximumAccounts: maximumAccounts,
+                idleTimeout: idleTimeout
+            ),
+            clock: clock
+        )
+    }
+
+    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
+
+    static func accounts(_ count: Int) -> [AccountID] { (0..<count).map { AccountID("user-\($0)") } }
+
+    func credential(for account: AccountID) -> IdentityCredential {
+        try! signer.sign(email: Self.email(for: account))
+    }
+
+    /// Answers every pending fetch with its account's credential; returns how many it answered.
+    @discardableResult
+    func answerPending() async -> Int {
+        var answered = 0
+        while fetcher.pendingCount > 0 {
+            let request = await fetcher.nextRequest()
+            if fetcher.respond(to: request, with: .success(credential(for: request.account))) { answered += 1 }
+        }
+        return answered
+    }
+}
+
+@Suite struct SessionPoolTests {
+    @Test func everyAccountIsIdentifiedWithItsOwnCredential() async throws {
+        let harness = PoolHarness()
+        let accounts: [AccountID] = ["alice", "bob", "carol"]
+        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
+            try await pool.signIn(accounts[index])
+        }
+        for call in calls { try await call.value }
+        for account in accounts {
+            let headers = try harness.pool.identityHeaders(for: account)
+            #expect(try headers.credential().email == PoolHarness.email(for: account))
+            #expect(harness.pool.state(of: account).isIdentified)
+        }
+        #expect(throws: SessionError.self) { try harness.pool.identityHeaders(for: "dave") }
+        #expect(Set(harness.pool.accounts) == Set(accounts))
+        #expect(harness.pool.metrics.accounts == 3)
+        await harness.pool.shutdown()
+    }
+
+    @Test func theBudgetBoundsFetchesInFlightAcrossAccounts() async throws {
+        let harness = PoolHarness(budget: .init(maximumInFlight: 2, startsPerSecond: 1000), answersAtOnce: false)
+        let accounts = PoolHarness.accounts(10)
+        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
+            try await pool.signIn(accounts[index])
+        }
+        var maximum = 0
+        while harness.fetcher.totalRequests < accounts.count || harness.fetcher.pendingCount > 0 {
+            maximum = max(maximum, harness.fetcher.pendingCount)
+            #expect(harness.pool.metrics.fetchesInFlight <= 2)
+            let request = await harness.fetcher.nextRequest()
+            harness.fetcher.respond(to: request, with: .success(harness.credential(for: request.account)))
+            await harness.pool.waitUntilIdle()
+        }
+        for call in calls { try await call.value }
+        #expect(maximum == 2)
+        #expect(harness.pool.metrics.budgetWaits == 8)
+        #expect(harness.pool.metrics.fetchesAdmitted == 10)
+        for account in accounts { #expect(harness.pool.state(of: account).isIdentified) }
+        await harness.pool.shutdown()
+    }
+
+    @Test func theBudgetBoundsFetchStartsPerSecond() async throws {
+        let harness = PoolHarness(budget: .init(maximumInFlight: 100, startsPerSecond: 5, burst: 5))
+        let accounts = PoolHarness.accounts(20)
+        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
+            try await pool.signIn(accounts[index])
+        }
+        var started: [Int] = [harness.fetcher.totalRequests]
+        for _ in 0..<4 {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+            started.append(harness.fetcher.totalRequests)
+        }
+        for call in calls { try await call.value }
+        // The full bucket's burst at once, then one token every 200 ms.
+        #expect(started == [5, 10, 15, 20, 20])
+        for account in accounts { #expect(harness.pool.state(of: account).isIdentified) }
+        await harness.pool.shutdown()
+    }
+
+    @Test func aRetryAfterFromTheBackendPausesEveryAccount() async throws {
+        let harness = PoolHarness(answersAtOnce: false)
+        let alice = await harness.pool.startCall { try await $0.signIn("alice") }
+        let request = await harness.fetcher.nextRequest()
+        harness.fetcher.respond(
+            to: request,
+            with: .failure(
+                SessionError(.fetchFailed, reason: "503 from the backend", isTransient: true, retryAfter: .seconds(30)))
+        )
+        await harness.pool.waitUntilIdle()
+        let bob = await harness.pool.startCall { try await $0.signIn("bob") }
+        #expect(harness.fetcher.totalRequests == 1, "bob's first fetch waits for the backend's pause")
+        #expect(harness.pool.metrics.queuedNeeded == 1)
+        harness.clock.advance(by: .seconds(29))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.fetcher.totalRequests == 1)
+        harness.clock.advance(by: .seconds(1))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.fetcher.requestedAccounts.contains("bob"), "bob's fetch starts once the pause has passed")
+        // alice retries on her own schedule, which honours the same Retry-After.
+        for _ in 0..<10 where !harness.pool.state(of: "alice").isIdentified {
+            await harness.answerPending()
+            harness.clock.advance(by: .seconds(10))
+            await harness.pool.waitUntilIdle()
+        }
+        try await alice.value
+        try await bob.value
+        await harness.pool.shutdown()
+    }
+
+    @Test func aPauseAloneEndsWithNoOtherFetchToWakeTheQueue() async throws {
+        // Only the budget's sleeper can admit bob here: no fetch ends and no other account asks.
+        let harness = PoolHarness(budget: .init(maximumInFlight: 4, startsPerSecond: 100))
+        harness.pool.budget.pause(for: .seconds(30))
+        let bob = await harness.pool.startCall { try await $0.signIn("bob") }
+        #expect(harness.fetcher.totalRequests == 0)
+        harness.clock.advance(by: .seconds(30))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.fetcher.requestedAccounts == ["bob"])
+        try await bob.value
+        await harness.pool.shutdown()
+    }
+
+    @Test func signingOneAccountOutCancelsOnlyItsWork() async throws {
+        let harness = PoolHarness()
+        for account: AccountID in ["alice", "bob"] { try await harness.pool.signIn(account) }
+        let clock = harness.clock
+        let work = await harness.pool.startCalls(2) { pool, index in
+            try await pool.withIdentity(for: index == 0 ? "alice" : "bob") { credential in
+                try await clock.sleep(for: .seconds(60))
+                return credential.email
+            }
+        }
+        await harness.pool.signOut("alice")
+        await #expect(throws: SessionError.self) { try await work[0].value }
+        #expect(harness.pool.state(of: "alice") == .signedOut)
+        #expect(harness.pool.metrics(for: "bob")?.scopedWork == 1)
+        #expect(try harness.pool.identityHeaders(for: "bob").credential().email == PoolHarness.email(for: "bob"))
+        clock.advance(by: .seconds(60))
+        #expect(try await work[1].value == PoolHarness.email(for: "bob"))
+        await harness.pool.shutdown()
+    }
+
+    @Test func theLeastRecentlyUsedIdleAccountMakesRoomWithItsHooks() async throws {
+        let harness = PoolHarness(maximumAccounts: 2)
+        let changes = Mutex<[String]>([])
+        await harness.pool.addAccountChangeHook { change in
+            changes.withLock { $0.append("\(change.from?.rawValue ?? "nil") → \(change.to?.rawValue ?? "nil")") }
+        }
+        let events = harness.pool.events(bufferLimit: .max)
+        try await harness.pool.signIn("alice")
+        harness.clock.advance(by: .seconds(1))
+        try await harness.pool.signIn("bob")
+        harness.clock.advance(by: .seconds(1))
+        _ = try harness.pool.identityHeaders(for: "alice")
+        try await harness.pool.signIn("carol")
+        #expect(Set(harness.pool.accounts) == ["alice", "carol"])
+        #expect(changes.withLock { $0 }.contains("bob → nil"))
+        #expect(harness.pool.metrics.evictions == 1)
+        await harness.pool.shutdown()
+        var evicted: [AccountID] = []
+        for await event in events {
+            if case .evicted(.capacity) = event.kind { evicted.append(event.account) }
+        }
+        #expect(evicted == ["bob"])
+    }
+
+    @Test func anAccountWhoseWorkRunsIsNotEvicted() async throws {
+        let harness = PoolHarness(maximumAccounts: 2)
+        try await harness.pool.signIn("alice")
+        harness.clock.advance(by: .seconds(1))
+        try await harness.pool.signIn("bob")
+        let clock = harness.clock
+        let work = await harness.pool.startCall { pool in
+            try await pool.withIdentity(for: "alice") { _ in try await clock.sleep(for: .seconds(60)) }
+        }
+        // alice is the least recently used by her last sign-in, but her work runs: bob goes.
+        harness.clock.advance(by: .seconds(1))
+        _ = try harness.pool.identityHeaders(for: "bob")
+        try await harness.pool.signIn("carol")
+        #expect(Set(harness.pool.accounts) == ["alice", "carol"])
+        clock.advance(by: .seconds(60))
+        try await work.value
+        await harness.pool.shutdown()
+    }
+
+    @Test func anAccountUnusedForTheIdleTimeoutIsSignedOut() async throws {
+        let harness = PoolHarness(idleTimeout: .seconds(60))
+        try await harness.pool.signIn("alice")
+        try await harness.pool.signIn("bob")
+        for _ in 0..<4 {
+            harness.clock.advance(by: .seconds(30))
+            _ = try harness.pool.identityHeaders(for: "bob")
+            await harness.pool.waitUntilIdle()
+        }
+        #expect(harness.pool.accounts == ["bob"])
+        #expect(harness.pool.metrics.evictions == 1)
+        await harness.pool.shutdown()
+    }
+
+    @Test func aShutDownPoolRefusesSignInsAndEndsItsEvents() async throws {
+        let harness = PoolHarness()
+        let events = harness.pool.events()
+        try await harness.pool.signIn("alice")
+        await harness.pool.shutdown()
+        await #expect(throws: SessionError.self) { try await harness.pool.signIn("bob") }
+        #expect(harness.pool.accounts.isEmpty)
+        var count = 0
+        for await _ in events { count += 1 }
+        #expect(count > 0)
+    }
+}
+
+/// The names of the fetches a budget admitted, in order.
+private final class Admitted: Sendable {
+    private let names = Mutex<[String]>([])
+
+    func append(_ name: String) { names.withLock { $0.append(name) } }
+
+    var all: [String] { names.withLock { $0 } }
+}
+
+@Suite struct FetchBudgetTests {
+    private func budget(
+        inFlight: Int = 1, rate: Double = 1000, burst: Int? = nil, clock: ManualClock
+    ) -> FetchBudget {
+        FetchBudget(
+            limits: .init(maximumInFlight: inFlight, startsPerSecond: rate, burst: burst), clock: clock,
+            ledger: clock.activityLedger, taskExecutor: nil)
+    }
+
+    /// Starts `acquire` in a task registered with the ledger, as the engine's fetch tasks are.
+    private func start(
+        _ budget: FetchBudget, _ urgency: FetchUrgency, deadline: Duration = .zero, clock: ManualClock,
+        admitted: Admitted, name: String
+    ) async -> Task<Void, Never> {
+        let ticket = budget.ticket(urgency: urgency, deadline: deadline)
+        clock.activityLedger.begin()
+        let task = Task {
+            defer { clock.activityLedger.end() }
+            if await budget.acquire(ticket) { admitted.append(name) }
+        }
+        await clock.activityLedger.waitUntilIdle()
+        return task
+    }
+
+    @Test func neededFetchesGoFirstThenEarlierDeadlines() async {
+        let clock = ManualClock()
+        let budget = budget(clock: clock)
+        let admitted = Admitted()
+        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        for (name, urgency, deadline) in [
+            ("late renewal", FetchUrgency.proactive, Duration.seconds(900)),
+            ("early renewal", .proactive, .seconds(300)), ("caller", .needed, .seconds(1_000)),
+        ] {
+            _ = await start(budget, urgency, deadline: deadline, clock: clock, admitted: admitted, name: name)
+        }
+        #expect(admitted.all == ["first"])
+        #expect(budget.snapshot.queuedNeeded == 1 && budget.snapshot.queuedProactive == 2)
+        for _ in 0..<3 {
+            budget.release()
+            await clock.activityLedger.waitUntilIdle()
+        }
+        #expect(admitted.all == ["first", "caller", "early renewal", "late renewal"])
+    }
+
+    @Test func aRenewalPastItsDeadlineCountsAsNeeded() async {
+        let clock = ManualClock()
+        let budget = budget(clock: clock)
+        let admitted = Admitted()
+        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        _ = await start(budget, .proactive, deadline: .seconds(10), clock: clock, admitted: admitted, name: "renewal")
+        clock.advance(by: .seconds(20))
+        _ = await start(
+            budget, .needed, deadline: clock.uptime, clock: clock, admitted: admitted, name: "caller")
+        budget.release()
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["first", "renewal"])
+        budget.release()
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["first", "renewal", "caller"])
+    }
+
+    @Test func aPromotedRenewalGoesBeforeOtherRenewals() async {
+        let clock = ManualClock()
+        let budget = budget(clock: clock)
+        let admitted = Admitted()
+        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        _ = await start(budget, .proactive, deadline: .seconds(100), clock: clock, admitted: admitted, name: "a")
+        let ticket = budget.ticket(urgency: .proactive, deadline: .seconds(200))
+        clock.activityLedger.begin()
+        _ = Task {
+            defer { clock.activityLedger.end() }
+            if await budget.acquire(ticket) { admitted.append("b") }
+        }
+        await clock.activityLedger.waitUntilIdle()
+        budget.promote(ticket)
+        budget.release()
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["first", "b"])
+    }
+
+    @Test func aCancelledWaiterLeavesTheQueueAndReleasesNothing() async {
+        let clock = ManualClock()
+        let budget = budget(clock: clock)
+        let admitted = Admitted()
+        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        let cancelled = await start(budget, .needed, clock: clock, admitted: admitted, name: "cancelled")
+        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "next")
+        cancelled.cancel()
+        await cancelled.value
+        #expect(budget.snapshot.queuedNeeded == 1)
+        budget.release()
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["first", "next"])
+        #expect(budget.snapshot.inFlight == 1)
+    }
+
+    @Test func thePauseHoldsEveryFetchUntilItEnds() async {
+        let clock = ManualClock()
+        let budget = budget(inFlight: 10, clock: clock)
+        let admitted = Admitted()
+        budget.pause(for: .seconds(30))
+        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "a")
+        _ = await start(budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "b")
+        clock.advance(by: .seconds(29))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all.isEmpty)
+        clock.advance(by: .seconds(1))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(Set(admitted.all) == ["a", "b"])
+    }
+
+    @Test func theHeapYieldsItsElementsInOrder() {
+        var random = SplitMix64(seed: 11)
+        var heap = Heap<Int>()
+        var values: [Int] = []
+        for _ in 0..<500 {
+            let value = Int(random.next() % 1000)
+            values.append(value)
+            heap.insert(value)
+        }
+        var drained: [Int] = []
+        while let value = heap.removeMin() { drained.append(value) }
+        #expect(drained == values.sorted())
+    }
+}
