@@ -26,6 +26,7 @@ let benchmarks: [any Benchmark] = [
     SoakBenchmark(),
     FleetBenchmark(),
     IdleEnginesBenchmark(),
+    PoolBenchmark(),
 ]
 
 func parseOptions(_ arguments: [String]) -> Options? {

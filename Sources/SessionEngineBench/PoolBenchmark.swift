@@ -1,0 +1,179 @@
+import Foundation
+import SessionEngine
+import SessionEngineTestKit
+import Synchronization
+
+/// A pool acting for many accounts: what a read for one of them costs against a single engine's read, and how many
+/// accounts signing in at once load the backend through the pool's budget (virtual time, real engines).
+struct PoolBenchmark: Benchmark {
+    let name = "pool"
+    let summary = "identityHeaders(for:) on a pool against one engine's read; many sign-ins at once through the budget"
+
+    private static let batchSize = 256
+    /// The sign-in run's bucket: a full bucket lets this many start at once, on top of the rate.
+    private static let burst = 5
+
+    func run(_ options: Options) async throws -> [Figure] {
+        let readers = options.quick ? 2_000 : 100_000
+        let signingIn = options.quick ? 500 : 10_000
+        let rate = options.quick ? 100.0 : 500.0
+        let window: Duration = options.quick ? .milliseconds(40) : .milliseconds(200)
+
+        progress("  pool: signing \(grouped(readers)) accounts in")
+        let clock = SystemClock()
+        let pool = SessionPool(
+            fetcher: SigningFetcher(clock: clock),
+            configuration: SessionPoolConfiguration(
+                session: SessionConfiguration(minimumFetchInterval: .zero, randomSeed: 1),
+                budget: .init(maximumInFlight: 256, startsPerSecond: 1e9)
+            ),
+            clock: clock
+        )
+        let accounts = (0..<readers).map { AccountID("reader-\($0)") }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for chunk in stride(from: 0, to: readers, by: 1000) {
+                group.addTask {
+                    for account in accounts[chunk..<min(readers, chunk + 1000)] { try await pool.signIn(account) }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let engine = SessionEngine(
+            fetcher: SigningFetcher(clock: clock),
+            configuration: SessionConfiguration(minimumFetchInterval: .zero, randomSeed: 1)
+        )
+        try await engine.signIn("reader")
+        let mask = readers
+        let position = Atomic<Int>(0)
+        let readPool: @Sendable () -> Int = {
+            var sum = 0
+            var index = position.add(7919, ordering: .relaxed).newValue
+            for _ in 0..<Self.batchSize {
+                index = (index &+ 7919) % mask
+                sum &+= try! pool.identityHeaders(for: accounts[index]).fields.count
+            }
+            return sum
+        }
+        let readEngine: @Sendable () -> Int = {
+            var sum = 0
+            for _ in 0..<Self.batchSize { sum &+= try! engine.identityHeaders().fields.count }
+            return sum
+        }
+        var series: [String: [Double]] = [:]
+        for round in 0..<(options.warmupRounds + options.rounds) {
+            progress("  pool read round \(round + 1)")
+            var values: [String: Double] = [:]
+            for threads in [1, 2] {
+                values["engine\(threads)"] =
+                    await threadRates(threads: threads, duration: window, batchSize: Self.batchSize, readEngine)
+                    .meanRate
+                values["pool\(threads)"] =
+                    await threadRates(threads: threads, duration: window, batchSize: Self.batchSize, readPool).meanRate
+            }
+            guard round >= options.warmupRounds else { continue }
+            for (key, value) in values { series[key, default: []].append(value) }
+        }
+        await pool.shutdown()
+        await engine.shutdown()
+        func perRead(_ key: String, _ name: String) -> Measurement {
+            Measurement(name, .seconds, series[key]!.map { 1 / $0 })
+        }
+        let atMostTwice = { (ratio: Double) in ratio <= 2 }
+        var figures = [
+            Figure(
+                name, perRead("pool1", "identityHeaders(for:), \(grouped(readers)) accounts, 1 thread"),
+                against: perRead("engine1", "one engine's identityHeaders(), 1 thread"), paired: true
+            ).goal("≤ 2×", atMostTwice),
+            Figure(
+                name, perRead("pool2", "identityHeaders(for:), \(grouped(readers)) accounts, 2 threads"),
+                against: perRead("engine2", "one engine's identityHeaders(), 2 threads"), paired: true
+            ).goal("≤ 2×", atMostTwice),
+        ]
+
+        progress("  pool: \(grouped(signingIn)) sign-ins at once, budget \(Int(rate))/s (virtual time)")
+        var peaks: [Double] = []
+        var durations: [Double] = []
+        for round in 0..<(options.quick ? 1 : 3) {
+            progress("  pool sign-in round \(round + 1)")
+            let (peak, took) = try await signInAtOnce(accounts: signingIn, rate: rate)
+            peaks.append(peak)
+            durations.append(took)
+        }
+        let ideal = Double(signingIn) / rate
+        figures.append(
+            Figure(
+                name, Measurement("backend peak fetch starts per virtual second", .perSecond, peaks),
+                against: Measurement(
+                    "the budget: starts per second plus the bucket's \(Self.burst)", .perSecond,
+                    peaks.map { _ in rate + Double(Self.burst) })
+            ).goal("≤ 1.0×") { $0 <= 1.0 })
+        figures.append(
+            Figure(
+                name,
+                Measurement("\(grouped(signingIn)) accounts all identified after (virtual)", .seconds, durations),
+                against: Measurement("accounts / starts per second", .seconds, durations.map { _ in ideal }),
+                note: "200 ms backend latency, at most 128 in flight"
+            ).goal("≤ 1.1×") { $0 <= 1.1 })
+        return figures
+    }
+
+    /// Signs `accounts` in at once on a manual clock through a budget of `rate` starts per second, with a backend that
+    /// answers after 200 ms; returns the peak starts in any virtual second and the virtual time until all are
+    /// identified.
+    private func signInAtOnce(accounts count: Int, rate: Double) async throws -> (peak: Double, seconds: Double) {
+        let clock = ManualClock()
+        let fetcher = SlowFetcher(clock: clock, latency: .milliseconds(200))
+        let pool = SessionPool(
+            fetcher: fetcher,
+            configuration: SessionPoolConfiguration(
+                session: SessionConfiguration(randomSeed: 3),
+                budget: .init(maximumInFlight: 128, startsPerSecond: rate, burst: Self.burst)
+            ),
+            clock: clock
+        )
+        let accounts = (0..<count).map { AccountID("member-\($0)") }
+        let tasks = await pool.startCalls(count) { pool, index in try await pool.signIn(accounts[index]) }
+        let start = clock.uptime
+        let step = Duration.milliseconds(10)
+        var identified = 0
+        while identified < count {
+            clock.advance(by: step)
+            await pool.waitUntilIdle()
+            identified = accounts.lazy.filter { pool.state(of: $0).isIdentified }.count
+            if clock.uptime - start > .seconds(Double(count) / rate * 10) { break }
+        }
+        let took = (clock.uptime - start).seconds
+        for task in tasks { try await task.value }
+        await pool.shutdown()
+        let starts = fetcher.startTimes.map { ($0 - start).seconds }
+        var peak = 0
+        var first = 0
+        for (index, time) in starts.enumerated() {
+            while starts[first] <= time - 1 { first += 1 }
+            peak = max(peak, index - first + 1)
+        }
+        return (Double(peak), took)
+    }
+}
+
+/// A backend that answers each fetch after a latency on the pool's manual clock, recording when each began.
+private final class SlowFetcher: CredentialFetcher {
+    private let clock: ManualClock
+    private let latency: Duration
+    private let signing: SigningFetcher
+    private let starts = Mutex<[Duration]>([])
+
+    init(clock: ManualClock, latency: Duration) {
+        self.clock = clock
+        self.latency = latency
+        self.signing = SigningFetcher(clock: clock)
+    }
+
+    var startTimes: [Duration] { starts.withLock { $0 } }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        starts.withLock { $0.append(clock.uptime) }
+        try await clock.sleep(for: latency)
+        return try await signing.fetchCredential(for: account)
+    }
+}
