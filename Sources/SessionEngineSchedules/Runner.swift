@@ -70,7 +70,7 @@ final class Runner {
     /// that the call's next steps can precede. A one-thread explorer sees the second order only so: a default actor
     /// drains its whole queue in one processing job.
     static var named: [Named] {
-        Races.all.flatMap { race in
+        (Races.all + PoolRaces.all).flatMap { race in
             [
                 Named(name: race.name, summary: race.summary, bound: race.bound, make: race.make),
                 Named(

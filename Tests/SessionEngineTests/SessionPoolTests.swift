@@ -224,6 +224,24 @@ private struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    @Test func anEvictionClosesTheAccountToWorkInTheStepThatChoseIt() async throws {
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice")
+        let engine = try #require(harness.pool.member("alice")?.engine)
+        let clock = harness.clock
+        let work = await harness.pool.startCall { pool in
+            try await pool.withIdentity(for: "alice") { _ in try await clock.sleep(for: .seconds(10)) }
+        }
+        #expect(!engine.closeToWorkIfIdle(), "work runs: the account cannot be closed")
+        clock.advance(by: .seconds(10))
+        try await work.value
+        #expect(engine.closeToWorkIfIdle())
+        // Closed, still a member: new work gets no identity; the account's reads go on until it leaves.
+        await #expect(throws: SessionError.self) { try await harness.pool.withIdentity(for: "alice") { _ in } }
+        #expect(try harness.pool.identityHeaders(for: "alice").credential().email == PoolHarness.email(for: "alice"))
+        await harness.pool.shutdown()
+    }
+
     @Test func anAccountUnusedForTheIdleTimeoutIsSignedOut() async throws {
         let harness = PoolHarness(idleTimeout: .seconds(60))
         try await harness.pool.signIn("alice")

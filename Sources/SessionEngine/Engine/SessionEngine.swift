@@ -107,6 +107,15 @@ public actor SessionEngine {
         )
     }
 
+    /// Closes the engine to new scoped work if none runs and no caller waits, for a pool evicting the account: work
+    /// that has started is never cancelled by an eviction, and work that has not gets no identity.
+    ///
+    /// - Returns: Whether the engine was closed; `false` leaves it as it was.
+    package nonisolated func closeToWorkIfIdle() -> Bool {
+        guard waiters.count == 0 else { return false }
+        return store.refuseNewWorkIfNoneRuns()
+    }
+
     // MARK: - Reading without an actor hop
 
     /// The current state, read without an actor hop.

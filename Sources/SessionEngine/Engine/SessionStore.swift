@@ -214,6 +214,16 @@ final class SessionStore: Sendable {
         state.withLock { $0.refusesWork = true }
     }
 
+    /// Refuses identities to new scoped work from now on if none runs, in one lock step with the check, so no work
+    /// can start between them; returns whether it did.
+    func refuseNewWorkIfNoneRuns() -> Bool {
+        state.withLock { state in
+            guard state.work.count == state.freeSlots.count else { return false }
+            state.refusesWork = true
+            return true
+        }
+    }
+
     /// Hands out the usable credential to new scoped work and registers the work, atomically.
     ///
     /// - Parameters:

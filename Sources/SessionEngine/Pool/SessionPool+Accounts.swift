@@ -122,7 +122,7 @@ extension SessionPool {
             let member = Member(account: account, engine: makeEngine(for: account, hooks: members.hooks), now: now)
             var evicted: Member?
             if let cap = configuration.maximumAccounts, members.byAccount.count >= cap {
-                evicted = Self.leastRecentlyUsedIdle(members.byAccount.values)
+                evicted = Self.closeLeastRecentlyUsedIdle(members.byAccount.values)
                 if let evicted { members.byAccount[evicted.account] = nil }
             }
             members.byAccount[account] = member
@@ -134,17 +134,11 @@ extension SessionPool {
         return (joined, evicted)
     }
 
-    /// The least recently used member with no scoped work running and no caller waiting.
-    static func leastRecentlyUsedIdle(_ members: some Sequence<Member>) -> Member? {
-        var oldest: (member: Member, used: Int64)?
-        for member in members {
-            let used = member.lastUsed.load(ordering: .relaxed)
-            if let oldest, oldest.used <= used { continue }
-            let metrics = member.engine.metrics
-            guard metrics.scopedWork == 0, metrics.waiters == 0 else { continue }
-            oldest = (member, used)
-        }
-        return oldest?.member
+    /// The least recently used member with no scoped work running and no caller waiting, closed to new work in the
+    /// step that checked it (``SessionEngine/closeToWorkIfIdle()``), so that no work starts on it before it leaves.
+    static func closeLeastRecentlyUsedIdle(_ members: some Collection<Member>) -> Member? {
+        let byAge = members.sorted { $0.lastUsed.load(ordering: .relaxed) < $1.lastUsed.load(ordering: .relaxed) }
+        return byAge.first { $0.engine.closeToWorkIfIdle() }
     }
 
     private func makeEngine(for account: AccountID, hooks: [@Sendable (AccountChange) async -> Void]) -> SessionEngine {
@@ -198,11 +192,11 @@ extension SessionPool {
                         members.sweeping = false
                         return nil
                     }
-                    return members.byAccount.values.filter { member in
-                        guard now - member.lastUsed.load(ordering: .relaxed) >= limit else { return false }
-                        let metrics = member.engine.metrics
-                        return metrics.scopedWork == 0 && metrics.waiters == 0
+                    let idle = members.byAccount.values.filter { member in
+                        now - member.lastUsed.load(ordering: .relaxed) >= limit && member.engine.closeToWorkIfIdle()
                     }
+                    for member in idle { members.byAccount[member.account] = nil }
+                    return idle
                 }
                 guard let idle else { return }
                 for member in idle { await self.remove(member, because: .idle) }

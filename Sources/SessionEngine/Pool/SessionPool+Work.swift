@@ -14,7 +14,12 @@ extension SessionPool {
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T
     ) async throws -> T {
         guard let member = member(account, using: true) else { throw Self.notHeld(account) }
-        return try await member.engine.withIdentity(body)
+        do {
+            return try await member.engine.withIdentity(body)
+        } catch let error as SessionError where error.code == .shutDown && !isMember(member) && !isShutDown {
+            // The account left the pool (evicted or signed out) before the work started.
+            throw Self.notHeld(account)
+        }
     }
 
     /// Renews `account`'s credential now, as ``SessionEngine/renew()`` does; the fetch goes through the pool's budget

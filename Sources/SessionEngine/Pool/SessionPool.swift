@@ -154,6 +154,14 @@ public final class SessionPool: Sendable {
         return member
     }
 
+    /// Whether `member` is still the pool's member for its account.
+    func isMember(_ member: Member) -> Bool {
+        members.withLock { $0.byAccount[member.account] === member }
+    }
+
+    /// Whether the pool has shut down.
+    var isShutDown: Bool { members.withLock { $0.shutDown } }
+
     static func notHeld(_ account: AccountID) -> SessionError {
         SessionError(.signedOut, reason: "\(account) is not signed in to the pool")
     }

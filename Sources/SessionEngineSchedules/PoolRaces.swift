@@ -1,0 +1,231 @@
+import Foundation
+import SessionEngine
+import SessionEngineBackend
+import SessionEngineExplorer
+import SessionEngineTestKit
+import Synchronization
+
+/// A backend for the pool's races: answers every fetch after one scheduling point with a credential for the request's
+/// account, and records how many fetches were in flight at most.
+final class PoolRaceFetcher: CredentialFetcher {
+    private struct State {
+        var inFlight = 0
+        var maximum = 0
+        var requests: [AccountID] = []
+    }
+
+    private let signer: IdentitySigner
+    private let state = Mutex(State())
+
+    init(signer: IdentitySigner) {
+        self.signer = signer
+    }
+
+    /// The most fetches that were in flight at once.
+    var maximumInFlight: Int { state.withLock { $0.maximum } }
+    /// The accounts fetched for, in order.
+    var requests: [AccountID] { state.withLock { $0.requests } }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        state.withLock { state in
+            state.inFlight += 1
+            state.maximum = max(state.maximum, state.inFlight)
+            state.requests.append(account)
+        }
+        defer { state.withLock { $0.inFlight -= 1 } }
+        // One scheduling point while the fetch is in flight, so that other accounts' fetches may overlap it.
+        await Waypoint.pass()
+        try Task.checkCancellation()
+        return try signer.sign(email: RaceRig.email(for: account))
+    }
+}
+
+/// One pool race: a pool on a manual clock whose tasks all take the explorer's executor, its calls, and the checks.
+final class PoolRaceRig: Sendable {
+    let clock = ManualClock()
+    let fetcher: PoolRaceFetcher
+    let pool: SessionPool
+    private let tasks = Mutex<[Task<String, Never>]>([])
+
+    init(maximumInFlight: Int = 1, maximumAccounts: Int? = nil) {
+        let signer = try! IdentitySigner(projectID: RaceRig.projectID, secret: "race-secret", clock: clock)
+        fetcher = PoolRaceFetcher(signer: signer)
+        var session = RaceRig.configuration
+        session.taskExecutor = Explorer.taskExecutor
+        pool = SessionPool(
+            fetcher: fetcher,
+            configuration: SessionPoolConfiguration(
+                session: session,
+                // A bucket as large as the races' sign-ins: only the in-flight bound makes fetches wait.
+                budget: .init(maximumInFlight: maximumInFlight, startsPerSecond: 1000, burst: 10),
+                maximumAccounts: maximumAccounts
+            ),
+            clock: clock
+        )
+        let pool = self.pool
+        Diagnostics.current = { "pool \(pool.metrics); accounts \(pool.accounts.map(\.rawValue).sorted())" }
+    }
+
+    /// Starts `call` in a task of its own (preferring the explorer's executor unless the race runs inline); its
+    /// outcome is a string, or the error's code.
+    func launch(_ call: @escaping @Sendable (SessionPool) async throws -> String) {
+        let pool = self.pool
+        let body: @Sendable () async -> String = {
+            do {
+                return try await call(pool)
+            } catch let error as SessionError {
+                return error.code.rawValue
+            } catch {
+                return "\(type(of: error))"
+            }
+        }
+        let task =
+            RaceRig.callsFollowTheirThread
+            ? Task(operation: body) : Task(executorPreference: Explorer.taskExecutor, operation: body)
+        tasks.withLock { $0.append(task) }
+    }
+
+    /// Waits for every launched call and returns their outcomes in launch order.
+    func outcomes() async -> [String] {
+        var outcomes: [String] = []
+        for task in tasks.withLock({ $0 }) { outcomes.append(await task.value) }
+        return outcomes
+    }
+
+    /// The account's headers, if it is identified: they must be its own.
+    func checkHeaders(of account: AccountID) throws {
+        guard let headers = try? pool.identityHeaders(for: account) else { return }
+        let email = try headers.credential().email
+        if email != RaceRig.email(for: account) {
+            throw RaceViolation("\(account)'s headers hold \(email)'s credential")
+        }
+    }
+
+    /// The budget was never exceeded, and once the pool is idle (a cancelled fetch may still be ending when the calls
+    /// have returned) nothing is left in flight or queued.
+    func checkBudget(maximumInFlight: Int) async throws {
+        await pool.waitUntilIdle()
+        if fetcher.maximumInFlight > maximumInFlight {
+            throw RaceViolation("\(fetcher.maximumInFlight) fetches were in flight at once, at most \(maximumInFlight)")
+        }
+        let metrics = pool.metrics
+        if metrics.fetchesInFlight != 0 || metrics.queuedNeeded != 0 || metrics.queuedProactive != 0 {
+            throw RaceViolation("the budget holds fetches after the race: \(metrics)")
+        }
+    }
+}
+
+/// The pool's races: accounts sharing one budget, an account leaving while its fetch waits, an eviction racing work.
+enum PoolRaces {
+    static let all: [RaceProgram] = [signInsShareTheBudget, signOutWhileQueued, evictionRacesWork]
+
+    static let signInsShareTheBudget = RaceProgram(
+        name: "pool-sign-ins",
+        summary: "three accounts sign in to a pool with one fetch in flight, beside a reader of every account",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 1)
+            let accounts: [AccountID] = ["alice", "bob", "carol"]
+            for account in accounts {
+                rig.launch { pool in
+                    try await pool.signIn(account)
+                    return "identified"
+                }
+            }
+            rig.launch { _ in
+                for account in accounts { try rig.checkHeaders(of: account) }
+                await Waypoint.pass()
+                for account in accounts { try rig.checkHeaders(of: account) }
+                return "read"
+            }
+            let outcomes = await rig.outcomes()
+            if outcomes != ["identified", "identified", "identified", "read"] {
+                throw RaceViolation("outcomes \(outcomes)")
+            }
+            for account in accounts {
+                try rig.checkHeaders(of: account)
+                guard rig.pool.state(of: account).isIdentified else {
+                    throw RaceViolation("\(account) is \(rig.pool.state(of: account)) after its sign-in returned")
+                }
+            }
+            try await rig.checkBudget(maximumInFlight: 1)
+            await rig.pool.shutdown()
+        }
+    }
+
+    static let signOutWhileQueued = RaceProgram(
+        name: "pool-sign-out-while-queued",
+        summary: "bob signs out while his first fetch may wait for the budget behind alice's",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 1)
+            rig.launch { pool in
+                try await pool.signIn("alice")
+                return "identified"
+            }
+            rig.launch { pool in
+                try await pool.signIn("bob")
+                return "identified"
+            }
+            rig.launch { pool in
+                await pool.signOut("bob")
+                return "signed out"
+            }
+            let outcomes = await rig.outcomes()
+            try rig.checkHeaders(of: "alice")
+            guard rig.pool.state(of: "alice").isIdentified else {
+                throw RaceViolation("alice is \(rig.pool.state(of: "alice")); outcomes \(outcomes)")
+            }
+            // The sign-out came first (bob then signs in), ended bob's sign-in, or came after it returned.
+            if !["identified", "ACCOUNT_CHANGED"].contains(outcomes[1]) {
+                throw RaceViolation("bob's sign-in ended \(outcomes[1])")
+            }
+            let bobIdentified = rig.pool.state(of: "bob").isIdentified
+            if rig.pool.accounts.contains("bob") && (outcomes[1] != "identified" || !bobIdentified) {
+                throw RaceViolation("bob is held as \(rig.pool.state(of: "bob")) but his sign-in ended \(outcomes[1])")
+            }
+            try await rig.checkBudget(maximumInFlight: 1)
+            await rig.pool.shutdown()
+        }
+    }
+
+    static let evictionRacesWork = RaceProgram(
+        name: "pool-eviction-races-work",
+        summary: "carol's sign-in evicts from a full pool while alice's scoped work starts",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 2, maximumAccounts: 2)
+            try await rig.pool.signIn("alice")
+            try await rig.pool.signIn("bob")
+            let bodyRan = Mutex(false)
+            rig.launch { pool in
+                try await pool.withIdentity(for: "alice") { credential in
+                    bodyRan.withLock { $0 = true }
+                    if credential.email != RaceRig.email(for: "alice") {
+                        throw RaceViolation("alice's work got \(credential.email)'s credential")
+                    }
+                    await Waypoint.pass()
+                }
+                return "finished"
+            }
+            rig.launch { pool in
+                try await pool.signIn("carol")
+                return "identified"
+            }
+            let outcomes = await rig.outcomes()
+            // Work whose body ran is never cancelled by an eviction: it finishes.
+            if bodyRan.withLock({ $0 }) && outcomes[0] != "finished" {
+                throw RaceViolation("alice's running work ended \(outcomes[0]): an eviction cancelled it")
+            }
+            if outcomes[1] != "identified" { throw RaceViolation("carol's sign-in ended \(outcomes[1])") }
+            if rig.pool.accounts.count != 2 || !rig.pool.accounts.contains("carol") {
+                throw RaceViolation("the pool holds \(rig.pool.accounts) after carol's sign-in")
+            }
+            try await rig.checkBudget(maximumInFlight: 2)
+            await rig.pool.shutdown()
+        }
+    }
+}
