@@ -242,6 +242,28 @@ private struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    @Test func accountsSignedInTogetherRenewApart() async throws {
+        // One configured seed for the pool: each account must still draw its own jitter, or accounts signed in
+        // together would renew together for ever.
+        let harness = PoolHarness(budget: .init(maximumInFlight: 100, startsPerSecond: 1000, burst: 100))
+        let accounts = PoolHarness.accounts(20)
+        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
+            try await pool.signIn(accounts[index])
+        }
+        for call in calls { try await call.value }
+        var renewedAt: Set<Int> = []
+        var seen = harness.fetcher.totalRequests
+        for second in 1...900 {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+            if harness.fetcher.totalRequests > seen { renewedAt.insert(second) }
+            seen = harness.fetcher.totalRequests
+        }
+        #expect(harness.fetcher.totalRequests >= 2 * accounts.count)
+        #expect(renewedAt.count >= 10, "20 accounts renewed within only \(renewedAt.count) distinct seconds")
+        await harness.pool.shutdown()
+    }
+
     @Test func anAccountUnusedForTheIdleTimeoutIsSignedOut() async throws {
         let harness = PoolHarness(idleTimeout: .seconds(60))
         try await harness.pool.signIn("alice")

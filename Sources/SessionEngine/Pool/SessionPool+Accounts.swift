@@ -143,9 +143,17 @@ extension SessionPool {
 
     private func makeEngine(for account: AccountID, hooks: [@Sendable (AccountChange) async -> Void]) -> SessionEngine {
         let broadcaster = self.broadcaster
+        var session = configuration.session
+        // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
+        // for ever. A configured seed stays reproducible: it is mixed with the account's name.
+        if let seed = session.randomSeed {
+            session.randomSeed = account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) {
+                ($0 ^ UInt64($1)) &* 0x100_0000_01B3
+            }
+        }
         let engine = SessionEngine(
             fetcher: fetcher,
-            configuration: configuration.session,
+            configuration: session,
             clock: clock,
             observer: { event in broadcaster.publish(SessionPoolEvent(account: account, kind: .session(event))) },
             budget: budget,

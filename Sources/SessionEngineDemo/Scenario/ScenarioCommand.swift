@@ -33,8 +33,25 @@ enum ScenarioCommand {
             projectID = "proj_demo"
             secret = DemoSecrets.random()
         }
+        var poolPassed = true
+        if let people = options.pool {
+            let day = PoolDay(people: people, seed: options.seed, secret: DemoSecrets.random())
+            let json = options.json
+            poolPassed = await day.run { line in
+                guard json else { return print(line) }
+                var object = JSONObject()
+                object.add("kind", "pool")
+                object.add("text", line)
+                print(object.json)
+            }
+            if !json { print("") }
+        }
         do {
             let scenario = try Scenario(options: options, projectID: projectID, secret: secret)
+            if !poolPassed {
+                _ = await scenario.run()
+                return 1
+            }
             return await scenario.run() ? 0 : 1
         } catch {
             FileHandle.standardError.write(Data("error: \(error)\n".utf8))

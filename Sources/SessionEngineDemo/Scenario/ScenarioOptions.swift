@@ -4,7 +4,7 @@ import SessionEngine
 /// The options of the daemon scenario.
 struct ScenarioOptions: Sendable {
     static let usage = """
-        USAGE: SessionEngineDemo [--accounts N] [--hours H] [--seed S] [--json]
+        USAGE: SessionEngineDemo [--accounts N] [--hours H] [--seed S] [--json] [--pool N]
                                  [--backend URL [--project-id ID] [--ca-file PEM]]
                SessionEngineDemo sign ...      (see SessionEngineDemo sign --help)
                SessionEngineDemo verify ...    (see SessionEngineDemo verify --help)
@@ -21,6 +21,9 @@ struct ScenarioOptions: Sendable {
           --hours H        simulated duration (3 to 8760, default 24)
           --seed S         seed of the engine's jitter, for a reproducible timeline (default 1)
           --json           one JSON object per line (events, notes, checks, verdicts), for other tools
+          --pool N         first run a simulated day of a daemon acting for N people at once through one
+                           SessionPool (2 to 100000): an outage at hour 12, a rotation at hour 18, and the
+                           backend's requests per second printed by hour; then the scenario as usual
           --backend URL    fetch credentials over HTTP from URL instead of the embedded backend, for example the
                            loopback backend: python3 Tests/SessionEngineTests/Fixtures/backend/identity_backend.py
                            It needs APPNORTH_IDENTITY_SECRET and --project-id or APPNORTH_PROJECT_ID, set as for
@@ -36,16 +39,19 @@ struct ScenarioOptions: Sendable {
     var backend: BackendTarget?
     var projectID: String?
     var help = false
+    /// `--pool N`: the people of the pool day, if asked for.
+    var pool: Int?
 
     init(_ arguments: [String]) throws(Options.UsageError) {
         let options = try Options(
-            command: arguments, valued: ["accounts", "hours", "seed", "backend", "project-id", "ca-file"],
+            command: arguments, valued: ["accounts", "hours", "seed", "backend", "project-id", "ca-file", "pool"],
             flags: ["json"])
         help = options.has("help")
         json = options.has("json")
         accounts = try options.integer("accounts", in: 2...DemoAccounts.maximumCount, default: 3)
         hours = try options.integer("hours", in: 3...8760, default: 24)
         seed = try options.integer("seed", in: 0...UInt64.max, default: 1)
+        if options["pool"] != nil { pool = try options.integer("pool", in: 2...100_000, default: 1000) }
         if let text = options["backend"] {
             guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
                 ["http", "https"].contains(scheme),
