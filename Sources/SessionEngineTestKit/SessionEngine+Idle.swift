@@ -33,11 +33,7 @@ extension SessionEngine {
     public nonisolated func startCall<T: Sendable>(
         _ call: @escaping @Sendable (SessionEngine) async throws -> T
     ) async -> Task<T, any Error> {
-        let ledger = requireLedger()
-        let entered = ledger.callsEntered + 1
-        let task = Task { try await call(self) }
-        await ledger.waitUntilIdle(callsEntered: entered)
-        return task
+        await requireLedger().startCalls(1) { _ in Task { try await call(self) } }[0]
     }
 
     /// Starts `count` calls at once, each in a task of its own, and returns once all of them have entered the engine
@@ -55,11 +51,7 @@ extension SessionEngine {
         _ count: Int,
         _ call: @escaping @Sendable (SessionEngine, Int) async throws -> T
     ) async -> [Task<T, any Error>] {
-        let ledger = requireLedger()
-        let entered = ledger.callsEntered + UInt64(max(0, count))
-        let tasks = (0..<max(0, count)).map { index in Task { try await call(self, index) } }
-        await ledger.waitUntilIdle(callsEntered: entered)
-        return tasks
+        await requireLedger().startCalls(count) { index in Task { try await call(self, index) } }
     }
 
     private nonisolated func requireLedger() -> ActivityLedger {

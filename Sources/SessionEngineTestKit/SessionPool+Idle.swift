@@ -21,11 +21,7 @@ extension SessionPool {
     public func startCall<T: Sendable>(
         _ call: @escaping @Sendable (SessionPool) async throws -> T
     ) async -> Task<T, any Error> {
-        let ledger = requireLedger()
-        let entered = ledger.callsEntered + 1
-        let task = Task { try await call(self) }
-        await ledger.waitUntilIdle(callsEntered: entered)
-        return task
+        await requireLedger().startCalls(1) { _ in Task { try await call(self) } }[0]
     }
 
     /// Starts `count` calls at once, each in a task of its own, and returns once all have entered and the pool is
@@ -40,11 +36,7 @@ extension SessionPool {
         _ count: Int,
         _ call: @escaping @Sendable (SessionPool, Int) async throws -> T
     ) async -> [Task<T, any Error>] {
-        let ledger = requireLedger()
-        let entered = ledger.callsEntered + UInt64(max(0, count))
-        let tasks = (0..<max(0, count)).map { index in Task { try await call(self, index) } }
-        await ledger.waitUntilIdle(callsEntered: entered)
-        return tasks
+        await requireLedger().startCalls(count) { index in Task { try await call(self, index) } }
     }
 
     private func requireLedger() -> ActivityLedger {
