@@ -72,15 +72,32 @@ public actor SessionEngine {
     ///   - configuration: Renewal, retry and buffering policies.
     ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
-    ///   - budget: A pool's budget toward the backend, which this engine's fetches then share.
-    ///   - hooks: Account-change hooks registered from the start, in order.
     package init(
-        fetcher: any CredentialFetcher,
+        fetcher: some CredentialFetcher,
         configuration: SessionConfiguration = SessionConfiguration(),
-        clock: any SessionClock = SystemClock(),
+        clock: some SessionClock = SystemClock(),
+        observer: (@Sendable (SessionEvent) -> Void)?
+    ) {
+        self.init(
+            member: fetcher, configuration: configuration, clock: clock, observer: observer, budget: nil, hooks: [])
+    }
+
+    /// Creates an engine for one account of a ``SessionPool``.
+    ///
+    /// - Parameters:
+    ///   - fetcher: Gets credentials from the host's backend.
+    ///   - configuration: Renewal, retry and buffering policies.
+    ///   - clock: The source of wall time and sleep.
+    ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
+    ///   - budget: The pool's budget toward the backend, which this engine's fetches then share.
+    ///   - hooks: Account-change hooks registered from the start, in order.
+    init(
+        member fetcher: any CredentialFetcher,
+        configuration: SessionConfiguration,
+        clock: any SessionClock,
         observer: (@Sendable (SessionEvent) -> Void)?,
-        budget: FetchBudget? = nil,
-        hooks: [@Sendable (AccountChange) async -> Void] = []
+        budget: FetchBudget?,
+        hooks: [@Sendable (AccountChange) async -> Void]
     ) {
         self.fetcher = fetcher
         self.budget = budget

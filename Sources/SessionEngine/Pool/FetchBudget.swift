@@ -19,7 +19,7 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// deadlines first within each, and a proactive renewal whose deadline has passed counts as needed, so no account
 /// waits behind a stream of others for ever. The queue and the counters live behind one lock; a single task sleeps on
 /// the clock until the next token or the pause's end, and none runs while nothing waits.
-package final class FetchBudget: Sendable {
+final class FetchBudget: Sendable {
     /// A queued fetch's place: its urgency, its deadline on the monotonic clock, and the order it queued in.
     struct Key: Sendable, Comparable {
         var deadline: Duration
@@ -31,7 +31,7 @@ package final class FetchBudget: Sendable {
     }
 
     /// One fetch's claim on the budget, made on the engine's actor when it starts the fetch.
-    package struct Ticket: Sendable {
+    struct Ticket: Sendable {
         fileprivate let order: UInt64
         fileprivate let urgency: FetchUrgency
         fileprivate let deadline: Duration

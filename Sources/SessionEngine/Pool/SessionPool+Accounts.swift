@@ -152,7 +152,7 @@ extension SessionPool {
             }
         }
         let engine = SessionEngine(
-            fetcher: fetcher,
+            member: fetcher,
             configuration: session,
             clock: clock,
             observer: { event in broadcaster.publish(SessionPoolEvent(account: account, kind: .session(event))) },
