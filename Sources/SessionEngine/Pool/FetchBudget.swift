@@ -62,7 +62,25 @@ final class FetchBudget: Sendable {
         var needed = Heap<Key>()
         var proactive = Heap<Key>()
         var parked: [UInt64: UnsafeContinuation<Bool, Never>] = [:]
+        /// The urgency of each queued fetch; change it only through `setQueued`, which keeps the counts.
         var queued: [UInt64: FetchUrgency] = [:]
+        var queuedNeeded = 0
+        var queuedProactive = 0
+
+        /// Sets (or, with `nil`, clears) a fetch's queued urgency and keeps the counts per urgency.
+        mutating func setQueued(_ order: UInt64, _ urgency: FetchUrgency?) {
+            switch queued[order] {
+            case .needed?: queuedNeeded -= 1
+            case .proactive?: queuedProactive -= 1
+            case nil: break
+            }
+            queued[order] = urgency
+            switch urgency {
+            case .needed?: queuedNeeded += 1
+            case .proactive?: queuedProactive += 1
+            case nil: break
+            }
+        }
         /// Tickets promoted to needed before their fetch queued.
         var promoted: Set<UInt64> = []
         var nextOrder: UInt64 = 0
@@ -94,8 +112,8 @@ final class FetchBudget: Sendable {
         state.withLock { state in
             Snapshot(
                 inFlight: state.inFlight,
-                queuedNeeded: state.queued.values.count { $0 == .needed },
-                queuedProactive: state.queued.values.count { $0 == .proactive },
+                queuedNeeded: state.queuedNeeded,
+                queuedProactive: state.queuedProactive,
                 waits: state.waits,
                 admitted: state.admitted
             )
@@ -122,7 +140,7 @@ final class FetchBudget: Sendable {
         state.withLock { state in
             switch state.queued[ticket.order] {
             case .proactive?:
-                state.queued[ticket.order] = .needed
+                state.setQueued(ticket.order, .needed)
                 state.needed.insert(Key(deadline: ticket.deadline, order: ticket.order))
             case .needed?:
                 break
@@ -151,7 +169,7 @@ final class FetchBudget: Sendable {
                     if state.queued.isEmpty, admit(&state, at: now) { return .now }
                     let key = Key(deadline: deadline, order: order)
                     if urgency == .needed { state.needed.insert(key) } else { state.proactive.insert(key) }
-                    state.queued[order] = urgency
+                    state.setQueued(order, urgency)
                     state.parked[order] = continuation
                     state.waits += 1
                     let (ready, sleep) = pump(&state, at: now)
@@ -177,7 +195,7 @@ final class FetchBudget: Sendable {
         } onCancel: {
             let continuation = state.withLock { state -> UnsafeContinuation<Bool, Never>? in
                 guard let continuation = state.parked.removeValue(forKey: order) else { return nil }
-                state.queued[order] = nil
+                state.setQueued(order, nil)
                 ledger?.unpark()
                 return continuation
             }
@@ -242,7 +260,7 @@ final class FetchBudget: Sendable {
             guard admit(&state, at: now) else { break }
             removeQueued(&state, order)
             if let continuation = state.parked.removeValue(forKey: order) {
-                state.queued[order] = nil
+                state.setQueued(order, nil)
                 ready.append(continuation)
             }
         }

@@ -137,8 +137,19 @@ extension SessionPool {
     /// The least recently used member with no scoped work running and no caller waiting, closed to new work in the
     /// step that checked it (``SessionEngine/closeToWorkIfIdle()``), so that no work starts on it before it leaves.
     static func closeLeastRecentlyUsedIdle(_ members: some Collection<Member>) -> Member? {
-        let byAge = members.sorted { $0.lastUsed.load(ordering: .relaxed) < $1.lastUsed.load(ordering: .relaxed) }
-        return byAge.first { $0.engine.closeToWorkIfIdle() }
+        // One scan finds the oldest; a busy one is skipped and the scan repeated, which is rare.
+        var busy: Set<AccountID> = []
+        while true {
+            var oldest: (member: Member, used: Int64)?
+            for member in members where !busy.contains(member.account) {
+                let used = member.lastUsed.load(ordering: .relaxed)
+                if let current = oldest, current.used <= used { continue }
+                oldest = (member, used)
+            }
+            guard let candidate = oldest?.member else { return nil }
+            if candidate.engine.closeToWorkIfIdle() { return candidate }
+            busy.insert(candidate.account)
+        }
     }
 
     private func makeEngine(for account: AccountID, hooks: [@Sendable (AccountChange) async -> Void]) -> SessionEngine {
