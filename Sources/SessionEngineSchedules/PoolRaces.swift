@@ -85,6 +85,14 @@ final class PoolRaceRig: Sendable {
         tasks.withLock { $0.append(task) }
     }
 
+    /// Starts a sign-in of `account`; its outcome is `identified` or the error's code.
+    func launchSignIn(_ account: AccountID) {
+        launch { pool in
+            try await pool.signIn(account)
+            return "identified"
+        }
+    }
+
     /// Waits for every launched call and returns their outcomes in launch order.
     func outcomes() async -> [String] {
         var outcomes: [String] = []
@@ -128,10 +136,7 @@ enum PoolRaces {
             let rig = PoolRaceRig(maximumInFlight: 1)
             let accounts: [AccountID] = ["alice", "bob", "carol"]
             for account in accounts {
-                rig.launch { pool in
-                    try await pool.signIn(account)
-                    return "identified"
-                }
+                rig.launchSignIn(account)
             }
             rig.launch { _ in
                 for account in accounts { try rig.checkHeaders(of: account) }
@@ -161,14 +166,8 @@ enum PoolRaces {
     ) {
         {
             let rig = PoolRaceRig(maximumInFlight: 1)
-            rig.launch { pool in
-                try await pool.signIn("alice")
-                return "identified"
-            }
-            rig.launch { pool in
-                try await pool.signIn("bob")
-                return "identified"
-            }
+            rig.launchSignIn("alice")
+            rig.launchSignIn("bob")
             rig.launch { pool in
                 await pool.signOut("bob")
                 return "signed out"
@@ -211,10 +210,7 @@ enum PoolRaces {
                 }
                 return "finished"
             }
-            rig.launch { pool in
-                try await pool.signIn("carol")
-                return "identified"
-            }
+            rig.launchSignIn("carol")
             let outcomes = await rig.outcomes()
             // Work whose body ran is never cancelled by an eviction: it finishes.
             if bodyRan.withLock({ $0 }) && outcomes[0] != "finished" {

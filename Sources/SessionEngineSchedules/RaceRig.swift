@@ -405,6 +405,18 @@ final class RaceRig: Sendable {
         return task
     }
 
+    /// Starts a reader of the fast path beside the racing calls: it checks the headers, passes one scheduling point
+    /// and checks them again.
+    func launchFastPathReader() {
+        launch("headers", enters: 0) { rig in
+            for _ in 0..<2 {
+                try rig.checkFastPath()
+                await Waypoint.pass()
+            }
+            return "read"
+        }
+    }
+
     /// `renew()`, checked: the credential belongs to an epoch the call lived through, to that epoch's account, and
     /// has not expired; a failure is one of `allowed`.
     func renew(allowed: Set<SessionError.Code>) async throws -> String {

@@ -43,13 +43,7 @@ enum Races {
             // waiting in identified, which the settling reports.
             let rig = try await signedIn(latency: 0)
             rig.launch("renew") { try await $0.renew(allowed: []) }
-            rig.launch("headers", enters: 0) { rig in
-                for _ in 0..<2 {
-                    try rig.checkFastPath()
-                    await Waypoint.pass()
-                }
-                return "read"
-            }
+            rig.launchFastPathReader()
             try await rig.finish(changes: 1, finalAccount: "alice")
         }
     }
@@ -79,13 +73,7 @@ enum Races {
             let rig = try await signedIn(latency: 0)
             rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
             rig.launch("switch") { try await $0.change(to: "bob") }
-            rig.launch("headers", enters: 0) { rig in
-                for _ in 0..<2 {
-                    try rig.checkFastPath()
-                    await Waypoint.pass()
-                }
-                return "read"
-            }
+            rig.launchFastPathReader()
             try await rig.finish(changes: 2, finalAccount: "bob")
         }
     }
@@ -179,13 +167,7 @@ enum Races {
             let rig = try await signedIn(latency: 0)
             rig.launch("switch (background)", priority: .background) { try await $0.change(to: "bob") }
             rig.launch("switch (high)", priority: .high) { try await $0.change(to: "bob") }
-            rig.launch("headers", enters: 0) { rig in
-                for _ in 0..<2 {
-                    try rig.checkFastPath()
-                    await Waypoint.pass()
-                }
-                return "read"
-            }
+            rig.launchFastPathReader()
             try await rig.finish(changes: 2, finalAccount: "bob")
         }
     }

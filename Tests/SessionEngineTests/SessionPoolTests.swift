@@ -46,6 +46,11 @@ private struct PoolHarness {
         try! signer.sign(email: Self.email(for: account))
     }
 
+    /// Starts a sign-in of every account at once; returns once all have entered the pool and it is idle.
+    func signInAtOnce(_ accounts: [AccountID]) async -> [Task<Void, any Error>] {
+        await pool.startCalls(accounts.count) { pool, index in try await pool.signIn(accounts[index]) }
+    }
+
     /// Answers every pending fetch with its account's credential; returns how many it answered.
     @discardableResult
     func answerPending() async -> Int {
@@ -62,9 +67,7 @@ private struct PoolHarness {
     @Test func everyAccountIsIdentifiedWithItsOwnCredential() async throws {
         let harness = PoolHarness()
         let accounts: [AccountID] = ["alice", "bob", "carol"]
-        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
-            try await pool.signIn(accounts[index])
-        }
+        let calls = await harness.signInAtOnce(accounts)
         for call in calls { try await call.value }
         for account in accounts {
             let headers = try harness.pool.identityHeaders(for: account)
@@ -80,9 +83,7 @@ private struct PoolHarness {
     @Test func theBudgetBoundsFetchesInFlightAcrossAccounts() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 2, startsPerSecond: 1000), answersAtOnce: false)
         let accounts = PoolHarness.accounts(10)
-        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
-            try await pool.signIn(accounts[index])
-        }
+        let calls = await harness.signInAtOnce(accounts)
         var maximum = 0
         while harness.fetcher.totalRequests < accounts.count || harness.fetcher.pendingCount > 0 {
             maximum = max(maximum, harness.fetcher.pendingCount)
@@ -102,9 +103,7 @@ private struct PoolHarness {
     @Test func theBudgetBoundsFetchStartsPerSecond() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 100, startsPerSecond: 5, burst: 5))
         let accounts = PoolHarness.accounts(20)
-        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
-            try await pool.signIn(accounts[index])
-        }
+        let calls = await harness.signInAtOnce(accounts)
         var started: [Int] = [harness.fetcher.totalRequests]
         for _ in 0..<4 {
             harness.clock.advance(by: .seconds(1))
@@ -247,9 +246,7 @@ private struct PoolHarness {
         // together would renew together for ever.
         let harness = PoolHarness(budget: .init(maximumInFlight: 100, startsPerSecond: 1000, burst: 100))
         let accounts = PoolHarness.accounts(20)
-        let calls = await harness.pool.startCalls(accounts.count) { pool, index in
-            try await pool.signIn(accounts[index])
-        }
+        let calls = await harness.signInAtOnce(accounts)
         for call in calls { try await call.value }
         var renewedAt: Set<Int> = []
         var seen = harness.fetcher.totalRequests

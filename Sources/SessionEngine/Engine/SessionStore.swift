@@ -93,6 +93,9 @@ final class SessionStore: Sendable {
         /// A graceful shutdown began: no new work receives an identity.
         var refusesWork = false
 
+        /// How many pieces of work run.
+        var runningWork: Int { work.count - freeSlots.count }
+
         func hasWork(before epoch: UInt64) -> Bool {
             workPerEpoch.contains { $0.epoch < epoch }
         }
@@ -129,7 +132,7 @@ final class SessionStore: Sendable {
     var sessionState: SessionState { state.withLock { $0.state } }
 
     /// The number of scoped tasks running.
-    var runningWorkCount: Int { state.withLock { $0.work.count - $0.freeSlots.count } }
+    var runningWorkCount: Int { state.withLock { $0.runningWork } }
 
     /// Installs what a step of the engine decided.
     func install(_ snapshot: Snapshot) {
@@ -218,7 +221,7 @@ final class SessionStore: Sendable {
     /// can start between them; returns whether it did.
     func refuseNewWorkIfNoneRuns() -> Bool {
         state.withLock { state in
-            guard state.work.count == state.freeSlots.count else { return false }
+            guard state.runningWork == 0 else { return false }
             state.refusesWork = true
             return true
         }

@@ -103,7 +103,7 @@ extension SessionPool {
                 return
             } catch let error as SessionError where error.code == .shutDown && attempt == 0 {
                 // The member left the pool under the call; a pool that has not shut down makes a new one.
-                if members.withLock({ $0.shutDown }) { throw Self.shutDownError }
+                if isShutDown { throw Self.shutDownError }
                 continue
             }
         }
