@@ -66,7 +66,7 @@ extension SessionEngine {
                 for task in graceTasks { task.cancel() }
                 graceTasks = []
             default:
-                perform(action)
+                perform(action, at: now)
             }
         }
         for (kind, epoch) in events { publish(kind, epoch: epoch, at: now) }
@@ -84,11 +84,11 @@ extension SessionEngine {
         broadcaster.publish(event)
     }
 
-    /// Performs one action that reports no event.
-    private func perform(_ action: SessionStateMachine.Action) {
+    /// Performs one action that reports no event, decided at the step's instant `now`.
+    private func perform(_ action: SessionStateMachine.Action, at now: SessionInstant) {
         switch action {
         case .startFetch(let request):
-            startFetch(request)
+            startFetch(request, at: now)
         case .cancelFetch:
             fetchTask?.task.cancel()
             fetchTask = nil
@@ -136,13 +136,13 @@ extension SessionEngine {
         }
     }
 
-    private func startFetch(_ request: FetchRequest) {
+    private func startFetch(_ request: FetchRequest, at now: SessionInstant) {
         fetchTask?.task.cancel()
         let fetcher = self.fetcher
         let recorder = self.recorder
         let budget = self.budget
         let ticket = budget.map { budget in
-            let (urgency, deadline) = machine.fetchUrgency(at: instant(), callersWaiting: waiters.count > 0)
+            let (urgency, deadline) = machine.fetchUrgency(at: now, callersWaiting: waiters.count > 0)
             return budget.ticket(urgency: urgency, deadline: deadline)
         }
         let maximumPause = configuration.maximumRetryAfter
