@@ -70,7 +70,7 @@ extension SessionPool {
     public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) async {
         let current = members.withLock { members in
             members.hooks.append(hook)
-            return Array(members.byAccount.values)
+            return Array(members.index.members)
         }
         for member in current { await member.engine.addAccountChangeHook(hook) }
     }
@@ -80,8 +80,7 @@ extension SessionPool {
     public func shutdown() async {
         let all = members.withLock { members -> [Member] in
             members.shutDown = true
-            defer { members.byAccount.removeAll() }
-            return Array(members.byAccount.values)
+            return members.index.removeAll()
         }
         await withTaskGroup(of: Void.self) { group in
             for member in all { group.addTask { await member.engine.shutdown() } }
@@ -111,21 +110,21 @@ extension SessionPool {
 
     /// The account's member, made if the pool has none, and the member to evict to stay within the cap.
     private func join(_ account: AccountID) throws(SessionError) -> (Member, evicted: Member?) {
-        let now = clock.uptime
+        let now = useClock.now
         let (joined, evicted, startSweeper) = try members.withLock {
             members throws(SessionError) -> (Member, Member?, Bool) in
             guard !members.shutDown else { throw Self.shutDownError }
-            if let member = members.byAccount[account] {
-                member.lastUsed.store(Member.nanoseconds(now), ordering: .relaxed)
+            if let member = members.index.member(account) {
+                member.markUsed(at: now)
                 return (member, nil, false)
             }
             let member = Member(account: account, engine: makeEngine(for: account, hooks: members.hooks), now: now)
             var evicted: Member?
-            if let cap = configuration.maximumAccounts, members.byAccount.count >= cap {
-                evicted = Self.closeLeastRecentlyUsedIdle(members.byAccount.values)
-                if let evicted { members.byAccount[evicted.account] = nil }
+            if let cap = configuration.maximumAccounts, members.index.count >= cap {
+                evicted = Self.closeLeastRecentlyUsedIdle(members.index.members)
+                if let evicted { members.index.remove(evicted) }
             }
-            members.byAccount[account] = member
+            members.index.insert(member)
             let startSweeper = configuration.idleTimeout != nil && !members.sweeping
             if startSweeper { members.sweeping = true }
             return (member, evicted, startSweeper)
@@ -179,7 +178,7 @@ extension SessionPool {
     /// that reached the old engine first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
     func remove(_ member: Member, because reason: SessionPoolEvent.EvictionReason?) async {
         members.withLock { members in
-            if members.byAccount[member.account] === member { members.byAccount[member.account] = nil }
+            members.index.remove(member)
             if reason != nil { members.evictions += 1 }
         }
         await member.engine.signOut()
@@ -204,17 +203,17 @@ extension SessionPool {
                     return
                 }
                 guard let self else { return }
-                let now = Member.nanoseconds(clock.uptime)
-                let limit = Member.nanoseconds(timeout)
+                let now = self.useClock.now
+                let limit = UseClock.nanoseconds(timeout)
                 let idle = self.members.withLock { members -> [Member]? in
-                    guard !members.shutDown, !members.byAccount.isEmpty else {
+                    guard !members.shutDown, members.index.count > 0 else {
                         members.sweeping = false
                         return nil
                     }
-                    let idle = members.byAccount.values.filter { member in
+                    let idle = members.index.members.filter { member in
                         now - member.lastUsed.load(ordering: .relaxed) >= limit && member.engine.closeToWorkIfIdle()
                     }
-                    for member in idle { members.byAccount[member.account] = nil }
+                    for member in idle { members.index.remove(member) }
                     return idle
                 }
                 guard let idle else { return }

@@ -24,23 +24,28 @@ public final class SessionPool: Sendable {
     final class Member: Sendable {
         let account: AccountID
         let engine: SessionEngine
-        /// The pool clock's monotonic time of the last use, in nanoseconds.
+        /// The engine's store, held here so that a read reaches the headers without touching the engine.
+        let store: SessionStore
+        /// The pool's ``UseClock`` time of the last use, in nanoseconds.
         let lastUsed: Atomic<Int64>
 
-        init(account: AccountID, engine: SessionEngine, now: Duration) {
+        init(account: AccountID, engine: SessionEngine, now: Int64) {
             self.account = account
             self.engine = engine
-            self.lastUsed = Atomic(Self.nanoseconds(now))
+            self.store = engine.store
+            self.lastUsed = Atomic(now)
         }
 
-        static func nanoseconds(_ duration: Duration) -> Int64 {
-            let (seconds, attoseconds) = duration.components
-            return seconds &* 1_000_000_000 &+ attoseconds / 1_000_000_000
+        /// Marks the member used at `now`, writing only when the stamp moves, so that readers of one account on
+        /// many threads do not take its cache line from each other on every read.
+        @inline(__always)
+        func markUsed(at now: Int64) {
+            if lastUsed.load(ordering: .relaxed) < now { lastUsed.store(now, ordering: .relaxed) }
         }
     }
 
     struct Members {
-        var byAccount: [AccountID: Member] = [:]
+        var index: MemberIndex
         var hooks: [@Sendable (AccountChange) async -> Void] = []
         var shutDown = false
         var evictions = 0
@@ -51,10 +56,14 @@ public final class SessionPool: Sendable {
     let fetcher: any CredentialFetcher
     let configuration: SessionPoolConfiguration
     let clock: any SessionClock
+    /// The clock of the members' use stamps, cheap enough to read on every request.
+    let useClock: UseClock
     let budget: FetchBudget
     /// Counts runnable work for tests on a manual clock; `nil` on other clocks.
     package let ledger: ActivityLedger?
-    let members = Mutex(Members())
+    let members: Mutex<Members>
+    /// The hash of the members' index, used outside its lock.
+    let memberHasher: MemberIndex.Hasher
     let broadcaster: PoolEventBroadcaster
     /// Opens once the pool has shut down.
     let stopped: Latch
@@ -73,6 +82,10 @@ public final class SessionPool: Sendable {
         self.fetcher = fetcher
         self.configuration = configuration
         self.clock = clock
+        self.useClock = UseClock(clock)
+        let memberHasher = MemberIndex.Hasher(seed: UInt64.random(in: .min ... .max))
+        self.memberHasher = memberHasher
+        self.members = Mutex(Members(index: MemberIndex(hasher: memberHasher)))
         let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
         if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
         self.ledger = ledger
@@ -86,7 +99,7 @@ public final class SessionPool: Sendable {
     // MARK: - Reading without an actor hop
 
     /// The accounts the pool holds, signed in or signing in.
-    public var accounts: [AccountID] { members.withLock { Array($0.byAccount.keys) } }
+    public var accounts: [AccountID] { members.withLock { Array($0.index.accounts) } }
 
     /// An account's state, read without an actor hop; ``SessionState/signedOut`` for an account the pool does not
     /// hold.
@@ -98,7 +111,8 @@ public final class SessionPool: Sendable {
 
     /// The identity headers for an identified request of `account`, read without an actor hop.
     ///
-    /// Costs one dictionary lookup under an uncontended lock on top of ``SessionEngine/identityHeaders()``.
+    /// Costs a lookup in the members' index under a lock (``MemberIndex``) and a coarse clock read (``UseClock``) on top
+    /// of ``SessionEngine/identityHeaders()``.
     ///
     /// - Parameter account: The account the request acts for.
     /// - Returns: The `X-AppNorth-Identity-*` headers of the account's installed credential.
@@ -106,12 +120,12 @@ public final class SessionPool: Sendable {
     ///   account the pool does not hold. Never another account's headers, never anonymous.
     public func identityHeaders(for account: AccountID) throws(SessionError) -> IdentityHeaders {
         guard let member = member(account, using: true) else { throw Self.notHeld(account) }
-        return try member.engine.identityHeaders()
+        return try member.store.headers()
     }
 
     /// What the pool has done and holds: accounts, the budget's counters and evictions. Read without an actor hop.
     public var metrics: SessionPoolMetrics {
-        let (accounts, evictions) = members.withLock { ($0.byAccount.count, $0.evictions) }
+        let (accounts, evictions) = members.withLock { ($0.index.count, $0.evictions) }
         let budget = budget.snapshot
         return SessionPoolMetrics(
             accounts: accounts, fetchesInFlight: budget.inFlight, queuedNeeded: budget.queuedNeeded,
@@ -149,14 +163,15 @@ public final class SessionPool: Sendable {
 
     /// The member for `account`, marking it used when `using`.
     func member(_ account: AccountID, using: Bool = false) -> Member? {
-        guard let member = members.withLock({ $0.byAccount[account] }) else { return nil }
-        if using { member.lastUsed.store(Member.nanoseconds(clock.uptime), ordering: .relaxed) }
+        let hash = memberHasher.hash(account)
+        guard let member = members.withLock({ $0.index.member(account, hash: hash) }) else { return nil }
+        if using { member.markUsed(at: useClock.now) }
         return member
     }
 
     /// Whether `member` is still the pool's member for its account.
     func isMember(_ member: Member) -> Bool {
-        members.withLock { $0.byAccount[member.account] === member }
+        members.withLock { $0.index.member(member.account) === member }
     }
 
     /// Whether the pool has shut down.
