@@ -111,7 +111,7 @@ public final class SessionPool: Sendable {
 
     /// The identity headers for an identified request of `account`, read without an actor hop.
     ///
-    /// Costs a lookup in the members' index under a lock (``MemberIndex``) and a coarse clock read (``UseClock``) on top
+    /// Costs a lookup in the members' index under a lock (`MemberIndex`) and a coarse clock read (`UseClock`) on top
     /// of ``SessionEngine/identityHeaders()``.
     ///
     /// - Parameter account: The account the request acts for.
