@@ -123,9 +123,10 @@ final class PoolRaceRig: Sendable {
     }
 }
 
-/// The pool's races: accounts sharing one budget, an account leaving while its fetch waits, an eviction racing work.
+/// The pool's races: accounts sharing one budget, an account leaving while its fetch waits, an eviction racing work,
+/// the pool's shared timers firing while an account leaves.
 enum PoolRaces {
-    static let all: [RaceProgram] = [signInsShareTheBudget, signOutWhileQueued, evictionRacesWork]
+    static let all: [RaceProgram] = [signInsShareTheBudget, signOutWhileQueued, evictionRacesWork, renewalRacesSignOut]
 
     static let signInsShareTheBudget = RaceProgram(
         name: "pool-sign-ins",
@@ -222,6 +223,50 @@ enum PoolRaces {
             }
             try await rig.checkBudget(maximumInFlight: 2)
             await rig.pool.shutdown()
+        }
+    }
+
+    static let renewalRacesSignOut = RaceProgram(
+        name: "pool-renewal-races-sign-out",
+        summary: "the pool's timers fire alice's and bob's renewals while alice signs out and bob's headers are read",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 2)
+            try await rig.pool.signIn("alice")
+            try await rig.pool.signIn("bob")
+            await rig.pool.waitUntilIdle()
+            // Short of expiry, past both renewal times: the shared timers wake once and fire both.
+            rig.launch { _ in
+                rig.clock.advance(by: .seconds(890))
+                return "advanced"
+            }
+            rig.launch { pool in
+                await pool.signOut("alice")
+                return "signed out"
+            }
+            rig.launch { _ in
+                try rig.checkHeaders(of: "bob")
+                await Waypoint.pass()
+                try rig.checkHeaders(of: "bob")
+                return "read"
+            }
+            let outcomes = await rig.outcomes()
+            if outcomes != ["advanced", "signed out", "read"] { throw RaceViolation("outcomes \(outcomes)") }
+            await rig.pool.waitUntilIdle()
+            if rig.pool.accounts != ["bob"] { throw RaceViolation("the pool holds \(rig.pool.accounts)") }
+            guard rig.pool.state(of: "bob").isIdentified else {
+                throw RaceViolation("bob is \(rig.pool.state(of: "bob")) after his renewal")
+            }
+            try rig.checkHeaders(of: "bob")
+            if rig.pool.metrics(for: "bob")?.renewals != 1 {
+                throw RaceViolation("bob renewed \(rig.pool.metrics(for: "bob")?.renewals ?? 0) times, not once")
+            }
+            // Alice's timer left with her; bob's next renewal is the one timer left.
+            if rig.pool.metrics.timers != 1 { throw RaceViolation("\(rig.pool.metrics.timers) timers after the race") }
+            try await rig.checkBudget(maximumInFlight: 2)
+            await rig.pool.shutdown()
+            if rig.pool.metrics.timers != 0 { throw RaceViolation("\(rig.pool.metrics.timers) timers after shutdown") }
         }
     }
 }

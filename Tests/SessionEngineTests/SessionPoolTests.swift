@@ -7,7 +7,7 @@ import Testing
 @testable import SessionEngine
 
 /// A pool wired to a manual clock, a scripted fetcher and a signer.
-private struct PoolHarness {
+struct PoolHarness {
     let clock = ManualClock()
     let fetcher: ScriptedCredentialFetcher
     let signer: IdentitySigner

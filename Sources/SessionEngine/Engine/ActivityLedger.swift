@@ -57,6 +57,12 @@ package final class ActivityLedger: Sendable {
     /// An activity started; call before the task that performs it is created.
     package func begin() { change(by: 1) }
 
+    /// `count` activities started, in one step; call before the tasks that perform them are created.
+    package func begin(count: Int) {
+        guard count > 0 else { return }
+        change(by: count)
+    }
+
     /// An activity ended.
     package func end() { change(by: -1) }
 

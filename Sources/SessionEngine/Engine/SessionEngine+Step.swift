@@ -63,6 +63,7 @@ extension SessionEngine {
                 }
             case .finishShutdown:
                 finishesShutdown = true
+                timers?.cancel(for: self)
                 for task in graceTasks { task.cancel() }
                 graceTasks = []
             default:
@@ -94,8 +95,13 @@ extension SessionEngine {
             fetchTask = nil
             fetchTicket = nil
         case .scheduleTimer(let spec):
-            startTimer(spec)
+            if let timers {
+                timers.schedule(spec, for: self)
+            } else {
+                startTimer(spec)
+            }
         case .cancelTimer:
+            timers?.cancel(for: self)
             timerTask?.cancel()
             timerTask = nil
         case .resolveWaiters(let epoch, let kinds, let outcome):
@@ -231,6 +237,20 @@ extension SessionEngine {
 
     private func timerFired(_ id: TimerID) {
         step { $0.timerFired(id, at: $1) }
+    }
+
+    /// Fires the timer `id` that the pool's timers held, in a task of its own that they already began on the ledger.
+    nonisolated func fireTimer(_ id: TimerID) {
+        let recorder = self.recorder
+        let ledger = self.ledger
+        recorder.tasks(1)
+        Task(executorPreference: configuration.taskExecutor) {
+            defer {
+                recorder.tasks(-1)
+                ledger?.end()
+            }
+            await self.timerFired(id)
+        }
     }
 
     /// Maps what a fetcher threw to the engine's error.

@@ -33,6 +33,8 @@ public actor SessionEngine {
     let recorder = MetricsRecorder()
     /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
     let budget: FetchBudget?
+    /// The pool's timers, which hold this engine's timer instead of a task of its own; `nil` for an engine of its own.
+    let timers: PoolTimers?
     /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
     package nonisolated let ledger: ActivityLedger?
     /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
@@ -79,7 +81,8 @@ public actor SessionEngine {
         observer: (@Sendable (SessionEvent) -> Void)?
     ) {
         self.init(
-            member: fetcher, configuration: configuration, clock: clock, observer: observer, budget: nil, hooks: [])
+            member: fetcher, configuration: configuration, clock: clock, observer: observer, budget: nil, timers: nil,
+            hooks: [])
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
@@ -90,6 +93,7 @@ public actor SessionEngine {
     ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
     ///   - budget: The pool's budget toward the backend, which this engine's fetches then share.
+    ///   - timers: The pool's timers, which then hold this engine's timer.
     ///   - hooks: Account-change hooks registered from the start, in order.
     init(
         member fetcher: any CredentialFetcher,
@@ -97,10 +101,12 @@ public actor SessionEngine {
         clock: any SessionClock,
         observer: (@Sendable (SessionEvent) -> Void)?,
         budget: FetchBudget?,
+        timers: PoolTimers?,
         hooks: [@Sendable (AccountChange) async -> Void]
     ) {
         self.fetcher = fetcher
         self.budget = budget
+        self.timers = timers
         self.hooks = hooks
         self.clock = clock
         self.configuration = configuration

@@ -167,6 +167,7 @@ extension SessionPool {
             clock: clock,
             observer: { event in broadcaster.publish(SessionPoolEvent(account: account, kind: .session(event))) },
             budget: budget,
+            timers: timers,
             hooks: hooks
         )
         return engine

@@ -59,6 +59,8 @@ public final class SessionPool: Sendable {
     /// The clock of the members' use stamps, cheap enough to read on every request.
     let useClock: UseClock
     let budget: FetchBudget
+    /// Every account's timer.
+    let timers: PoolTimers
     /// Counts runnable work for tests on a manual clock; `nil` on other clocks.
     package let ledger: ActivityLedger?
     let members: Mutex<Members>
@@ -92,6 +94,7 @@ public final class SessionPool: Sendable {
         self.budget = FetchBudget(
             limits: configuration.budget, clock: clock, ledger: ledger,
             taskExecutor: configuration.session.taskExecutor)
+        self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: configuration.session.taskExecutor)
         self.broadcaster = PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit)
         self.stopped = Latch(ledger: ledger)
     }
@@ -130,7 +133,7 @@ public final class SessionPool: Sendable {
         return SessionPoolMetrics(
             accounts: accounts, fetchesInFlight: budget.inFlight, queuedNeeded: budget.queuedNeeded,
             queuedProactive: budget.queuedProactive, budgetWaits: budget.waits, fetchesAdmitted: budget.admitted,
-            evictions: evictions)
+            evictions: evictions, timers: timers.count)
     }
 
     /// One account's metrics, as its ``SessionEngine/metrics``; `nil` for an account the pool does not hold.

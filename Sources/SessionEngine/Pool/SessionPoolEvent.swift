@@ -116,10 +116,13 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     public var fetchesAdmitted: Int
     /// Accounts the pool signed out by itself (capacity or idle), over its life.
     public var evictions: Int
+    /// Accounts with a timer (renewal, expiry, retry) in the pool's one deadline structure.
+    public var timers: Int
 
     /// The pool's counters on one line.
     public var description: String {
         "accounts \(accounts), in flight \(fetchesInFlight), queued \(queuedNeeded) needed and \(queuedProactive) "
-            + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions)"
+            + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions), "
+            + "timers \(timers)"
     }
 }

@@ -1,0 +1,219 @@
+import Foundation
+import Synchronization
+
+/// Every timer of a pool's accounts in one deadline structure, with one task that sleeps until the earliest.
+///
+/// An engine of its own runs a task for its timer (renewal, expiry, backoff). A pool's accounts hand their timers
+/// here instead, so an idle account costs an entry in a dictionary and a key in a heap, not a task, and the pool's
+/// timers cost one sleeping task whatever the number of accounts. Each account holds at most one timer; a new one
+/// replaces it.
+///
+/// A timer is due at a wall-clock time, a monotonic time or whichever comes first (``TimerSpec``). The heap orders
+/// the timers by when each is expected to be due on the pool clock's monotonic time: a wall-clock deadline is moved
+/// there by the offset between the two clocks at the moment it is scheduled. The sleeper wakes for the earliest key,
+/// and at least every 30 s, as an engine's own timer does, so a wall-clock jump is noticed within one slice: a jump
+/// forward (the offset grew) re-keys every timer, and a timer woken early by a jump back, not yet due, is re-keyed
+/// and waits again. A due timer fires in a task of its own, which tells the account's engine; the engine's state
+/// machine ignores a timer it has replaced or cancelled meanwhile, so a firing that races a replacement is harmless.
+final class PoolTimers: Sendable {
+    /// A scheduled timer: its spec and the engine it belongs to.
+    private struct Entry {
+        var spec: TimerSpec
+        weak var engine: SessionEngine?
+        /// Tells this scheduling apart from the engine's earlier and later ones.
+        var generation: UInt64
+    }
+
+    /// A timer's place in the heap; stale once its engine's entry has another generation.
+    private struct Key: Comparable {
+        var due: Duration
+        var generation: UInt64
+        var owner: ObjectIdentifier
+
+        static func < (lhs: Key, rhs: Key) -> Bool {
+            (lhs.due, lhs.generation) < (rhs.due, rhs.generation)
+        }
+    }
+
+    private struct State {
+        var entries: [ObjectIdentifier: Entry] = [:]
+        var heap = Heap<Key>()
+        var nextGeneration: UInt64 = 0
+        /// The sleeping task (`nil` until it is made), when it will wake and its identity.
+        var sleeper: (task: Task<Void, Never>?, wakesAt: Duration, id: UInt64)?
+        /// The wall clock minus the monotonic clock when the keys were computed, in seconds.
+        var offset: TimeInterval?
+        /// Times the sleeper woke, for benchmarks.
+        var wakeUps = 0
+    }
+
+    private let clock: any SessionClock
+    private let ledger: ActivityLedger?
+    private let taskExecutor: (any TaskExecutor)?
+    private let state = Mutex(State())
+
+    /// How long the sleeper sleeps at most, so that wall-clock jumps are noticed.
+    static let slice = Duration.seconds(30)
+    /// How far the offset between the clocks may move before every key is computed again.
+    private static let jumpTolerance: TimeInterval = 1
+
+    init(clock: any SessionClock, ledger: ActivityLedger?, taskExecutor: (any TaskExecutor)?) {
+        self.clock = clock
+        self.ledger = ledger
+        self.taskExecutor = taskExecutor
+    }
+
+    /// How many timers are scheduled.
+    var count: Int { state.withLock { $0.entries.count } }
+
+    /// How many times the sleeper has woken.
+    var wakeUps: Int { state.withLock { $0.wakeUps } }
+
+    /// Schedules `spec` for `engine`, replacing its timer.
+    func schedule(_ spec: TimerSpec, for engine: SessionEngine) {
+        let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
+        let owner = ObjectIdentifier(engine)
+        let start = state.withLock { state -> (wait: Duration, id: UInt64)? in
+            state.nextGeneration += 1
+            let generation = state.nextGeneration
+            state.entries[owner] = Entry(spec: spec, engine: engine, generation: generation)
+            guard let due = Self.due(spec, at: now, offset: &state.offset) else { return nil }
+            state.heap.insert(Key(due: due, generation: generation, owner: owner))
+            // Stale keys of replaced timers are dropped as they come up; past twice the timers, all at once.
+            if state.heap.count > 2 * state.entries.count + 64 { Self.rekey(&state, at: now) }
+            return sleeperIfEarlier(&state, than: due, at: now)
+        }
+        if let start { startSleeper(start) }
+    }
+
+    /// Cancels `engine`'s timer, if it has one.
+    func cancel(for engine: SessionEngine) {
+        let owner = ObjectIdentifier(engine)
+        let sleeper = state.withLock { state -> Task<Void, Never>? in
+            state.entries[owner] = nil
+            guard state.entries.isEmpty else { return nil }
+            // No timer left: the sleeper has nothing to wake for.
+            state.heap = Heap()
+            defer { state.sleeper = nil }
+            return state.sleeper?.task
+        }
+        sleeper?.cancel()
+    }
+
+    // MARK: - Under the lock
+
+    /// When `spec` is expected to be due on the monotonic clock, computing the clocks' offset if none is set;
+    /// `nil` for a timer with no deadline.
+    private static func due(_ spec: TimerSpec, at now: SessionInstant, offset: inout TimeInterval?) -> Duration? {
+        var due: Duration?
+        if let wall = spec.wallDeadline {
+            let keyed = offset ?? (now.wall.timeIntervalSince1970 - now.uptime.timeInterval)
+            offset = keyed
+            due = .seconds(wall.timeIntervalSince1970 - keyed)
+        }
+        if let uptime = spec.uptimeDeadline {
+            due = min(due ?? uptime, uptime)
+        }
+        return due
+    }
+
+    /// Computes every live timer's key again at `now`, dropping stale keys.
+    private static func rekey(_ state: inout State, at now: SessionInstant) {
+        state.offset = now.wall.timeIntervalSince1970 - now.uptime.timeInterval
+        var heap = Heap<Key>()
+        for (owner, entry) in state.entries {
+            guard let due = due(entry.spec, at: now, offset: &state.offset) else { continue }
+            heap.insert(Key(due: due, generation: entry.generation, owner: owner))
+        }
+        state.heap = heap
+    }
+
+    /// A new sleeper's wait and identity when none sleeps or the one that does wakes after `due`; begun on the
+    /// ledger in this lock step. The sleeper it replaces is cancelled.
+    private func sleeperIfEarlier(_ state: inout State, than due: Duration, at now: SessionInstant) -> (
+        wait: Duration, id: UInt64
+    )? {
+        let wait = min(Self.slice, max(.zero, due - now.uptime))
+        let wakesAt = now.uptime + wait
+        if let sleeper = state.sleeper {
+            guard wakesAt < sleeper.wakesAt else { return nil }
+            sleeper.task?.cancel()
+        }
+        state.nextGeneration += 1
+        let id = state.nextGeneration
+        state.sleeper = (nil, wakesAt, id)
+        ledger?.begin()
+        return (wait, id)
+    }
+
+    // MARK: - The sleeper
+
+    /// Starts the sleeper planned by ``sleeperIfEarlier(_:than:at:)``, already begun on the ledger.
+    private func startSleeper(_ plan: (wait: Duration, id: UInt64)) {
+        let clock = self.clock
+        let ledger = self.ledger
+        let task = Task(executorPreference: taskExecutor) { [weak self] in
+            defer { ledger?.end() }
+            do {
+                try await clock.sleep(for: plan.wait)
+            } catch {
+                return  // Replaced by a sleeper that wakes earlier, or no timer is left.
+            }
+            self?.look(sleeper: plan.id)
+        }
+        let stale = state.withLock { state -> Bool in
+            guard state.sleeper?.id == plan.id else { return true }
+            state.sleeper?.task = task
+            return false
+        }
+        if stale { task.cancel() }
+    }
+
+    /// Fires the due timers and plans the next look; the sleeper `id` calls it when it wakes.
+    private func look(sleeper id: UInt64) {
+        let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
+        let (due, next) = state.withLock { state -> ([(SessionEngine, TimerID)], (wait: Duration, id: UInt64)?) in
+            // A sleeper replaced just as its sleep ended leaves the looking to its replacement.
+            guard state.sleeper?.id == id else { return ([], nil) }
+            state.sleeper = nil
+            state.wakeUps += 1
+            let offset = now.wall.timeIntervalSince1970 - now.uptime.timeInterval
+            if let keyed = state.offset, abs(offset - keyed) > Self.jumpTolerance { Self.rekey(&state, at: now) }
+            var due: [(SessionEngine, TimerID)] = []
+            var early: [Key] = []
+            while let key = state.heap.min, key.due <= now.uptime {
+                state.heap.removeMin()
+                guard let entry = state.entries[key.owner], entry.generation == key.generation else { continue }
+                guard let engine = entry.engine else {
+                    state.entries[key.owner] = nil
+                    continue
+                }
+                if entry.spec.isDue(at: now) {
+                    state.entries[key.owner] = nil
+                    due.append((engine, entry.spec.id))
+                } else {
+                    // Woken early by a jump of the wall clock back: wait again from the current offset.
+                    var offset: TimeInterval? = offset
+                    if let again = Self.due(entry.spec, at: now, offset: &offset) {
+                        let due = max(again, now.uptime + .milliseconds(1))
+                        early.append(Key(due: due, generation: key.generation, owner: key.owner))
+                    }
+                }
+            }
+            for key in early { state.heap.insert(key) }
+            // Each firing is runnable from this lock step on.
+            ledger?.begin(count: due.count)
+            var next: (wait: Duration, id: UInt64)?
+            while let key = state.heap.min {
+                if let entry = state.entries[key.owner], entry.generation == key.generation {
+                    next = sleeperIfEarlier(&state, than: key.due, at: now)
+                    break
+                }
+                state.heap.removeMin()
+            }
+            return (due, next)
+        }
+        for (engine, timer) in due { engine.fireTimer(timer) }
+        if let next { startSleeper(next) }
+    }
+}

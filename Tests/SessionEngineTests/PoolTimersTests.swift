@@ -1,0 +1,91 @@
+import SessionEngineTestKit
+import Testing
+
+@testable import SessionEngine
+
+/// The pool's one deadline structure: every account's timer in one heap, one sleeper, and the wall clock's jumps.
+@Suite struct PoolTimersTests {
+    @Test func manyAccountsShareOneSleeperAndNoTaskEach() async throws {
+        let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
+        let accounts = PoolHarness.accounts(50)
+        for call in await harness.signInAtOnce(accounts) { try await call.value }
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == accounts.count, "every identified account has its renewal timer")
+        // The pool's timers sleep once for all of them; an engine of its own would sleep once each.
+        #expect(harness.clock.sleeperCount == 1)
+        for account in accounts { #expect(harness.pool.metrics(for: account)?.liveTasks == 0) }
+        await harness.pool.shutdown()
+        #expect(harness.pool.timers.count == 0)
+    }
+
+    @Test func everyAccountRenewsOnceThroughTheSharedTimers() async throws {
+        let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
+        let accounts = PoolHarness.accounts(10)
+        for call in await harness.signInAtOnce(accounts) { try await call.value }
+        // Credentials last 15 minutes and renew well before they expire: each account exactly once in 15 minutes.
+        for _ in 0..<900 {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+        }
+        for account in accounts {
+            let metrics = try #require(harness.pool.metrics(for: account))
+            #expect(metrics.renewals == 1, "\(account) renewed \(metrics.renewals) times")
+            #expect(metrics.expiries == 0)
+            #expect(harness.pool.state(of: account).isIdentified)
+        }
+        await harness.pool.shutdown()
+    }
+
+    @Test func aWallClockJumpForwardIsNoticedWithinOneSlice() async throws {
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice")
+        let before = harness.fetcher.totalRequests
+        // The wall clock moves past the credential's expiry; the monotonic clock has not moved.
+        harness.clock.jumpWallClock(by: .seconds(3600))
+        var waited = Duration.zero
+        while harness.fetcher.totalRequests == before && waited < .seconds(60) {
+            harness.clock.advance(by: .seconds(1))
+            waited += .seconds(1)
+            await harness.pool.waitUntilIdle()
+        }
+        #expect(harness.fetcher.totalRequests > before)
+        #expect(waited <= PoolTimers.slice, "the jump was noticed after \(waited)")
+        await harness.pool.shutdown()
+    }
+
+    @Test func aWallClockJumpBackDelaysTheRenewalByTheJump() async throws {
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice")
+        let before = harness.fetcher.totalRequests
+        harness.clock.jumpWallClock(by: .seconds(-3600))
+        // The credential expires 15 minutes after the sign-in by the backend's clock; locally it is now 75 minutes
+        // away, and the renewal comes before it, not at its time on the monotonic clock.
+        var renewedAfter: Duration?
+        for second in 1...(80 * 60) {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+            if harness.fetcher.totalRequests > before {
+                renewedAfter = .seconds(second)
+                break
+            }
+        }
+        let after = try #require(renewedAfter)
+        #expect(after > .seconds(3600), "renewed after \(after), before the wall clock came back to its time")
+        #expect(after < .seconds(75 * 60))
+        await harness.pool.shutdown()
+    }
+
+    @Test func signingOutCancelsTheTimerAndTheLastStopsTheSleeper() async throws {
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice")
+        try await harness.pool.signIn("bob")
+        #expect(harness.pool.timers.count == 2)
+        await harness.pool.signOut("alice")
+        #expect(harness.pool.timers.count == 1)
+        await harness.pool.signOut("bob")
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 0)
+        #expect(harness.clock.sleeperCount == 0, "no timer is left to sleep for")
+        await harness.pool.shutdown()
+    }
+}
