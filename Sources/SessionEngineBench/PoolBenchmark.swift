@@ -21,8 +21,12 @@ struct PoolBenchmark: Benchmark {
 
         progress("  pool: signing \(grouped(readers)) accounts in")
         let clock = SystemClock()
+        // Credentials of a day: nothing renews while the pool is measured idle.
+        let fetcher = SigningFetcher(clock: clock, lifetime: 86_400)
+        releaseFreeMemory()
+        let memoryBefore = residentMemory()
         let pool = SessionPool(
-            fetcher: SigningFetcher(clock: clock),
+            fetcher: fetcher,
             configuration: SessionPoolConfiguration(
                 session: SessionConfiguration(minimumFetchInterval: .zero, randomSeed: 1),
                 budget: .init(maximumInFlight: 256, startsPerSecond: 1e9)
@@ -38,6 +42,11 @@ struct PoolBenchmark: Benchmark {
             }
             try await group.waitForAll()
         }
+        releaseFreeMemory()
+        let memoryPerAccount = (residentMemory() - memoryBefore) / Double(readers)
+        let idleWindow: Duration = options.quick ? .seconds(3) : .seconds(31)
+        progress("  pool: \(grouped(readers)) idle identified accounts for \(idleWindow)")
+        let idle = await measureIdle(pool, for: idleWindow)
         let engine = SessionEngine(
             fetcher: SigningFetcher(clock: clock),
             configuration: SessionConfiguration(minimumFetchInterval: .zero, randomSeed: 1)
@@ -81,6 +90,25 @@ struct PoolBenchmark: Benchmark {
         let atMostTwice = { (ratio: Double) in ratio <= 2 }
         var figures = [
             Figure(
+                name,
+                Measurement(
+                    "memory per idle identified account, \(grouped(readers)) accounts", .bytes,
+                    [memoryPerAccount]),
+                goal: Goal(text: "≤ 2 KiB", met: memoryPerAccount <= 2048),
+                note: "resident memory rise after signing the accounts in, over the accounts; the engine of its own: "
+                    + "see idle-engines"
+            ),
+            Figure(
+                name,
+                Measurement(
+                    "timer wake-ups per second, \(grouped(readers)) idle accounts", .perSecond,
+                    [idle.wakeUps]),
+                goal: Goal(text: "independent of the accounts", met: idle.wakeUps <= 1),
+                note: String(
+                    format: "the pool's one timer sleeper over a %.0f s window; CPU %.4f%% of one core",
+                    idle.seconds, idle.cpuShare * 100)
+            ),
+            Figure(
                 name, perRead("pool1", "identityHeaders(for:), \(grouped(readers)) accounts, 1 thread"),
                 against: perRead("engine1", "one engine's identityHeaders(), 1 thread"), paired: true
             ).goal("≤ 2×", atMostTwice),
@@ -115,6 +143,20 @@ struct PoolBenchmark: Benchmark {
                 note: "200 ms backend latency, at most 128 in flight"
             ).goal("≤ 1.1×") { $0 <= 1.1 })
         return figures
+    }
+
+    /// Leaves `pool` idle for `window` and returns its timer wake-ups per second, the process's CPU time as a share
+    /// of one core, and the window's length in seconds.
+    private func measureIdle(_ pool: SessionPool, for window: Duration) async -> (
+        wakeUps: Double, cpuShare: Double, seconds: Double
+    ) {
+        let startWakeUps = pool.timerWakeUps
+        let startCPU = processCPUTime()
+        let start = ContinuousClock.now
+        try? await Task.sleep(for: window)
+        let seconds = start.duration(to: .now).seconds
+        let cpu = processCPUTime() - startCPU
+        return (Double(pool.timerWakeUps - startWakeUps) / seconds, cpu / seconds, seconds)
     }
 
     /// Signs `accounts` in at once on a manual clock through a budget of `rate` starts per second, with a backend that

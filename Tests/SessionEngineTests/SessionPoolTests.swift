@@ -275,6 +275,20 @@ struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    @Test func anAccountsLatencySummaryKeepsOnlyItsRecentFetches() async throws {
+        // Memory that grew with every renewal would grow without bound in a pool held for weeks.
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice")
+        for _ in 0..<(SessionPool.accountLatencyWindow + 4) {
+            harness.clock.advance(by: .seconds(60))
+            _ = try await harness.pool.renew(for: "alice")
+        }
+        let metrics = try #require(harness.pool.metrics(for: "alice"))
+        #expect(metrics.fetchesSucceeded == SessionPool.accountLatencyWindow + 5)
+        #expect(metrics.fetchLatency.count == SessionPool.accountLatencyWindow)
+        await harness.pool.shutdown()
+    }
+
     @Test func aShutDownPoolRefusesSignInsAndEndsItsEvents() async throws {
         let harness = PoolHarness()
         let events = harness.pool.events()

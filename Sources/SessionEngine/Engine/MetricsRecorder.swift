@@ -7,8 +7,8 @@ final class MetricsRecorder: Sendable {
         /// The epoch of the last account change counted.
         var changeEpoch: UInt64 = 0
         /// Recent durations of successful fetches, and of failed ones.
-        var latencies = LatencyRing()
-        var failedLatencies = LatencyRing()
+        var latencies: LatencyRing
+        var failedLatencies: LatencyRing
         /// The epoch whose account session last installed a credential.
         var installedEpoch: UInt64?
         /// The last published state, to count transitions.
@@ -16,7 +16,14 @@ final class MetricsRecorder: Sendable {
         var liveTasks = 0
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
+
+    /// Creates a recorder whose latency summaries cover at most `latencyWindow` recent fetches each.
+    init(latencyWindow: Int = LatencySummary.window) {
+        state = Mutex(
+            State(
+                latencies: LatencyRing(capacity: latencyWindow), failedLatencies: LatencyRing(capacity: latencyWindow)))
+    }
 
     /// A fetch started.
     func fetchStarted() {
@@ -87,17 +94,22 @@ final class MetricsRecorder: Sendable {
     }
 }
 
-/// The last ``LatencySummary/window`` durations recorded.
+/// The last `capacity` durations recorded (``LatencySummary/window`` for an engine of its own).
 struct LatencyRing {
+    let capacity: Int
     private(set) var durations: [Duration] = []
     private var next = 0
 
+    init(capacity: Int) {
+        self.capacity = max(1, capacity)
+    }
+
     mutating func record(_ duration: Duration) {
-        if durations.count < LatencySummary.window {
+        if durations.count < capacity {
             durations.append(duration)
         } else {
             durations[next] = duration
-            next = (next + 1) % LatencySummary.window
+            next = (next + 1) % capacity
         }
     }
 }

@@ -30,7 +30,7 @@ public actor SessionEngine {
     let store: SessionStore
     let broadcaster: EventBroadcaster
     let waiters: OutcomeWaiters
-    let recorder = MetricsRecorder()
+    let recorder: MetricsRecorder
     /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
     let budget: FetchBudget?
     /// The pool's timers, which hold this engine's timer instead of a task of its own; `nil` for an engine of its own.
@@ -82,7 +82,7 @@ public actor SessionEngine {
     ) {
         self.init(
             member: fetcher, configuration: configuration, clock: clock, observer: observer, budget: nil, timers: nil,
-            hooks: [])
+            latencyWindow: LatencySummary.window, hooks: [])
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
@@ -94,6 +94,7 @@ public actor SessionEngine {
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
     ///   - budget: The pool's budget toward the backend, which this engine's fetches then share.
     ///   - timers: The pool's timers, which then hold this engine's timer.
+    ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
     init(
         member fetcher: any CredentialFetcher,
@@ -102,8 +103,10 @@ public actor SessionEngine {
         observer: (@Sendable (SessionEvent) -> Void)?,
         budget: FetchBudget?,
         timers: PoolTimers?,
+        latencyWindow: Int,
         hooks: [@Sendable (AccountChange) async -> Void]
     ) {
+        self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
         self.fetcher = fetcher
         self.budget = budget
         self.timers = timers

@@ -168,6 +168,7 @@ extension SessionPool {
             observer: { event in broadcaster.publish(SessionPoolEvent(account: account, kind: .session(event))) },
             budget: budget,
             timers: timers,
+            latencyWindow: Self.accountLatencyWindow,
             hooks: hooks
         )
         return engine

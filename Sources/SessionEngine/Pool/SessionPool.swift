@@ -136,7 +136,13 @@ public final class SessionPool: Sendable {
             evictions: evictions, timers: timers.count)
     }
 
+    /// How many times the pool's timers have woken, for benchmarks.
+    package var timerWakeUps: Int { timers.wakeUps }
+
     /// One account's metrics, as its ``SessionEngine/metrics``; `nil` for an account the pool does not hold.
+    ///
+    /// Its latency summaries cover the account's last 16 fetches, not ``LatencySummary/window``: kept for every
+    /// account of a large pool, a full window would cost 32 KiB an account once it has renewed a thousand times.
     ///
     /// - Parameter account: The account.
     public func metrics(for account: AccountID) -> SessionMetrics? {
@@ -183,6 +189,9 @@ public final class SessionPool: Sendable {
     static func notHeld(_ account: AccountID) -> SessionError {
         SessionError(.signedOut, reason: "\(account) is not signed in to the pool")
     }
+
+    /// How many recent fetches each latency summary of an account's metrics covers.
+    static let accountLatencyWindow = 16
 
     static let shutDownError = SessionError(.shutDown, reason: "the session pool has shut down")
 }
