@@ -105,8 +105,8 @@ struct PoolBenchmark: Benchmark {
                     [idle.wakeUps]),
                 goal: Goal(text: "independent of the accounts", met: idle.wakeUps <= 1),
                 note: String(
-                    format: "the pool's one timer sleeper over a %.0f s window; CPU %.4f%% of one core",
-                    idle.seconds, idle.cpuShare * 100)
+                    format: "the pool's one timer sleeper: %.0f wake-ups in a %.0f s window; CPU %.3f%% of one core",
+                    idle.wakeUps * idle.seconds, idle.seconds, idle.cpuShare * 100)
             ),
             Figure(
                 name, perRead("pool1", "identityHeaders(for:), \(grouped(readers)) accounts, 1 thread"),
