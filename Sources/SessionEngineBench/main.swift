@@ -27,6 +27,7 @@ let benchmarks: [any Benchmark] = [
     FleetBenchmark(),
     IdleEnginesBenchmark(),
     PoolBenchmark(),
+    PoolDayBenchmark(),
 ]
 
 func parseOptions(_ arguments: [String]) -> Options? {
