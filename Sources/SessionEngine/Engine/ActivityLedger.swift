@@ -78,8 +78,38 @@ package final class ActivityLedger: Sendable {
         change(by: count)
     }
 
-    /// A call entered an engine: it is runnable until it parks or returns.
+    /// The call a task counts itself as on a ledger, from ``countingCall(_:)``: the ledger and the task.
+    private struct CountedCall: Sendable, Hashable {
+        var ledger: ObjectIdentifier
+        var task: Int
+    }
+
+    @TaskLocal private static var countedCall: CountedCall?
+
+    /// Whether the current task runs inside ``countingCall(_:)`` on this ledger; tasks it starts do not, though they
+    /// inherit its task-local values.
+    private var insideCountedCall: Bool {
+        guard let call = Self.countedCall, call.ledger == ObjectIdentifier(self) else { return false }
+        return withUnsafeCurrentTask { $0?.hashValue } == call.task
+    }
+
+    /// Runs `body` as one call: entered before it, left after it, and the engine calls it makes from its own task
+    /// neither enter nor leave again, so the call counts as runnable in its own code between them.
+    ///
+    /// A pool's call makes several engine calls in a row (an eviction's sign-out and shutdown, then the sign-in);
+    /// counted one by one, the call would be runnable but uncounted between two of them, and the ledger could read
+    /// idle while it still had work to do. The engine calls' parking still parks this one count.
+    package func countingCall<T>(_ body: () async throws -> T) async rethrows -> T {
+        enter()
+        defer { leave() }
+        let call = CountedCall(ledger: ObjectIdentifier(self), task: withUnsafeCurrentTask { $0?.hashValue } ?? 0)
+        return try await Self.$countedCall.withValue(call) { try await body() }
+    }
+
+    /// A call entered an engine: it is runnable until it parks or returns. Inside ``countingCall(_:)`` it is
+    /// already counted, and nothing changes.
     package func enter() {
+        guard !insideCountedCall else { return }
         let ready = state.withLock { state in
             state.runnable += 1
             state.callsEntered += 1
@@ -89,8 +119,9 @@ package final class ActivityLedger: Sendable {
         for continuation in ready { continuation.resume() }
     }
 
-    /// A call returned from an engine.
+    /// A call returned from an engine; inside ``countingCall(_:)``, nothing changes.
     package func leave() {
+        guard !insideCountedCall else { return }
         let ready = state.withLock { state in
             state.runnable -= 1
             state.callsInside -= 1

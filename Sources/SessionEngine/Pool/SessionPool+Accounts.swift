@@ -59,7 +59,7 @@ extension SessionPool {
     /// - Parameter account: The account to sign out; nothing happens for one the pool does not hold.
     public func signOut(_ account: AccountID) async {
         guard let member = member(account) else { return }
-        await remove(member, because: nil)
+        await counted { await remove(member, because: nil) }
     }
 
     /// Registers a hook that runs during every account change of every account, as
@@ -72,7 +72,7 @@ extension SessionPool {
             members.hooks.append(hook)
             return Array(members.index.members)
         }
-        for member in current { await member.engine.addAccountChangeHook(hook) }
+        await counted { for member in current { await member.engine.addAccountChangeHook(hook) } }
     }
 
     /// Shuts every account down as ``SessionEngine/shutdown()`` does, refuses new sign-ins and ends the pool's event
@@ -91,9 +91,20 @@ extension SessionPool {
 
     // MARK: - Joining and leaving
 
+    /// Runs `body`, a call that makes several engine calls in a row, as one call on the activity ledger
+    /// (``ActivityLedger/countingCall(_:)``), so that a test's `waitUntilIdle()` never returns between two of them.
+    func counted<T>(_ body: () async throws -> T) async rethrows -> T {
+        guard let ledger else { return try await body() }
+        return try await ledger.countingCall(body)
+    }
+
     /// Runs `call` on the account's engine, making the member first (and evicting one over the cap). A sign-out or
     /// eviction that shut the engine down under the call is retried once on a fresh member.
     private func withMember(_ account: AccountID, _ call: (SessionEngine) async throws -> Void) async throws {
+        try await counted { try await withMemberCounted(account, call) }
+    }
+
+    private func withMemberCounted(_ account: AccountID, _ call: (SessionEngine) async throws -> Void) async throws {
         for attempt in 0..<2 {
             let (member, evicted) = try join(account)
             if let evicted { await remove(evicted, because: .capacity) }
