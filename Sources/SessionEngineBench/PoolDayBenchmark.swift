@@ -43,6 +43,21 @@ struct PoolDayBenchmark: Benchmark {
             Figure(
                 name,
                 Measurement(
+                    "\(grouped(rotating)) sign-ins at once: backend peak fetch starts per virtual second", .perSecond,
+                    [rotation.signInPeak]),
+                against: Measurement("the budget: rate plus bucket", .perSecond, [bound])
+            ).goal("≤ 1.0×") { $0 <= 1.0 },
+            Figure(
+                name,
+                Measurement(
+                    "\(grouped(rotating)) sign-ins at once: all identified after (virtual)", .seconds,
+                    [rotation.signInSeconds]),
+                against: Measurement("accounts / starts per second", .seconds, [ideal]),
+                note: "200 ms backend latency, at most 128 in flight"
+            ).goal("≤ 1.1×") { $0 <= 1.1 },
+            Figure(
+                name,
+                Measurement(
                     "rotation across \(grouped(rotating)) accounts: backend peak fetch starts per virtual second",
                     .perSecond, [rotation.peak]),
                 against: Measurement(
@@ -77,10 +92,10 @@ struct PoolDayBenchmark: Benchmark {
                         "a budget that never binds", .ratio, [steadyFree.steadyPeak / steadyFree.steadyMean]),
                     goal: Goal(text: "< 1.5×", met: steadyRatio < 1.5),
                     note: String(
-                        format: "%@; peak %.0f/s, mean %.1f/s from %.0f s on (never binding: peak %.0f/s, mean "
-                            + "%.1f/s from %.0f s on)",
+                        format: "%@; peak %.0f/s, mean %.1f/s from %.0f s on, %d identities expired (never binding: "
+                            + "peak %.0f/s, mean %.1f/s from %.0f s on)",
                         budget.describe(for: daily), steady.steadyPeak, steady.steadyMean, steady.firstWaveEnd,
-                        steadyFree.steadyPeak, steadyFree.steadyMean, steadyFree.firstWaveEnd)
+                        steady.expiries, steadyFree.steadyPeak, steadyFree.steadyMean, steadyFree.firstWaveEnd)
                 ))
             progress("  pool-day: the same outage through \(budget.name)")
             let outage = try await runDay(accounts: daily, length: day, outageAt: outageStart, budget: budget)
@@ -100,6 +115,21 @@ struct PoolDayBenchmark: Benchmark {
                             + "binding: %d within %.0f s (peak %.0f/s); independent engines (fleet): 8.9×",
                         outage.failedAccounts, outage.recoverySeconds, outage.recoveryPeak, outage.recoveryMean,
                         outageFree.failedAccounts, outageFree.recoverySeconds, outageFree.recoveryPeak)
+                ))
+            let afterRatio = outage.afterPeak / outage.afterMean
+            figures.append(
+                Figure(
+                    name,
+                    Measurement(
+                        "the backend's load in the hour after the outage, \(budget.name): peak / mean of every fetch "
+                            + "start per second", .ratio, [afterRatio]),
+                    against: Measurement(
+                        "a budget that never binds", .ratio, [outageFree.afterPeak / outageFree.afterMean]),
+                    goal: Goal(text: "< 2×", met: afterRatio < 2),
+                    note: String(
+                        format: "peak %.0f/s, mean %.1f/s, %d identities expired over the run (never binding: peak "
+                            + "%.0f/s, mean %.1f/s, %d expired)", outage.afterPeak, outage.afterMean, outage.expiries,
+                        outageFree.afterPeak, outageFree.afterMean, outageFree.expiries)
                 ))
         }
         return figures
@@ -164,22 +194,27 @@ struct PoolDayBenchmark: Benchmark {
     /// reports every account's credential rejected, at one virtual instant.
     ///
     /// - Returns: The peak fetch starts in any virtual second from the rotation on, the virtual time until every
-    ///   account is identified with a credential other than the rejected one, and the fetches started meanwhile.
-    private func rotate(accounts count: Int) async throws -> (peak: Double, seconds: Double, fetches: Int) {
+    ///   account is identified with a credential other than the rejected one, and the fetches started meanwhile;
+    ///   for the sign-ins before it, the peak fetch starts in a virtual second and the virtual time until every
+    ///   account was identified.
+    private func rotate(accounts count: Int) async throws -> (
+        peak: Double, seconds: Double, fetches: Int, signInPeak: Double, signInSeconds: Double
+    ) {
         let clock = ManualClock()
         let backend = DayBackend(clock: clock, accounts: count, latency: Self.latency)
         let pool = Self.pool(accounts: count, backend: backend, clock: clock, budget: .scaled)
         let accounts = (0..<count).map { AccountID("member-\($0)") }
         let signIns = await pool.startCalls(count) { pool, index in try await pool.signIn(accounts[index]) }
-        // Whole steps: the sign-ins are not measured, and each step costs the clock a scan of every sleeper. An
-        // account renewing meanwhile still has a usable credential.
+        // Fine steps while fetches wait for the budget, as in the rotation, so the budget's sleeper admits them as
+        // its tokens come. An account renewing meanwhile still has a usable credential.
         while backend.issued(generation: 0) < count
             || !accounts.allSatisfy({ (try? pool.identityHeaders(for: $0)) != nil })
         {
-            clock.advance(by: Self.step)
-            await pool.waitUntilIdle()
+            await advance(clock, pool, by: Self.step)
         }
         for task in signIns { try await task.value }
+        let signInSeconds = clock.uptime.seconds
+        let signInPeak = Double(backend.record.perSecond.prefix(Int(signInSeconds.rounded(.up))).max() ?? 0)
 
         let rejected = try accounts.map { try pool.identityHeaders(for: $0).credential() }
         backend.rotate()
@@ -207,7 +242,7 @@ struct PoolDayBenchmark: Benchmark {
             while starts[first] <= time - .seconds(1) { first += 1 }
             peak = max(peak, index - first + 1)
         }
-        return (Double(peak), took, starts.count)
+        return (Double(peak), took, starts.count, signInPeak, signInSeconds)
     }
 
     /// What one day of a pool showed at the backend.
@@ -226,6 +261,12 @@ struct PoolDayBenchmark: Benchmark {
         var recoveryMean: Double
         /// From the outage's end to the last failed account's first fetch after it.
         var recoverySeconds: Double
+        /// The highest count in one second of every fetch start in the hour after the outage: the backend's load.
+        var afterPeak: Double = 0
+        /// The mean of those counts per second.
+        var afterMean: Double = 0
+        /// Times an account's identity expired (identified work refused) over the run, all accounts together.
+        var expiries = 0
     }
 
     /// Signs `accounts` in at once and runs the pool to `length`, or, with an outage, until every account that failed
@@ -259,6 +300,7 @@ struct PoolDayBenchmark: Benchmark {
                         + "\(Unit.seconds.format(started.duration(to: .now).seconds)) wall")
             }
         }
+        let expiries = accounts.reduce(0) { $0 + (pool.metrics(for: $1)?.expiries ?? 0) }
         await pool.shutdown()
         for task in signIns { _ = try? await task.value }
         let record = backend.record
@@ -269,7 +311,8 @@ struct PoolDayBenchmark: Benchmark {
             firstWaveEnd: waveEnd.seconds,
             steadyPeak: Double(steady.max() ?? 0),
             steadyMean: Double(steadyTotal) / Double(max(1, steady.count)),
-            failedAccounts: record.failedEver, recoveryPeak: 0, recoveryMean: 0, recoverySeconds: 0)
+            failedAccounts: record.failedEver, recoveryPeak: 0, recoveryMean: 0, recoverySeconds: 0,
+            expiries: expiries)
         if let outageAt {
             let outageEnd = outageAt + Self.outageLength
             let offsets = record.recoveries.map { Int(($0 - outageEnd).seconds) }
@@ -278,6 +321,10 @@ struct PoolDayBenchmark: Benchmark {
             load.recoveryPeak = Double(perSecond.max() ?? 0)
             load.recoveryMean = Double(offsets.count) / Double(perSecond.count)
             load.recoverySeconds = Double(perSecond.count)
+            let from = min(record.perSecond.count, Int(outageEnd.seconds))
+            let after = record.perSecond[from..<min(record.perSecond.count, from + 3600)]
+            load.afterPeak = Double(after.max() ?? 0)
+            load.afterMean = Double(after.reduce(0) { $0 + Int($1) }) / Double(max(1, after.count))
         }
         progress("    \(Unit.seconds.format(started.duration(to: .now).seconds)) wall")
         return load
