@@ -23,6 +23,9 @@ struct PoolBenchmark: Benchmark {
         let clock = SystemClock()
         // Credentials of a day: nothing renews while the pool is measured idle.
         let fetcher = SigningFetcher(clock: clock, lifetime: 86_400)
+        // Run first (a filter that selects the pool benchmarks): nothing freed before it is left for the accounts
+        // to reuse.
+        let measuresMemoryAlone = !options.quick && options.filter?.hasPrefix("pool") == true
         releaseFreeMemory()
         let memoryBefore = residentMemory()
         let pool = SessionPool(
@@ -94,9 +97,14 @@ struct PoolBenchmark: Benchmark {
                 Measurement(
                     "memory per idle identified account, \(grouped(readers)) accounts", .bytes,
                     [memoryPerAccount]),
-                goal: Goal(text: "≤ 2 KiB", met: memoryPerAccount <= 2048),
-                note: "resident memory rise after signing the accounts in, over the accounts; the engine of its own: "
-                    + "see idle-engines"
+                // Memory that earlier benchmarks freed but the allocator kept absorbs the rise: in a smoke run it
+                // holds all of it, so only a run of this benchmark alone is held to the goal.
+                goal: measuresMemoryAlone ? Goal(text: "≤ 2 KiB", met: memoryPerAccount <= 2048) : nil,
+                note: "resident memory rise after signing the accounts in, over the accounts"
+                    + (measuresMemoryAlone
+                        ? "; the engine of its own: see idle-engines"
+                        : "; not held to the goal in a smoke run or after other benchmarks, whose freed memory the "
+                            + "accounts may reuse (run with --filter pool)")
             ),
             Figure(
                 name,
