@@ -129,9 +129,14 @@ extension SessionEngine {
 
     /// Starts one of the engine's own tasks, counted until it ends.
     func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        ledger?.begin()
+        return startBegunTask(body)
+    }
+
+    /// Starts one of the engine's own tasks that the caller already began on the ledger, counted until it ends.
+    nonisolated func startBegunTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
         let recorder = self.recorder
         let ledger = self.ledger
-        ledger?.begin()
         recorder.tasks(1)
         return Task(executorPreference: configuration.taskExecutor) {
             defer {
@@ -241,16 +246,7 @@ extension SessionEngine {
 
     /// Fires the timer `id` that the pool's timers held, in a task of its own that they already began on the ledger.
     nonisolated func fireTimer(_ id: TimerID) {
-        let recorder = self.recorder
-        let ledger = self.ledger
-        recorder.tasks(1)
-        Task(executorPreference: configuration.taskExecutor) {
-            defer {
-                recorder.tasks(-1)
-                ledger?.end()
-            }
-            await self.timerFired(id)
-        }
+        _ = startBegunTask { await self.timerFired(id) }
     }
 
     /// Maps what a fetcher threw to the engine's error.
