@@ -77,7 +77,9 @@ final class PoolTimers: Sendable {
             state.nextGeneration += 1
             let generation = state.nextGeneration
             state.entries[owner] = Entry(spec: spec, engine: engine, generation: generation)
-            guard let due = Self.due(spec, at: now, offset: &state.offset) else { return nil }
+            let offset = state.offset ?? Self.offset(at: now)
+            state.offset = offset
+            guard let due = Self.due(spec, offset: offset) else { return nil }
             state.heap.insert(Key(due: due, generation: generation, owner: owner))
             // Stale keys of replaced timers are dropped as they come up; past twice the timers, all at once.
             if state.heap.count > 2 * state.entries.count + 64 { Self.rekey(&state, at: now) }
@@ -102,14 +104,17 @@ final class PoolTimers: Sendable {
 
     // MARK: - Under the lock
 
-    /// When `spec` is expected to be due on the monotonic clock, computing the clocks' offset if none is set;
-    /// `nil` for a timer with no deadline.
-    private static func due(_ spec: TimerSpec, at now: SessionInstant, offset: inout TimeInterval?) -> Duration? {
+    /// The wall clock minus the monotonic clock at `now`, in seconds.
+    private static func offset(at now: SessionInstant) -> TimeInterval {
+        now.wall.timeIntervalSince1970 - now.uptime.timeInterval
+    }
+
+    /// When `spec` is expected to be due on the monotonic clock, with the clocks `offset` apart; `nil` for a timer
+    /// with no deadline.
+    private static func due(_ spec: TimerSpec, offset: TimeInterval) -> Duration? {
         var due: Duration?
         if let wall = spec.wallDeadline {
-            let keyed = offset ?? (now.wall.timeIntervalSince1970 - now.uptime.timeInterval)
-            offset = keyed
-            due = .seconds(wall.timeIntervalSince1970 - keyed)
+            due = .seconds(wall.timeIntervalSince1970 - offset)
         }
         if let uptime = spec.uptimeDeadline {
             due = min(due ?? uptime, uptime)
@@ -119,10 +124,11 @@ final class PoolTimers: Sendable {
 
     /// Computes every live timer's key again at `now`, dropping stale keys.
     private static func rekey(_ state: inout State, at now: SessionInstant) {
-        state.offset = now.wall.timeIntervalSince1970 - now.uptime.timeInterval
+        let offset = offset(at: now)
+        state.offset = offset
         var heap = Heap<Key>()
         for (owner, entry) in state.entries {
-            guard let due = due(entry.spec, at: now, offset: &state.offset) else { continue }
+            guard let due = due(entry.spec, offset: offset) else { continue }
             heap.insert(Key(due: due, generation: entry.generation, owner: owner))
         }
         state.heap = heap
@@ -177,7 +183,7 @@ final class PoolTimers: Sendable {
             guard state.sleeper?.id == id else { return ([], nil) }
             state.sleeper = nil
             state.wakeUps += 1
-            let offset = now.wall.timeIntervalSince1970 - now.uptime.timeInterval
+            let offset = Self.offset(at: now)
             if let keyed = state.offset, abs(offset - keyed) > Self.jumpTolerance { Self.rekey(&state, at: now) }
             var due: [(SessionEngine, TimerID)] = []
             var early: [Key] = []
@@ -193,8 +199,7 @@ final class PoolTimers: Sendable {
                     due.append((engine, entry.spec.id))
                 } else {
                     // Woken early by a jump of the wall clock back: wait again from the current offset.
-                    var offset: TimeInterval? = offset
-                    if let again = Self.due(entry.spec, at: now, offset: &offset) {
+                    if let again = Self.due(entry.spec, offset: offset) {
                         let due = max(again, now.uptime + .milliseconds(1))
                         early.append(Key(due: due, generation: key.generation, owner: key.owner))
                     }
