@@ -70,15 +70,10 @@ struct IdleEnginesBenchmark: Benchmark {
         releaseFreeMemory()
         let memory = (residentMemory() - before) / Double(Self.engines)
         progress("  idle-engines: \(grouped(Self.engines)) signed in on \(type(of: clock)), idle for \(window)")
-        let startWakeUps = wakeUps()
-        let startCPU = processCPUTime()
-        let start = ContinuousClock.now
-        try await Task.sleep(for: window)
-        let elapsed = start.duration(to: .now).seconds
-        let cpu = processCPUTime() - startCPU
-        let count = Double(wakeUps() - startWakeUps)
+        let idle = await idleWindow(window, wakeUps: wakeUps)
         for engine in engines { await engine.shutdown() }
-        return (memory, count / elapsed, cpu / elapsed, count > 0 ? cpu / count : 0, elapsed)
+        let count = Double(idle.wakeUps)
+        return (memory, count / idle.seconds, idle.cpu / idle.seconds, count > 0 ? idle.cpu / count : 0, idle.seconds)
     }
 }
 

@@ -158,13 +158,8 @@ struct PoolBenchmark: Benchmark {
     private func measureIdle(_ pool: SessionPool, for window: Duration) async -> (
         wakeUps: Double, cpuShare: Double, seconds: Double
     ) {
-        let startWakeUps = pool.timerWakeUps
-        let startCPU = processCPUTime()
-        let start = ContinuousClock.now
-        try? await Task.sleep(for: window)
-        let seconds = start.duration(to: .now).seconds
-        let cpu = processCPUTime() - startCPU
-        return (Double(pool.timerWakeUps - startWakeUps) / seconds, cpu / seconds, seconds)
+        let idle = await idleWindow(window) { pool.timerWakeUps }
+        return (Double(idle.wakeUps) / idle.seconds, idle.cpu / idle.seconds, idle.seconds)
     }
 
     /// Signs `accounts` in at once on a manual clock through a budget of `rate` starts per second, with a backend that
@@ -195,14 +190,7 @@ struct PoolBenchmark: Benchmark {
         let took = (clock.uptime - start).seconds
         for task in tasks { try await task.value }
         await pool.shutdown()
-        let starts = fetcher.startTimes.map { ($0 - start).seconds }
-        var peak = 0
-        var first = 0
-        for (index, time) in starts.enumerated() {
-            while starts[first] <= time - 1 { first += 1 }
-            peak = max(peak, index - first + 1)
-        }
-        return (Double(peak), took)
+        return (Double(peakInAnySecond(fetcher.startTimes)), took)
     }
 }
 

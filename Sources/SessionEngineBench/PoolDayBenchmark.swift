@@ -81,58 +81,48 @@ struct PoolDayBenchmark: Benchmark {
         for budget in [Budgeting.scaled, .smoothing] {
             progress("  pool-day: \(grouped(daily)) accounts, \(hours) virtual hours through \(budget.name)")
             let steady = try await runDay(accounts: daily, length: day, outageAt: nil, budget: budget)
-            let steadyRatio = steady.steadyPeak / steady.steadyMean
             figures.append(
-                Figure(
-                    name,
-                    Measurement(
-                        "\(hours) h of renewals, \(grouped(daily)) accounts, \(budget.name): peak / mean fetch starts "
-                            + "per second after the first renewal wave", .ratio, [steadyRatio]),
-                    against: Measurement(
-                        "a budget that never binds", .ratio, [steadyFree.steadyPeak / steadyFree.steadyMean]),
-                    goal: Goal(text: "< 1.5×", met: steadyRatio < 1.5),
+                peakOverMean(
+                    "\(hours) h of renewals, \(grouped(daily)) accounts, \(budget.name): peak / mean fetch starts per "
+                        + "second after the first renewal wave", steady.steadyRatio,
+                    neverBinding: steadyFree.steadyRatio, below: 1.5,
                     note: String(
                         format: "%@; peak %.0f/s, mean %.1f/s from %.0f s on, %d identities expired (never binding: "
                             + "peak %.0f/s, mean %.1f/s from %.0f s on)",
                         budget.describe(for: daily), steady.steadyPeak, steady.steadyMean, steady.firstWaveEnd,
-                        steady.expiries, steadyFree.steadyPeak, steadyFree.steadyMean, steadyFree.firstWaveEnd)
-                ))
+                        steady.expiries, steadyFree.steadyPeak, steadyFree.steadyMean, steadyFree.firstWaveEnd)))
             progress("  pool-day: the same outage through \(budget.name)")
             let outage = try await runDay(accounts: daily, length: day, outageAt: outageStart, budget: budget)
-            let outageRatio = outage.recoveryPeak / outage.recoveryMean
             figures.append(
-                Figure(
-                    name,
-                    Measurement(
-                        "outage recovery, \(grouped(daily)) accounts, 5-minute outage at hour \(hours / 2), "
-                            + "\(budget.name): peak / mean of the failed accounts' first fetch starts per second "
-                            + "after it", .ratio, [outageRatio]),
-                    against: Measurement(
-                        "a budget that never binds", .ratio, [outageFree.recoveryPeak / outageFree.recoveryMean]),
-                    goal: Goal(text: "< 2×", met: outageRatio < 2),
+                peakOverMean(
+                    "outage recovery, \(grouped(daily)) accounts, 5-minute outage at hour \(hours / 2), "
+                        + "\(budget.name): peak / mean of the failed accounts' first fetch starts per second after it",
+                    outage.recoveryRatio, neverBinding: outageFree.recoveryRatio, below: 2,
                     note: String(
                         format: "%d accounts failed, recovered within %.0f s (peak %.0f/s, mean %.1f/s); never "
                             + "binding: %d within %.0f s (peak %.0f/s); independent engines (fleet): 8.9×",
                         outage.failedAccounts, outage.recoverySeconds, outage.recoveryPeak, outage.recoveryMean,
-                        outageFree.failedAccounts, outageFree.recoverySeconds, outageFree.recoveryPeak)
-                ))
-            let afterRatio = outage.afterPeak / outage.afterMean
+                        outageFree.failedAccounts, outageFree.recoverySeconds, outageFree.recoveryPeak)))
             figures.append(
-                Figure(
-                    name,
-                    Measurement(
-                        "the backend's load in the hour after the outage, \(budget.name): peak / mean of every fetch "
-                            + "start per second", .ratio, [afterRatio]),
-                    against: Measurement(
-                        "a budget that never binds", .ratio, [outageFree.afterPeak / outageFree.afterMean]),
-                    goal: Goal(text: "< 2×", met: afterRatio < 2),
+                peakOverMean(
+                    "the backend's load in the hour after the outage, \(budget.name): peak / mean of every fetch "
+                        + "start per second", outage.afterRatio, neverBinding: outageFree.afterRatio, below: 2,
                     note: String(
                         format: "peak %.0f/s, mean %.1f/s, %d identities expired over the run (never binding: peak "
                             + "%.0f/s, mean %.1f/s, %d expired)", outage.afterPeak, outage.afterMean, outage.expiries,
-                        outageFree.afterPeak, outageFree.afterMean, outageFree.expiries)
-                ))
+                        outageFree.afterPeak, outageFree.afterMean, outageFree.expiries)))
         }
         return figures
+    }
+
+    /// A peak-over-mean figure of a run, against the same run through a budget that never binds.
+    private func peakOverMean(
+        _ description: String, _ ratio: Double, neverBinding: Double, below limit: Double, note: String
+    ) -> Figure {
+        Figure(
+            name, Measurement(description, .ratio, [ratio]),
+            against: Measurement("a budget that never binds", .ratio, [neverBinding]),
+            goal: Goal(text: "< \(String(format: "%g", limit))×", met: ratio < limit), note: note)
     }
 
     /// The budgets a day runs through.
@@ -236,13 +226,7 @@ struct PoolDayBenchmark: Benchmark {
         let took = (clock.uptime - start).seconds
         await pool.shutdown()
         let starts = backend.recordedStarts
-        var peak = 0
-        var first = 0
-        for (index, time) in starts.enumerated() {
-            while starts[first] <= time - .seconds(1) { first += 1 }
-            peak = max(peak, index - first + 1)
-        }
-        return (Double(peak), took, starts.count, signInPeak, signInSeconds)
+        return (Double(peakInAnySecond(starts)), took, starts.count, signInPeak, signInSeconds)
     }
 
     /// What one day of a pool showed at the backend.
@@ -267,6 +251,10 @@ struct PoolDayBenchmark: Benchmark {
         var afterMean: Double = 0
         /// Times an account's identity expired (identified work refused) over the run, all accounts together.
         var expiries = 0
+
+        var steadyRatio: Double { steadyPeak / steadyMean }
+        var recoveryRatio: Double { recoveryPeak / recoveryMean }
+        var afterRatio: Double { afterPeak / afterMean }
     }
 
     /// Signs `accounts` in at once and runs the pool to `length`, or, with an outage, until every account that failed

@@ -129,6 +129,28 @@ func threadRates(
     }
 }
 
+/// The most of `starts` (in time order) that fall within any one second.
+func peakInAnySecond(_ starts: [Duration]) -> Int {
+    var peak = 0
+    var first = 0
+    for (index, time) in starts.enumerated() {
+        while starts[first] <= time - .seconds(1) { first += 1 }
+        peak = max(peak, index - first + 1)
+    }
+    return peak
+}
+
+/// Sleeps for `window` of real time and returns what `wakeUps` counted meanwhile, the process's CPU time and the
+/// window's length, in seconds.
+func idleWindow(_ window: Duration, wakeUps: () -> Int) async -> (wakeUps: Int, cpu: Double, seconds: Double) {
+    let startWakeUps = wakeUps()
+    let startCPU = processCPUTime()
+    let start = ContinuousClock.now
+    try? await Task.sleep(for: window)
+    let seconds = start.duration(to: .now).seconds
+    return (wakeUps() - startWakeUps, processCPUTime() - startCPU, seconds)
+}
+
 /// The CPU time the calling thread has used, in seconds.
 func threadCPUTime() -> Double {
     cpuTime(CLOCK_THREAD_CPUTIME_ID)
