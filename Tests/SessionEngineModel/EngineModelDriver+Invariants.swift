@@ -163,31 +163,10 @@ extension EngineModelDriver {
     /// announcement may belong before or after it, so it counts as allowed if either order allows it.
     package func checkFetchStarts() throws {
         for start in fetcher.takeStarts() {
-            let rules = probe.fetchRules(of: start.epoch)
-            let s = start.start
-            func earliest(_ rules: some Sequence<ModelProbe.FetchRule>) -> Duration {
-                var wait: Duration?
-                var floor = Duration.zero
-                for rule in rules {
-                    switch rule {
-                    case .wait(_, let until): wait = until
-                    case .clear:
-                        wait = nil
-                    case .floor(_, let until): floor = max(floor, until)
-                    }
-                }
-                return max(wait ?? .zero, floor)
-            }
-            let before = rules.filter { $0.time < s }
-            let simultaneous = rules.filter { $0.time == s }
-            var allowed = earliest(before) <= s
-            for count in simultaneous.indices where !allowed {
-                allowed = earliest(before + simultaneous[...count]) <= s
-            }
-            if !allowed {
+            if let earliest = probe.earliestAllowedStart(in: start.epoch, ifNotAt: start.start) {
                 throw Violation(
-                    "invariant 10: a fetch in epoch \(start.epoch) started at \(s) of uptime, before the engine's "
-                        + "rules allowed it (\(earliest(before)))"
+                    "invariant 10: a fetch in epoch \(start.epoch) started at \(start.start) of uptime, before the "
+                        + "engine's rules allowed it (\(earliest))"
                 )
             }
         }

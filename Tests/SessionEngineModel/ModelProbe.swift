@@ -93,7 +93,7 @@ package final class ModelProbe: Sendable {
         /// No fetch before this monotonic time, whatever asks for one: the backend's `Retry-After`.
         case floor(at: Duration, until: Duration)
 
-        var time: Duration {
+        package var time: Duration {
             switch self {
             case .wait(let at, _), .clear(let at, _), .floor(let at, _): at
             }
@@ -101,6 +101,9 @@ package final class ModelProbe: Sendable {
     }
 
     private let state = Mutex(State())
+
+    /// Creates a probe that has observed nothing.
+    package init() {}
 
     // MARK: Events
 
@@ -144,6 +147,11 @@ package final class ModelProbe: Sendable {
 
     /// How many credentials the engine has published as installed.
     package var installCount: Int { state.withLock { $0.installs.count } }
+
+    /// The last credential the engine published as installed: its epoch, email and expiry.
+    package var lastInstall: (epoch: UInt64, email: String, expiresAt: Int64)? {
+        state.withLock { $0.installs.last.map { ($0.epoch, $0.email, $0.expiresAt) } }
+    }
 
     /// The epoch of the engine's last event.
     package var recentEpoch: UInt64 { state.withLock { $0.events.last?.epoch ?? 0 } }
@@ -442,6 +450,30 @@ package final class ModelProbe: Sendable {
     /// What the engine announced about the next fetch of `epoch`, in order.
     package func fetchRules(of epoch: UInt64) -> [FetchRule] {
         state.withLock { $0.fetchRules[epoch] ?? [] }
+    }
+
+    /// Invariant 10 for one fetch start: `nil` when the engine's rules for `epoch` allowed a fetch at `start`, else
+    /// the earliest time they allowed one. A rule announced at the same instant as the start may belong before or
+    /// after it, so the start counts as allowed if either order allows it.
+    package func earliestAllowedStart(in epoch: UInt64, ifNotAt start: Duration) -> Duration? {
+        let rules = fetchRules(of: epoch)
+        func earliest(_ rules: some Sequence<FetchRule>) -> Duration {
+            var wait: Duration?
+            var floor = Duration.zero
+            for rule in rules {
+                switch rule {
+                case .wait(_, let until): wait = until
+                case .clear: wait = nil
+                case .floor(_, let until): floor = max(floor, until)
+                }
+            }
+            return max(wait ?? .zero, floor)
+        }
+        let before = rules.filter { $0.time < start }
+        let simultaneous = rules.filter { $0.time == start }
+        if earliest(before) <= start { return nil }
+        for count in simultaneous.indices where earliest(before + simultaneous[...count]) <= start { return nil }
+        return earliest(before)
     }
 
     // MARK: Hooks

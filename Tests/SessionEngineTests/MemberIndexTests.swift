@@ -10,7 +10,7 @@ import Testing
     private let engine = SessionEngine(fetcher: ScriptedCredentialFetcher())
 
     private func member(_ account: AccountID) -> SessionPool.Member {
-        SessionPool.Member(account: account, engine: engine, now: 0)
+        SessionPool.Member(account: account, engine: engine, serial: 1, now: 0)
     }
 
     private func index(seed: UInt64 = 0x5EED) -> MemberIndex {

@@ -129,7 +129,10 @@ extension SessionPool {
                 member.markUsed(at: now)
                 return (member, nil, false)
             }
-            let member = Member(account: account, engine: makeEngine(for: account, hooks: members.hooks), now: now)
+            members.made += 1
+            let serial = members.made
+            let engine = makeEngine(for: account, serial: serial, hooks: members.hooks)
+            let member = Member(account: account, engine: engine, serial: serial, now: now)
             var evicted: Member?
             if let cap = configuration.maximumAccounts, members.index.count >= cap {
                 evicted = Self.closeLeastRecentlyUsedIdle(members.index.members)
@@ -162,8 +165,10 @@ extension SessionPool {
         }
     }
 
-    private func makeEngine(for account: AccountID, hooks: [@Sendable (AccountChange) async -> Void]) -> SessionEngine {
-        let broadcaster = self.broadcaster
+    private func makeEngine(
+        for account: AccountID, serial: UInt64, hooks: [@Sendable (AccountChange) async -> Void]
+    ) -> SessionEngine {
+        let (broadcaster, observer) = (self.broadcaster, self.observer)
         var session = configuration.session
         // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
         // for ever. A configured seed stays reproducible: it is mixed with the account's name.
@@ -176,7 +181,11 @@ extension SessionPool {
             member: fetcher,
             configuration: session,
             clock: clock,
-            observer: { event in broadcaster.publish(SessionPoolEvent(account: account, kind: .session(event))) },
+            observer: { event in
+                let event = SessionPoolEvent(account: account, kind: .session(event))
+                observer?(serial, event)
+                broadcaster.publish(event)
+            },
             budget: budget,
             timers: timers,
             latencyWindow: Self.accountLatencyWindow,
@@ -196,7 +205,11 @@ extension SessionPool {
         }
         await member.engine.signOut()
         await member.engine.shutdown()
-        if let reason { broadcaster.publish(SessionPoolEvent(account: member.account, kind: .evicted(reason))) }
+        if let reason {
+            let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))
+            observer?(member.serial, event)
+            broadcaster.publish(event)
+        }
     }
 
     // MARK: - Idle accounts

@@ -24,14 +24,18 @@ public final class SessionPool: Sendable {
     final class Member: Sendable {
         let account: AccountID
         let engine: SessionEngine
+        /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that
+        /// leaves and signs in again has a new member, with an engine and events of its own.
+        let serial: UInt64
         /// The engine's store, held here so that a read reaches the headers without touching the engine.
         let store: SessionStore
         /// The pool's ``UseClock`` time of the last use, in nanoseconds.
         let lastUsed: Atomic<Int64>
 
-        init(account: AccountID, engine: SessionEngine, now: Int64) {
+        init(account: AccountID, engine: SessionEngine, serial: UInt64, now: Int64) {
             self.account = account
             self.engine = engine
+            self.serial = serial
             self.store = engine.store
             self.lastUsed = Atomic(now)
         }
@@ -49,6 +53,8 @@ public final class SessionPool: Sendable {
         var hooks: [@Sendable (AccountChange) async -> Void] = []
         var shutDown = false
         var evictions = 0
+        /// How many members the pool has made.
+        var made: UInt64 = 0
         /// Whether the idle sweeper runs.
         var sweeping = false
     }
@@ -67,6 +73,9 @@ public final class SessionPool: Sendable {
     /// The hash of the members' index, used outside its lock.
     let memberHasher: MemberIndex.Hasher
     let broadcaster: PoolEventBroadcaster
+    /// Receives every event of the pool, with the ``Member/serial`` of the member it is about, before any
+    /// subscriber does.
+    let observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
     /// Opens once the pool has shut down.
     let stopped: Latch
 
@@ -76,12 +85,31 @@ public final class SessionPool: Sendable {
     ///   - fetcher: Gets credentials from the host's backend, for every account; each request names its account.
     ///   - configuration: Each account's policies, the budget toward the backend and the bounds on accounts.
     ///   - clock: The source of wall time and sleep; a manual clock in tests.
-    public init(
+    public convenience init(
         fetcher: some CredentialFetcher,
         configuration: SessionPoolConfiguration = SessionPoolConfiguration(),
         clock: some SessionClock = SystemClock()
     ) {
+        self.init(fetcher: fetcher, configuration: configuration, clock: clock, observer: nil)
+    }
+
+    /// Creates a pool whose every event also goes to `observer`, synchronously, in the step that publishes it, with
+    /// the serial number of the member it is about (members count from 1 in the order the pool makes them; an account
+    /// that signs in again after it left has a new member).
+    ///
+    /// - Parameters:
+    ///   - fetcher: Gets credentials from the host's backend, for every account.
+    ///   - configuration: Each account's policies, the budget toward the backend and the bounds on accounts.
+    ///   - clock: The source of wall time and sleep.
+    ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the pool.
+    package init(
+        fetcher: some CredentialFetcher,
+        configuration: SessionPoolConfiguration = SessionPoolConfiguration(),
+        clock: some SessionClock = SystemClock(),
+        observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
+    ) {
         self.fetcher = fetcher
+        self.observer = observer
         self.configuration = configuration
         self.clock = clock
         self.useClock = UseClock(clock)
