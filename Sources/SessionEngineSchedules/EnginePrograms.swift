@@ -31,6 +31,29 @@ enum EnginePrograms {
     }
 }
 
+/// The pool model test's programs as explorer programs: a program seed generates the operations over four accounts
+/// of a pool capped at three (and seeds the accounts' jitter), and the pool model's driver runs them against a real
+/// pool, checking the pool's rules after every step and the engine model's invariants per account whenever the pool
+/// is idle.
+enum PoolPrograms {
+    /// Operations per generated program: shorter than the pool model test's 40, as for the engine's programs.
+    static let length = 20
+
+    /// The operations of the program with this seed.
+    static func operations(seed: UInt64) -> [PoolOperation] {
+        PoolOperation.program(seed: seed, length: length)
+    }
+
+    /// A run of `operations` under the pool model's driver; it throws the first broken rule.
+    static func program(_ operations: [PoolOperation], seed: UInt64) -> @Sendable () async throws -> Void {
+        {
+            let driver = PoolModelDriver(seed: seed, taskExecutor: Explorer.taskExecutor)
+            Diagnostics.current = { driver.activity }
+            if let failure = await driver.run(operations) { throw failure }
+        }
+    }
+}
+
 /// The programs the property tests shrank from failures (Tests/SessionEngineTests/EngineRegressionTests.swift),
 /// each with the engine seed its test uses.
 enum RegressionPrograms {

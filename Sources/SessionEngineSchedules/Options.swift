@@ -2,9 +2,11 @@ import Foundation
 
 /// The command line.
 struct Options {
-    /// What a `--replay` names: a generated engine program by its seed, or a race or regression program by name.
+    /// What a `--replay` names: a generated engine program by its seed, a generated pool program by `pool-` and its
+    /// seed, or a race or regression program by name.
     enum Replay {
         case program(seed: UInt64, schedule: String)
+        case poolProgram(seed: UInt64, schedule: String)
         case named(String, schedule: String)
     }
 
@@ -29,14 +31,16 @@ struct Options {
         usage: SessionEngineSchedules [options]
 
         Runs the session engine on a controlled executor and explores its interleavings: the named races and the
-        model's regression programs exhaustively (delay-bounded, with partial-order reduction), then generated model
-        programs under random and PCT schedules until the budget is spent. Exits non-zero on any failure.
+        model's regression programs exhaustively (delay-bounded, with partial-order reduction), then generated engine
+        and pool model programs under random and PCT schedules until the budget is spent. Exits non-zero on any
+        failure.
 
         With no arguments it spends the CI budget (about 3 minutes).
 
           --minutes N            spend N minutes instead (the races and regressions run first, then programs)
           --seed S               the run's seed for generated programs and random schedules (decimal or 0x hex)
           --replay SEED:SCHEDULE replay one generated program with one schedule and print its outcome
+          --replay pool-SEED:SCHEDULE  the same for a generated pool program
           --replay NAME:SCHEDULE replay one race or regression program (see --list) with one schedule
           --race NAME            explore only this race or regression program, exhaustively
           --programs             only generated programs (random and PCT), no races or regression programs
@@ -73,6 +77,8 @@ struct Options {
                 let schedule = String(text[text.index(after: colon)...])
                 if let seed = parseSeed(head) {
                     options.replay = .program(seed: seed, schedule: schedule)
+                } else if head.hasPrefix("pool-"), let seed = parseSeed(String(head.dropFirst("pool-".count))) {
+                    options.replay = .poolProgram(seed: seed, schedule: schedule)
                 } else {
                     options.replay = .named(head, schedule: schedule)
                 }

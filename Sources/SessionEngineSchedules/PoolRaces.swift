@@ -193,7 +193,7 @@ enum PoolRaces {
 
     static let evictionRacesWork = RaceProgram(
         name: "pool-eviction-races-work",
-        summary: "carol's sign-in evicts from a full pool while alice's scoped work starts",
+        summary: "carol's sign-in evicts alice from a full pool while alice's scoped work starts",
         bound: 2
     ) {
         {
@@ -208,9 +208,16 @@ enum PoolRaces {
                         throw RaceViolation("alice's work got \(credential.email)'s credential")
                     }
                     await Waypoint.pass()
+                    // An eviction that cancelled the running work would show here.
+                    try Task.checkCancellation()
                 }
                 return "finished"
             }
+            // Bob is used after alice's work may have looked her up, so that she is the least recently used account
+            // whether or not it has: carol's sign-in may pick her while the work is on its way into her engine.
+            await Waypoint.pass()
+            rig.clock.advance(by: .seconds(1))
+            _ = try? rig.pool.identityHeaders(for: "bob")
             rig.launchSignIn("carol")
             let outcomes = await rig.outcomes()
             // Work whose body ran is never cancelled by an eviction: it finishes.

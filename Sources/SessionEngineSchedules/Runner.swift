@@ -198,10 +198,15 @@ final class Runner {
     /// 1 / (n · k^(depth - 1)) per run, n jobs and k choice points.
     static let pctDepth = 3
 
-    /// Runs generated programs, each under FIFO, random and PCT schedules, until the budget is spent.
+    /// Of every this many generated programs, one is a pool program; the others are engine programs.
+    static let poolEvery = 3
+
+    /// Runs generated programs, each under FIFO, random and PCT schedules, until the budget is spent: engine programs,
+    /// and every ``poolEvery``th a pool program, each from its own seed.
     func sample() {
         let began = ContinuousClock.now
         var index = 0
+        var pool = 0
         var runs = 0
         var steps = 0
         var choicePoints = 0
@@ -210,9 +215,12 @@ final class Runner {
         var failed = false
         while timeLeft && !failed {
             let seed = EnginePrograms.programSeed(run: options.seed, index: index)
+            let isPool = index % Self.poolEvery == Self.poolEvery - 1
             index += 1
-            let operations = EnginePrograms.operations(seed: seed)
             programs += 1
+            let engineOperations = isPool ? [] : EnginePrograms.operations(seed: seed)
+            let poolOperations = isPool ? PoolPrograms.operations(seed: seed) : []
+            if isPool { pool += 1 }
             var random = SplitMix64(seed: seed ^ 0x5C4E_D01E)
             var strategies: [Strategy] = [.fifo]
             for _ in 0..<Self.randomPerProgram { strategies.append(.random(seed: random.next())) }
@@ -223,7 +231,9 @@ final class Runner {
                     strategy,
                     expectedChoicePoints: expected,
                     stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe,
-                    EnginePrograms.program(operations, seed: seed)
+                    isPool
+                        ? PoolPrograms.program(poolOperations, seed: seed)
+                        : EnginePrograms.program(engineOperations, seed: seed)
                 )
                 schedules += 1
                 runs += 1
@@ -235,7 +245,15 @@ final class Runner {
                 if !report.outcome.isPassed {
                     failures += 1
                     failed = true
-                    shrinkFailure(seed: seed, operations: operations, report: report, strategy: strategy)
+                    if isPool {
+                        shrinkFailure(
+                            "pool program", replay: "pool-\(seed)", seed: seed, operations: poolOperations,
+                            report: report, strategy: strategy, program: PoolPrograms.program)
+                    } else {
+                        shrinkFailure(
+                            "program", replay: "\(seed)", seed: seed, operations: engineOperations, report: report,
+                            strategy: strategy, program: EnginePrograms.program)
+                    }
                     break
                 }
             }
@@ -243,23 +261,32 @@ final class Runner {
         let took = seconds(ContinuousClock.now - began)
         let perRun = runs > 0 ? runs : 1
         say(
-            "generated programs: \(index) programs, \(runs) schedules (FIFO, \(Self.randomPerProgram) random, "
-                + "\(Self.pctPerProgram) PCT depth \(Self.pctDepth) each), \(String(format: "%.1f", took)) s "
-                + "(\(String(format: "%.0f", Double(runs) / max(took, 0.001)))/s); per run \(steps / perRun) jobs "
-                + "and \(choicePoints / perRun) choice points on average, up to \(maxSteps) and \(maxChoicePoints)"
+            "generated programs: \(index) programs (\(pool) of them pool programs), \(runs) schedules (FIFO, "
+                + "\(Self.randomPerProgram) random, \(Self.pctPerProgram) PCT depth \(Self.pctDepth) each), "
+                + "\(String(format: "%.1f", took)) s (\(String(format: "%.0f", Double(runs) / max(took, 0.001)))/s); "
+                + "per run \(steps / perRun) jobs and \(choicePoints / perRun) choice points on average, up to "
+                + "\(maxSteps) and \(maxChoicePoints)"
         )
     }
 
     /// Reports a failing generated program with its replay command, shrinks the program keeping the schedule, then
     /// the schedule.
-    func shrinkFailure(seed: UInt64, operations: [EngineOperation], report run: RunReport, strategy: Strategy) {
+    ///
+    /// - Parameters:
+    ///   - kind: What the program is, for the report.
+    ///   - replay: The program's name in a `--replay` argument.
+    ///   - program: Makes a run of some operations with the program's seed.
+    func shrinkFailure<Operation: Shrinkable & CustomStringConvertible>(
+        _ kind: String, replay: String, seed: UInt64, operations: [Operation], report run: RunReport,
+        strategy: Strategy, program: ([Operation], UInt64) -> @Sendable () async throws -> Void
+    ) {
         let schedule = run.schedule
-        report("FAILED program \(seed) under \(strategy) schedule (\(schedule.deviations) deviations): \(run.outcome)")
-        report("  replay: \(Self.command) --replay \(seed):\(schedule)")
-        func fails(_ candidate: [EngineOperation], _ schedule: Schedule) -> Bool {
+        report("FAILED \(kind) \(seed) under \(strategy) schedule (\(schedule.deviations) deviations): \(run.outcome)")
+        report("  replay: \(Self.command) --replay \(replay):\(schedule)")
+        func fails(_ candidate: [Operation], _ schedule: Schedule) -> Bool {
             !Explorer.run(
                 .replay(schedule), stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe,
-                EnginePrograms.program(candidate, seed: seed)
+                program(candidate, seed)
             )
             .outcome.isPassed
         }
@@ -268,13 +295,13 @@ final class Runner {
         let last = Explorer.run(
             .replay(shrunkSchedule),
             stepLimit: Self.stepLimit, diagnostics: Diagnostics.describe,
-            EnginePrograms.program(shrunk.operations, seed: seed)
+            program(shrunk.operations, seed)
         )
         let listing = shrunk.operations.map { "    \($0)," }.joined(separator: "\n")
         report(
             """
-              shrunk program (\(shrunk.operations.count) of \(operations.count) operations, \(shrunk.attempts) \
-            attempts), engine seed \(seed), schedule \(shrunkSchedule) (\(shrunkSchedule.deviations) deviations):
+              shrunk \(kind) (\(shrunk.operations.count) of \(operations.count) operations, \(shrunk.attempts) \
+            attempts), seed \(seed), schedule \(shrunkSchedule) (\(shrunkSchedule.deviations) deviations):
               [
             \(listing)
               ]
@@ -296,6 +323,11 @@ final class Runner {
             make = { EnginePrograms.program(operations, seed: seed) }
             text = scheduleText
             label = "program \(seed): \(operations.map(\.description).joined(separator: ", "))"
+        case .poolProgram(let seed, let scheduleText):
+            let operations = PoolPrograms.operations(seed: seed)
+            make = { PoolPrograms.program(operations, seed: seed) }
+            text = scheduleText
+            label = "pool program \(seed): \(operations.map(\.description).joined(separator: ", "))"
         case .named(let name, let scheduleText):
             guard let program = Self.named.first(where: { $0.name == name }) else {
                 throw UsageError("no race or regression program is called \(name) (see --list)")

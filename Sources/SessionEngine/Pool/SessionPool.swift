@@ -164,6 +164,19 @@ public final class SessionPool: Sendable {
             evictions: evictions, timers: timers.count)
     }
 
+    /// The serial number of the account's member (see ``init(fetcher:configuration:clock:observer:)``); `nil` for an
+    /// account the pool does not hold.
+    package func memberSerial(of account: AccountID) -> UInt64? {
+        member(account)?.serial
+    }
+
+    /// The account's headers as ``identityHeaders(for:)`` reads them, without marking the account used, for checks
+    /// that must not change which account the pool evicts.
+    package func headersWithoutUse(for account: AccountID) throws(SessionError) -> IdentityHeaders {
+        guard let member = member(account) else { throw Self.notHeld(account) }
+        return try member.store.headers()
+    }
+
     /// How many times the pool's timers have woken, for benchmarks.
     package var timerWakeUps: Int { timers.wakeUps }
 

@@ -1,14 +1,12 @@
 import Foundation
-import SessionEngineModel
+package import SessionEngine
 import SessionEngineTestKit
 import Synchronization
-
-@testable import SessionEngine
 
 /// Every member of a pool through a model probe of its own, fed as the pool publishes: the engine model's record of
 /// one engine's events, states and fetch rules, per member rather than per account, since an account that leaves
 /// and signs in again gets a new engine whose events count afresh.
-final class MemberProbes: Sendable {
+package final class MemberProbes: Sendable {
     private struct State {
         var probes: [UInt64: ModelProbe] = [:]
         var accounts: [UInt64: AccountID] = [:]
@@ -19,8 +17,10 @@ final class MemberProbes: Sendable {
 
     private let state = Mutex(State())
 
+    package init() {}
+
     /// The pool's observer.
-    func observe(member: UInt64, event: SessionPoolEvent) {
+    package func observe(member: UInt64, event: SessionPoolEvent) {
         let probe = state.withLock { state -> ModelProbe? in
             if let known = state.accounts[member], known != event.account {
                 state.violations.append("member \(member) of \(known) published an event of \(event.account)")
@@ -35,13 +35,13 @@ final class MemberProbes: Sendable {
         if case .session(let event) = event.kind { probe?.observe(event) }
     }
 
-    func probe(of member: UInt64) -> ModelProbe? { state.withLock { $0.probes[member] } }
+    package func probe(of member: UInt64) -> ModelProbe? { state.withLock { $0.probes[member] } }
 
-    var firstViolation: String? { state.withLock { $0.violations.first } }
+    package var firstViolation: String? { state.withLock { $0.violations.first } }
 
     /// The member's states not yet checked, each with the state before it (a member starts signed out), and marks
     /// them checked.
-    func takeUncheckedStates(of member: UInt64) -> [(previous: SessionState, state: SessionState)] {
+    package func takeUncheckedStates(of member: UInt64) -> [(previous: SessionState, state: SessionState)] {
         guard let states = probe(of: member)?.states else { return [] }
         return state.withLock { state in
             let checked = state.checkedStates[member, default: 0]
@@ -51,17 +51,38 @@ final class MemberProbes: Sendable {
     }
 }
 
-/// The engine model's invariants, checked per account of the pool once the pool is idle.
-extension PoolPropertyTests {
+/// The pool's rules after every step, and the engine model's invariants per account once the pool is idle.
+extension PoolModelDriver {
+    /// The pool's own rules: never more fetches in flight than the budget, never more starts in any second than rate
+    /// plus bucket, no fetch still at the backend for an account that left.
+    func checkPool() -> String? {
+        let budget = Self.budget
+        if fetcher.script.pendingCount > budget.maximumInFlight || pool.metrics.fetchesInFlight > budget.maximumInFlight
+        {
+            return "\(fetcher.script.pendingCount) fetches in flight, \(pool.metrics)"
+        }
+        let starts = fetcher.startTimes
+        let allowed = budget.burst + Int(budget.startsPerSecond)
+        for (index, start) in starts.enumerated() {
+            let inWindow = starts[index...].prefix { $0 < start + .seconds(1) }.count
+            if inWindow > allowed {
+                return "\(inWindow) fetch starts within a second from \(start), at most \(allowed)"
+            }
+        }
+        let held = Set(pool.accounts)
+        for account in fetcher.accountsFetching where !held.contains(account) {
+            return "a fetch for \(account) waits after it left the pool"
+        }
+        return nil
+    }
+
     /// The engine's invariants for every account, as the engine model checks them for one engine: the account's
     /// member published a gapless sequence of events and only legal transitions (invariant 4), is in the state it last
     /// published, names only its own account and credential, hands out headers only of the credential it last
     /// installed and only before it expires, refusing with the state's code otherwise (invariants 1 and 2), leaves no
     /// caller waiting in a settled state, counted every event it published, started every fetch no earlier than its
     /// own announced backoff and `Retry-After` allowed (invariant 10), and has at most one fetch at the backend.
-    static func checkAccounts(
-        _ names: [AccountID], pool: SessionPool, probes: MemberProbes, fetcher: TimedFetcher, clock: ManualClock
-    ) -> String? {
+    func checkAccounts() -> String? {
         if let violation = probes.firstViolation { return violation }
         for start in fetcher.takeStarts() {
             guard let member = start.member, let probe = probes.probe(of: member) else { continue }
@@ -82,17 +103,15 @@ extension PoolPropertyTests {
             return "\(count) fetches for \(account) wait at the backend at once"
         }
         for account in names {
-            if let failure = checkAccount(account, pool: pool, probes: probes, clock: clock) {
+            if let failure = checkAccount(account) {
                 return "\(account): \(failure)"
             }
         }
         return nil
     }
 
-    private static func checkAccount(
-        _ account: AccountID, pool: SessionPool, probes: MemberProbes, clock: ManualClock
-    ) -> String? {
-        guard let member = pool.member(account) else {
+    private func checkAccount(_ account: AccountID) -> String? {
+        guard let member = pool.memberSerial(of: account) else {
             if pool.state(of: account) != .signedOut { return "not held, but \(pool.state(of: account))" }
             do {
                 _ = try pool.identityHeaders(for: account)
@@ -101,12 +120,12 @@ extension PoolPropertyTests {
                 return error.code == .signedOut ? nil : "not held, but a read said \(error.code)"
             }
         }
-        let state = member.engine.state
-        guard let probe = probes.probe(of: member.serial) else {
-            return state == .signedOut ? nil : "member \(member.serial) is \(state) and published nothing"
+        let state = pool.state(of: account)
+        guard let probe = probes.probe(of: member) else {
+            return state == .signedOut ? nil : "member \(member) is \(state) and published nothing"
         }
         if let violation = probe.firstViolation { return violation }
-        for (previous, next) in probes.takeUncheckedStates(of: member.serial) {
+        for (previous, next) in probes.takeUncheckedStates(of: member) {
             if next == previous { return "invariant 4: \(next) was published twice in a row" }
             if !StateEdges.isLegal(from: previous, to: next) {
                 return "invariant 4: illegal transition \(previous) → \(next)"
@@ -115,8 +134,8 @@ extension PoolPropertyTests {
         let published = probe.states.last ?? .signedOut
         if state != published { return "the engine is \(state), it last published \(published)" }
         if let named = state.account, named != account { return "its engine is \(state)" }
-        if let failure = checkIdentity(of: account, state: state, probe: probe) { return failure }
-        if let failure = checkFastPath(member, state: state, clock: clock) { return failure }
+        if let failure = Self.checkIdentity(of: account, state: state, probe: probe) { return failure }
+        if let failure = checkFastPath(account, state: state) { return failure }
         guard let metrics = pool.metrics(for: account) else { return "held, but it has no metrics" }
         switch state {
         case .signedOut, .identified:
@@ -155,8 +174,7 @@ extension PoolPropertyTests {
     /// Invariants 1 and 2 on the member's read: only the state's credential, only before it expires, else the
     /// state's code, never anonymous. The read goes to the member's store, as the pool's read does after its lookup,
     /// so that checking does not stamp the account as used and change which account the pool evicts.
-    private static func checkFastPath(_ member: SessionPool.Member, state: SessionState, clock: ManualClock) -> String?
-    {
+    private func checkFastPath(_ account: AccountID, state: SessionState) -> String? {
         let now = clock.now
         var usable: SessionIdentity?
         switch state {
@@ -166,7 +184,7 @@ extension PoolPropertyTests {
             break
         }
         do {
-            let headers = try member.store.headers()
+            let headers = try pool.headersWithoutUse(for: account)
             guard let credential = try? headers.credential() else { return "invariant 2: headers not a credential" }
             guard let usable else { return "invariant 1: the read handed out a credential in \(state)" }
             if credential.email != usable.email || credential.expiresAt != usable.expiresAt {
@@ -186,5 +204,4 @@ extension PoolPropertyTests {
         }
     }
 
-    static func email(_ account: AccountID) -> String { "\(account.rawValue)@example.com" }
 }

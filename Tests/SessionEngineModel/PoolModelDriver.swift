@@ -1,0 +1,264 @@
+package import SessionEngine
+import SessionEngineBackend
+package import SessionEngineTestKit
+import Synchronization
+
+/// Runs one pool program against a real pool on a manual clock and a scripted backend, and checks it after every
+/// step: the pool's own rules after each step, and, whenever the pool is idle, the engine model's invariants for every
+/// account (`PoolModelDriver+Invariants.swift`).
+///
+/// The program's calls enter the pool in program order: each starts in a task of its own and the driver waits until
+/// it has entered an account's engine and the pool is idle again. The driver never polls and never sleeps on real
+/// time. The property test runs its programs with the default executor; the schedule explorer passes its own, so that
+/// every hop of every task is a step it schedules.
+package final class PoolModelDriver {
+    /// The accounts a program acts for, `member-0` … `member-3`, one more than the pool's cap.
+    package static let accounts = 4
+    package static let maximumAccounts = 3
+    package static let budget = SessionPoolConfiguration.Budget(maximumInFlight: 2, startsPerSecond: 2, burst: 3)
+    /// How many virtual minutes the backend answering every fetch may take to identify every held account.
+    package static let recoveryRounds = 40
+
+    package let clock = ManualClock()
+    package let fetcher: PoolModelFetcher
+    package let pool: SessionPool
+    package let probes = MemberProbes()
+    package let names = (0..<PoolModelDriver.accounts).map { AccountID("member-\($0)") }
+    let signer: IdentitySigner
+    let taskExecutor: (any TaskExecutor)?
+    private var tasks: [Task<Void, Never>] = []
+    /// Calls started and not yet waited for.
+    private var startedCalls = 0
+    /// Per account, the steps at which the program signed it out; work cancelled by the pool must follow one.
+    private var signedOutAt: [AccountID: [Int]] = [:]
+    /// What the program's tasks saw.
+    let log = ProgramLog()
+
+    /// What the program's tasks see while they run, shared with them.
+    final class ProgramLog: Sendable {
+        let violations = Mutex<[String]>([])
+        /// Scoped work the pool cancelled, with the step that started it.
+        let cancelledWork = Mutex<[(account: AccountID, started: Int)]>([])
+        let shuttingDown = Atomic<Bool>(false)
+    }
+
+    /// Creates a driver.
+    ///
+    /// - Parameters:
+    ///   - seed: The accounts' random seed (each account mixes it with its name).
+    ///   - taskExecutor: The executor the pool's tasks and the program's own tasks prefer.
+    package init(seed: UInt64, taskExecutor: (any TaskExecutor)? = nil) {
+        let clock = self.clock
+        let probes = self.probes
+        self.taskExecutor = taskExecutor
+        fetcher = PoolModelFetcher(clock: clock)
+        signer = try! IdentitySigner(projectID: "proj_pool_model", secret: "pool-model-secret", clock: clock)
+        var session = SessionConfiguration(randomSeed: seed)
+        session.taskExecutor = taskExecutor
+        pool = SessionPool(
+            fetcher: fetcher,
+            configuration: SessionPoolConfiguration(
+                session: session, budget: Self.budget, maximumAccounts: Self.maximumAccounts),
+            clock: clock,
+            observer: { probes.observe(member: $0, event: $1) }
+        )
+        fetcher.lookUpMembers { [weak pool] in pool?.memberSerial(of: $0) }
+    }
+
+    package static func email(_ account: AccountID) -> String { "\(account.rawValue)@example.com" }
+
+    /// What the pool holds and does, for a failure's report.
+    package var activity: String {
+        "pool \(pool.metrics); accounts \(pool.accounts.map { "\($0): \(pool.state(of: $0).name)" }.sorted())"
+    }
+
+    /// Runs the program, then lets the backend answer every fetch and checks liveness, then shuts the pool down and
+    /// checks that nothing is left.
+    ///
+    /// - Returns: The first broken rule, or `nil`.
+    package func run(_ program: [PoolOperation]) async -> PropertyFailure? {
+        let log = self.log
+        await pool.addAccountChangeHook { change in
+            // A member acts for one account: its changes enter it or leave it, never another account.
+            if let from = change.from, let to = change.to {
+                log.violations.withLock { $0.append("a hook ran from \(from) to \(to)") }
+            }
+        }
+        for (step, operation) in program.enumerated() {
+            let idle = await perform(operation, step: step)
+            if let failure = idle.failure ?? checkPool() ?? log.violations.withLock({ $0.first }) {
+                return PropertyFailure("step \(step) \(operation): \(failure)")
+            }
+            if idle.isIdle, let failure = checkAccounts() {
+                return PropertyFailure("step \(step) \(operation): \(failure)")
+            }
+        }
+        if let failure = await recover() { return PropertyFailure("after the program: \(failure)") }
+        return await shutDownAndCheck().map { PropertyFailure("after the shutdown: \($0)") }
+    }
+
+    /// Performs one operation; returns whether it left the pool idle, or what it found broken.
+    private func perform(_ operation: PoolOperation, step: Int) async -> (isIdle: Bool, failure: String?) {
+        if operation.isCall {
+            let entered = pool.ledger!.callsEntered
+            startCall(operation, step: step)
+            await waitUntilEntered(since: entered)
+            return (false, nil)
+        }
+        switch operation {
+        case .signIn, .signOut, .work, .renew:
+            preconditionFailure("a call is started above")
+        case .together(let first, let second):
+            let entered = pool.ledger!.callsEntered
+            startCall(first, step: step)
+            startCall(second, step: step)
+            await waitUntilEntered(since: entered)
+            return (false, nil)
+        case .read(let index):
+            if let headers = try? pool.identityHeaders(for: names[index]),
+                let credential = try? headers.credential(), credential.email != Self.email(names[index])
+            {
+                return (false, "\(names[index])'s headers hold \(credential.email)'s credential")
+            }
+            return (false, nil)
+        case .reject(let index):
+            if let credential = try? pool.identityHeaders(for: names[index]).credential() {
+                await pool.credentialRejected(credential, for: names[index])
+            }
+        case .rotate:
+            for account in names {
+                guard let credential = try? pool.identityHeaders(for: account).credential() else { continue }
+                await pool.credentialRejected(credential, for: account)
+            }
+        case .push(let index), .pushForeign(let index, _):
+            let account = names[index]
+            var owner = account
+            if case .pushForeign(_, let other) = operation { owner = names[other] }
+            let established = pool.state(of: account).isIdentified || pool.state(of: account).isRenewing
+            // Before an account's first credential the pool cannot know its email: handing it another account's is
+            // the host's mistake, which no session library can tell from a first sign-in.
+            if owner != account, !established { return (false, nil) }
+            let credential = try! signer.sign(email: Self.email(owner))
+            let accepted = (try? await pool.setIdentityCredential(credential, for: account)) != nil
+            if owner != account, accepted { return (false, "\(account) accepted \(owner)'s credential") }
+        case .answer(let count):
+            await answer(count) { .success(try! signer.sign(email: Self.email($0.account))) }
+        case .failWithRetryAfter(let seconds):
+            await answer(1) { _ in
+                .failure(SessionError(.fetchFailed, reason: "503", isTransient: true, retryAfter: .seconds(seconds)))
+            }
+        case .outage(let count):
+            await answer(count) { _ in .failure(SessionError(.fetchFailed, reason: "unreachable", isTransient: true)) }
+        case .jumpWallClock(let seconds):
+            clock.jumpWallClock(by: .seconds(seconds))
+            fetcher.noteWallClock()
+        case .advance(let seconds):
+            clock.advance(by: .seconds(seconds))
+        }
+        await pool.waitUntilIdle()
+        return (true, nil)
+    }
+
+    /// Starts one call of the program (a sign-in, sign-out, work or renewal), if it applies, without waiting for it.
+    private func startCall(_ operation: PoolOperation, step: Int) {
+        switch operation {
+        case .signIn(let index):
+            let account = names[index]
+            start { try await $0.signIn(account) }
+        case .signOut(let index):
+            let account = names[index]
+            signedOutAt[account, default: []].append(step)
+            if pool.accounts.contains(account) { start { await $0.signOut(account) } }
+        case .work(let index, let seconds):
+            let account = names[index]
+            guard pool.state(of: account).isIdentified || pool.state(of: account).isRenewing else { return }
+            let (clock, log) = (clock, log)
+            start { pool in
+                do {
+                    try await pool.withIdentity(for: account) { credential in
+                        if credential.email != Self.email(account) {
+                            log.violations.withLock { $0.append("work for \(account) got \(credential.email)") }
+                        }
+                        try await clock.sleep(for: .seconds(seconds))
+                    }
+                } catch let error as SessionError where error.code == .accountChanged {
+                    if !log.shuttingDown.load(ordering: .relaxed) {
+                        log.cancelledWork.withLock { $0.append((account, step)) }
+                    }
+                }
+            }
+        case .renew(let index):
+            let account = names[index]
+            if pool.accounts.contains(account) { start { _ = try await $0.renew(for: account) } }
+        default:
+            preconditionFailure("\(operation) is not a call")
+        }
+    }
+
+    /// Starts `call` in a task of its own, counted as one call on the pool's activity ledger from the task's start
+    /// (`ActivityLedger.countingCall`), so that a call the pool refuses before it reaches an engine (an account that
+    /// left under a racing call) counts as entered too; the caller waits with ``waitUntilEntered(since:)``.
+    private func start(_ call: @escaping @Sendable (SessionPool) async throws -> Void) {
+        let (pool, ledger) = (pool, pool.ledger!)
+        tasks.append(Task(executorPreference: taskExecutor) { try? await ledger.countingCall { try await call(pool) } })
+        startedCalls += 1
+    }
+
+    /// Waits until every call started since the ledger counted `entered` calls has begun and the pool is idle again;
+    /// the calls run on.
+    private func waitUntilEntered(since entered: UInt64) async {
+        await pool.ledger!.waitUntilIdle(callsEntered: entered + UInt64(startedCalls))
+        startedCalls = 0
+    }
+
+    /// Answers up to `count` of the fetches waiting at the backend, oldest first.
+    private func answer(
+        _ count: Int, with result: (ScriptedCredentialFetcher.Request) -> Result<IdentityCredential, any Error>
+    ) async {
+        for _ in 0..<count where fetcher.script.pendingCount > 0 {
+            let request = await fetcher.script.nextRequest()
+            fetcher.script.respond(to: request, with: result(request))
+        }
+    }
+
+    /// Liveness: once the backend answers every fetch, every account the pool holds becomes identified, and every
+    /// account's invariants still hold.
+    private func recover() async -> String? {
+        let (signer, clock) = (signer, clock)
+        fetcher.script.setResponder { try signer.sign(email: Self.email($0)) }
+        for _ in 0..<Self.recoveryRounds {
+            while fetcher.script.pendingCount > 0 {
+                await answer(1) { .success(try! signer.sign(email: Self.email($0.account))) }
+            }
+            await pool.waitUntilIdle()
+            if let failure = checkAccounts() { return failure }
+            if pool.accounts.allSatisfy({ pool.state(of: $0).isIdentified }) { return nil }
+            clock.advance(by: .seconds(60))
+            await pool.waitUntilIdle()
+        }
+        let stuck = pool.accounts.filter { !pool.state(of: $0).isIdentified }.map { "\($0): \(pool.state(of: $0))" }
+        return "the backend answered every fetch for \(Self.recoveryRounds) minutes, and \(stuck) are not identified"
+    }
+
+    /// Shuts the pool down: nothing may be left, and work cancelled before the shutdown must follow a sign-out of its
+    /// account, never an eviction.
+    private func shutDownAndCheck() async -> String? {
+        log.shuttingDown.store(true, ordering: .relaxed)
+        await pool.shutdown()
+        for task in tasks { await task.value }
+        fetcher.lookUpMembers(with: nil)
+        let metrics = pool.metrics
+        if metrics.accounts != 0 || metrics.fetchesInFlight != 0 || metrics.timers != 0
+            || metrics.queuedNeeded + metrics.queuedProactive != 0 || !fetcher.accountsFetching.isEmpty
+        {
+            return "\(metrics), fetching for \(fetcher.accountsFetching)"
+        }
+        for work in log.cancelledWork.withLock({ $0 }) {
+            let signedOutLater = signedOutAt[work.account, default: []].contains { $0 >= work.started }
+            if !signedOutLater {
+                return "\(work.account)'s work of step \(work.started) was cancelled without a sign-out"
+            }
+        }
+        return nil
+    }
+}

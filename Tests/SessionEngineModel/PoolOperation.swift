@@ -1,0 +1,100 @@
+/// One operation of a pool program, over the accounts `member-0` … `member-n`, named by index.
+package enum PoolOperation: Sendable, CustomStringConvertible {
+    case signIn(Int)
+    case signOut(Int)
+    case read(Int)
+    case work(Int, seconds: Int)
+    case renew(Int)
+    case reject(Int)
+    case answer(Int)
+    case failWithRetryAfter(seconds: Int)
+    /// The backend is unreachable for the next fetches waiting at it.
+    case outage(Int)
+    /// The host's backend pushes the account a fresh credential.
+    case push(Int)
+    /// The host pushes the account another account's credential, which an established account must refuse.
+    case pushForeign(Int, of: Int)
+    /// The service's secret rotated: every account's credential is rejected.
+    case rotate
+    /// This host's wall clock jumps (an NTP step, a suspended VM resuming); the monotonic clock does not.
+    case jumpWallClock(seconds: Int)
+    case advance(seconds: Int)
+    /// Two calls (sign-ins, sign-outs, work, renewals) that enter the pool together, racing each other.
+    indirect case together(PoolOperation, PoolOperation)
+
+    package var description: String {
+        switch self {
+        case .signIn(let account): "signIn(\(account))"
+        case .signOut(let account): "signOut(\(account))"
+        case .read(let account): "read(\(account))"
+        case .work(let account, let seconds): "work(\(account), \(seconds) s)"
+        case .renew(let account): "renew(\(account))"
+        case .reject(let account): "reject(\(account))"
+        case .answer(let count): "answer(\(count))"
+        case .failWithRetryAfter(let seconds): "503(Retry-After \(seconds) s)"
+        case .outage(let count): "outage(\(count))"
+        case .push(let account): "push(\(account))"
+        case .pushForeign(let account, let other): "push(\(account), credential of \(other))"
+        case .rotate: "rotate"
+        case .jumpWallClock(let seconds): "jumpWallClock(\(seconds) s)"
+        case .advance(let seconds): "advance(\(seconds) s)"
+        case .together(let first, let second): "together(\(first), \(second))"
+        }
+    }
+
+    /// Whether the operation is one call that enters the pool, which can race another (``together(_:_:)``).
+    package var isCall: Bool {
+        switch self {
+        case .signIn, .signOut, .work, .renew: true
+        default: false
+        }
+    }
+
+    /// A random operation over `accounts` accounts.
+    package static func random(_ random: inout PropertyRandom, accounts: Int) -> PoolOperation {
+        let account = Int(random.next() % UInt64(accounts))
+        switch random.next() % 30 {
+        case 0...3: return .signIn(account)
+        case 4: return .signOut(account)
+        case 5...6: return .read(account)
+        case 7...8: return .work(account, seconds: Int(random.next() % 120) + 1)
+        case 9: return .renew(account)
+        case 10: return .reject(account)
+        case 11...14: return .answer(Int(random.next() % 3) + 1)
+        case 15: return .failWithRetryAfter(seconds: Int(random.next() % 40) + 1)
+        case 16...17: return .outage(Int(random.next() % 3) + 1)
+        case 18: return .push(account)
+        case 19: return .pushForeign(account, of: (account + 1 + Int(random.next() % UInt64(accounts - 1))) % accounts)
+        case 20: return .rotate
+        case 21: return .jumpWallClock(seconds: [-3600, -600, -30, 30, 600, 3600][Int(random.next() % 6)])
+        case 22...23:
+            var calls: [PoolOperation] = []
+            while calls.count < 2 {
+                let call = Self.random(&random, accounts: accounts)
+                if call.isCall { calls.append(call) }
+            }
+            return .together(calls[0], calls[1])
+        default: return .advance(seconds: [1, 1, 5, 30, 300, 700][Int(random.next() % 6)])
+        }
+    }
+
+    /// The program of `length` operations with this seed, over ``PoolModelDriver/accounts`` accounts.
+    package static func program(seed: UInt64, length: Int) -> [PoolOperation] {
+        var random = PropertyRandom(seed: seed)
+        return (0..<length).map { _ in PoolOperation.random(&random, accounts: PoolModelDriver.accounts) }
+    }
+}
+
+extension PoolOperation: Shrinkable {
+    /// A shorter wait or shorter work; every other operation is only ever removed.
+    package var simplerForms: [[PoolOperation]] {
+        switch self {
+        case .advance(let seconds) where seconds > 1: [[.advance(seconds: 1)]]
+        case .work(let account, let seconds) where seconds > 1: [[.work(account, seconds: 1)]]
+        case .answer(let count) where count > 1: [[.answer(1)]]
+        case .outage(let count) where count > 1: [[.outage(1)]]
+        case .together(let first, let second): [[first, second], [first], [second]]
+        default: []
+        }
+    }
+}
