@@ -79,4 +79,29 @@ import Testing
         #expect(hasher.hash("abcdefgh") != hasher.hash("abcdefgh\u{0}"), "the length is part of the hash")
         #expect(MemberIndex.Hasher(seed: 1).hash("alice") != MemberIndex.Hasher(seed: 2).hash("alice"))
     }
+
+    @Test func theTableNeverOutlivesTheMembersItNames() {
+        // The table does not retain its members: once the index lets a member go, no slot may still name it.
+        var index = index()
+        weak var replaced: SessionPool.Member?
+        weak var removed: SessionPool.Member?
+        do {
+            let first = member("alice")
+            let gone = member("bob")
+            replaced = first
+            removed = gone
+            index.insert(first)
+            index.insert(gone)
+            index.insert(member("alice"))
+            index.remove(gone)
+        }
+        #expect(replaced == nil && removed == nil, "the index holds neither any longer")
+        #expect(index.member("alice") != nil)
+        #expect(index.member("bob") == nil)
+        let readThroughTheTable = index.withMember("alice", hash: index.hasher.hash("alice")) { $0.account }
+        #expect(readThroughTheTable == "alice")
+        for account in (0..<1_000).map({ AccountID("grow-\($0)") }) { index.insert(member(account)) }
+        #expect(index.member("alice")?.account == "alice", "after the table grew")
+        #expect(index.member("bob") == nil)
+    }
 }

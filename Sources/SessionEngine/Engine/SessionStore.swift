@@ -182,17 +182,23 @@ final class SessionStore: Sendable {
     /// It takes only the lock of ``Readable`` and, on the ``SystemClock``, reads the coarse wall clock (see
     /// ``WallClockCheck``): the one read every identified request makes.
     func headers() throws(SessionError) -> IdentityHeaders {
+        let (headers, expiresAt, unavailable) = reading()
+        guard let headers else { throw unavailable.error }
+        guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
+        return headers
+    }
+
+    /// What ``headers()`` reads under the lock of ``Readable``, before it checks the clock: the headers and their
+    /// local expiry, or why there are none.
+    @inline(__always)
+    func reading() -> (headers: IdentityHeaders?, expiresAt: TimeInterval, unavailable: Unavailability) {
         // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
-        let (headers, expiresAt, unavailable) = readable.withLock {
-            readable -> (IdentityHeaders?, TimeInterval, Unavailability) in
+        readable.withLock { readable -> (IdentityHeaders?, TimeInterval, Unavailability) in
             switch readable {
             case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
             case .unavailable(let why): (nil, 0, why)
             }
         }
-        guard let headers else { throw unavailable.error }
-        guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
-        return headers
     }
 
     /// The usable credential, checked against the local clock.

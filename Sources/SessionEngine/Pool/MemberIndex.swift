@@ -48,7 +48,11 @@ struct MemberIndex {
     let hasher: Hasher
     private var byAccount: [AccountID: SessionPool.Member] = [:]
     /// A power of two of slots, at least four per member, so that most members own their slot.
-    private var slots: [SessionPool.Member?] = Array(repeating: nil, count: Self.minimumSlots)
+    ///
+    /// The slots do not retain their members: a slot names only a member that `byAccount` of the same index value
+    /// holds (every change to the index keeps it so), so it lives at least as long as the index value that names it,
+    /// and a read through a slot costs no reference counting.
+    private var slots: [Unmanaged<SessionPool.Member>?] = Array(repeating: nil, count: Self.minimumSlots)
 
     private static let minimumSlots = 16
 
@@ -68,10 +72,26 @@ struct MemberIndex {
     /// The member for `account`, whose table hash is `hash` (``Hasher/hash(_:)``).
     @inline(__always)
     func member(_ account: AccountID, hash: UInt64) -> SessionPool.Member? {
-        if let member = slots[Int(truncatingIfNeeded: hash) & (slots.count - 1)], member.account == account {
-            return member
+        withMember(account, hash: hash) { $0 }
+    }
+
+    /// `body` applied to the member for `account`, whose table hash is `hash` (``Hasher/hash(_:)``); `nil` when the
+    /// index holds no member for `account`.
+    ///
+    /// A member found in the table is lent to `body` without a retain: `body` runs while this index value holds it,
+    /// and must not keep it beyond the call unless it retains it (returning it does).
+    @inline(__always)
+    func withMember<Result>(
+        _ account: AccountID, hash: UInt64, _ body: (SessionPool.Member) -> Result
+    ) -> Result? {
+        if let slot = slots[Int(truncatingIfNeeded: hash) & (slots.count - 1)] {
+            let found = slot._withUnsafeGuaranteedRef { member in
+                member.account == account ? Optional(body(member)) : nil
+            }
+            if let found { return found }
         }
-        return byAccount[account]
+        guard let member = byAccount[account] else { return nil }
+        return body(member)
     }
 
     /// The member for `account`.
@@ -81,11 +101,12 @@ struct MemberIndex {
 
     /// Adds `member`, replacing any member of its account.
     mutating func insert(_ member: SessionPool.Member) {
+        // A replaced member of the account had the account's slot, which the new member takes below.
         byAccount[member.account] = member
         if byAccount.count * 4 > slots.count {
             rebuild(slotCount: slots.count * 2)
         } else {
-            slots[slot(of: member)] = member
+            slots[slot(of: member)] = .passUnretained(member)
         }
     }
 
@@ -93,9 +114,9 @@ struct MemberIndex {
     @discardableResult
     mutating func remove(_ member: SessionPool.Member) -> Bool {
         guard byAccount[member.account] === member else { return false }
-        byAccount[member.account] = nil
         let slot = slot(of: member)
-        if slots[slot] === member { slots[slot] = nil }
+        if slots[slot]?.toOpaque() == Unmanaged.passUnretained(member).toOpaque() { slots[slot] = nil }
+        byAccount[member.account] = nil
         if slots.count > Self.minimumSlots && byAccount.count * 32 < slots.count {
             rebuild(slotCount: slots.count / 2)
         }
@@ -104,10 +125,8 @@ struct MemberIndex {
 
     /// Removes every member and returns them.
     mutating func removeAll() -> [SessionPool.Member] {
-        defer {
-            byAccount.removeAll()
-            slots = Array(repeating: nil, count: Self.minimumSlots)
-        }
+        slots = Array(repeating: nil, count: Self.minimumSlots)
+        defer { byAccount.removeAll() }
         return Array(byAccount.values)
     }
 
@@ -117,6 +136,6 @@ struct MemberIndex {
 
     private mutating func rebuild(slotCount: Int) {
         slots = Array(repeating: nil, count: slotCount)
-        for member in byAccount.values { slots[slot(of: member)] = member }
+        for member in byAccount.values { slots[slot(of: member)] = .passUnretained(member) }
     }
 }

@@ -40,8 +40,8 @@ public final class SessionPool: Sendable {
             self.lastUsed = Atomic(now)
         }
 
-        /// Marks the member used at `now`, writing only when the stamp moves, so that readers of one account on
-        /// many threads do not take its cache line from each other on every read.
+        /// Marks the member used at `now`, writing only when the stamp moves, so that a read of an account already
+        /// stamped at `now` leaves its cache line clean.
         @inline(__always)
         func markUsed(at now: Int64) {
             if lastUsed.load(ordering: .relaxed) < now { lastUsed.store(now, ordering: .relaxed) }
@@ -64,6 +64,8 @@ public final class SessionPool: Sendable {
     let clock: any SessionClock
     /// The clock of the members' use stamps, cheap enough to read on every request.
     let useClock: UseClock
+    /// The members' expiry check: their engines run on `clock`.
+    let wallClock: WallClockCheck
     let budget: FetchBudget
     /// Every account's timer.
     let timers: PoolTimers
@@ -113,6 +115,7 @@ public final class SessionPool: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.useClock = UseClock(clock)
+        self.wallClock = WallClockCheck(clock)
         let memberHasher = MemberIndex.Hasher(seed: UInt64.random(in: .min ... .max))
         self.memberHasher = memberHasher
         self.members = Mutex(Members(index: MemberIndex(hasher: memberHasher)))
@@ -142,16 +145,29 @@ public final class SessionPool: Sendable {
 
     /// The identity headers for an identified request of `account`, read without an actor hop.
     ///
-    /// Costs a lookup in the members' index under a lock (`MemberIndex`) and a coarse clock read (`UseClock`) on top
-    /// of ``SessionEngine/identityHeaders()``.
+    /// Costs, on top of ``SessionEngine/identityHeaders()``, the members' index's lock, a hash and a comparison of the
+    /// account (`MemberIndex`) and a coarse clock read (`UseClock`). The member's store is read inside the index's
+    /// lock, where the index holds the member, so the read retains neither the member nor its store.
     ///
     /// - Parameter account: The account the request acts for.
     /// - Returns: The `X-AppNorth-Identity-*` headers of the account's installed credential.
     /// - Throws: ``SessionError`` as ``SessionEngine/identityHeaders()`` does; ``SessionError/Code/signedOut`` for an
     ///   account the pool does not hold. Never another account's headers, never anonymous.
     public func identityHeaders(for account: AccountID) throws(SessionError) -> IdentityHeaders {
-        guard let member = member(account, using: true) else { throw Self.notHeld(account) }
-        return try member.store.headers()
+        let hash = memberHasher.hash(account)
+        let now = useClock.now
+        // The member and its store are read under the index's lock, where the index holds them, so neither is
+        // retained; the clock is read outside it.
+        let reading = members.withLock { members in
+            members.index.withMember(account, hash: hash) { member in
+                member.markUsed(at: now)
+                return member.store.reading()
+            }
+        }
+        guard let (headers, expiresAt, unavailable) = reading else { throw Self.notHeld(account) }
+        guard let headers else { throw unavailable.error }
+        guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
+        return headers
     }
 
     /// What the pool has done and holds: accounts, the budget's counters and evictions. Read without an actor hop.
