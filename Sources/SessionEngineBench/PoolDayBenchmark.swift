@@ -29,7 +29,7 @@ struct PoolDayBenchmark: Benchmark {
         // The pool's timers sleep once for all accounts, so a step of the clock costs little; the days are the
         // wall time: five of them at 10,000 accounts take about two and a half minutes.
         let rotating = options.quick ? 300 : 100_000
-        let daily = options.quick ? 300 : 10_000
+        let daily = options.dayAccounts ?? (options.quick ? 300 : 10_000)
         let day: Duration = .seconds(options.quick ? 2 * 3600 : 24 * 3600)
         let hours = Int(day.seconds / 3600)
         let outageStart = day / 2

@@ -10,6 +10,8 @@ struct Options: Sendable {
     var filter: String?
     /// Renewal cycles of the soak benchmark; `nil` for the mode's default.
     var soakCycles: Int?
+    /// Accounts of the pool-day benchmark's 24-hour days; `nil` for the mode's default.
+    var dayAccounts: Int?
 
     /// Measured rounds per figure.
     var rounds: Int { quick ? 3 : 7 }

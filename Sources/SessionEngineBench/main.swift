@@ -2,6 +2,7 @@ import Foundation
 
 let usage = """
     Usage: swift run -c release SessionEngineBench [--quick] [--json] [--filter NAME] [--soak-cycles N]
+                                                   [--day-accounts N]
 
     Runs the SessionEngine benchmarks. Every figure is compared with a baseline measured in the same run: the
     report gives the median of the rounds, their spread and the ratio to the baseline. See BENCHMARKS.md.
@@ -10,6 +11,8 @@ let usage = """
       --json           print one JSON document instead of a Markdown table
       --filter NAME    run only the benchmarks whose name contains NAME
       --soak-cycles N  renewal cycles of the soak benchmark
+      --day-accounts N accounts of pool-day's 24-hour days (default 10,000: each day takes about a minute per
+                       10,000 accounts)
       --help           show this help
 
     Benchmarks:
@@ -43,6 +46,9 @@ func parseOptions(_ arguments: [String]) -> Options? {
         case "--soak-cycles":
             guard let text = remaining.popFirst(), let cycles = Int(text), cycles > 0 else { return nil }
             options.soakCycles = cycles
+        case "--day-accounts":
+            guard let text = remaining.popFirst(), let accounts = Int(text), accounts > 0 else { return nil }
+            options.dayAccounts = accounts
         default: return nil
         }
     }

@@ -25,7 +25,8 @@ import Synchronization
 public actor SessionEngine {
     let fetcher: any CredentialFetcher
     let clock: any SessionClock
-    let configuration: SessionConfiguration
+    /// The configuration, shared with the other engines of a pool.
+    let settings: Settings
     var machine: SessionStateMachine
     let store: SessionStore
     let broadcaster: EventBroadcaster
@@ -52,6 +53,21 @@ public actor SessionEngine {
     var preparation: Latch?
     var publishedState: SessionState = .signedOut
     var sequence: UInt64 = 0
+
+    /// An engine's configuration and the machine's policies taken from it: made once, and shared by the engines of a
+    /// pool, so that each holds a reference instead of two copies.
+    final class Settings: Sendable {
+        let session: SessionConfiguration
+        let machine: SessionStateMachine.Configuration
+
+        init(_ configuration: SessionConfiguration) {
+            session = configuration
+            machine = SessionStateMachine.Configuration(configuration)
+        }
+    }
+
+    /// Renewal, retry and buffering policies.
+    nonisolated var configuration: SessionConfiguration { settings.session }
 
     /// Creates an engine, signed out.
     ///
@@ -81,15 +97,16 @@ public actor SessionEngine {
         observer: (@Sendable (SessionEvent) -> Void)?
     ) {
         self.init(
-            member: fetcher, configuration: configuration, clock: clock, observer: observer, budget: nil, timers: nil,
-            latencyWindow: LatencySummary.window, hooks: [])
+            member: fetcher, settings: Settings(configuration), randomSeed: configuration.randomSeed, clock: clock,
+            observer: observer, budget: nil, timers: nil, latencyWindow: LatencySummary.window, hooks: [])
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
     ///
     /// - Parameters:
     ///   - fetcher: Gets credentials from the host's backend.
-    ///   - configuration: Renewal, retry and buffering policies.
+    ///   - settings: Renewal, retry and buffering policies, which the engine may share with others.
+    ///   - randomSeed: The seed of the engine's jitter, in place of the configuration's; `nil` for a random one.
     ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
     ///   - budget: The pool's budget toward the backend, which this engine's fetches then share.
@@ -98,7 +115,8 @@ public actor SessionEngine {
     ///   - hooks: Account-change hooks registered from the start, in order.
     init(
         member fetcher: any CredentialFetcher,
-        configuration: SessionConfiguration,
+        settings: Settings,
+        randomSeed: UInt64?,
         clock: any SessionClock,
         observer: (@Sendable (SessionEvent) -> Void)?,
         budget: FetchBudget?,
@@ -112,24 +130,24 @@ public actor SessionEngine {
         self.timers = timers
         self.hooks = hooks
         self.clock = clock
-        self.configuration = configuration
+        self.settings = settings
         self.observer = observer
-        var seed = configuration.randomSeed ?? 0
-        if configuration.randomSeed == nil {
+        var seed = randomSeed ?? 0
+        if randomSeed == nil {
             var system = SystemRandomNumberGenerator()
             seed = system.next()
         }
         let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
         if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
         self.ledger = ledger
-        self.machine = SessionStateMachine(configuration: configuration, seed: seed)
+        self.machine = SessionStateMachine(configuration: settings.machine, seed: seed)
         self.store = SessionStore(clock: clock, ledger: ledger)
         self.waiters = OutcomeWaiters(ledger: ledger)
         self.stopped = Latch(ledger: ledger)
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
         self.broadcaster = EventBroadcaster(
             initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),
-            bufferLimit: configuration.eventBufferLimit
+            bufferLimit: settings.session.eventBufferLimit
         )
     }
 

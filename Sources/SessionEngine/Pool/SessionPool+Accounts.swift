@@ -169,17 +169,15 @@ extension SessionPool {
         for account: AccountID, serial: UInt64, hooks: [@Sendable (AccountChange) async -> Void]
     ) -> SessionEngine {
         let (broadcaster, observer) = (self.broadcaster, self.observer)
-        var session = configuration.session
         // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
         // for ever. A configured seed stays reproducible: it is mixed with the account's name.
-        if let seed = session.randomSeed {
-            session.randomSeed = account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) {
-                ($0 ^ UInt64($1)) &* 0x100_0000_01B3
-            }
+        let seed = configuration.session.randomSeed.map { seed in
+            account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
         }
         let engine = SessionEngine(
             member: fetcher,
-            configuration: session,
+            settings: engineSettings,
+            randomSeed: seed,
             clock: clock,
             observer: { event in
                 let event = SessionPoolEvent(account: account, kind: .session(event))

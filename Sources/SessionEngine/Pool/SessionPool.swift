@@ -61,6 +61,8 @@ public final class SessionPool: Sendable {
 
     let fetcher: any CredentialFetcher
     let configuration: SessionPoolConfiguration
+    /// Every account's engine configuration, one copy for all of them.
+    let engineSettings: SessionEngine.Settings
     let clock: any SessionClock
     /// The clock of the members' use stamps, cheap enough to read on every request.
     let useClock: UseClock
@@ -113,6 +115,7 @@ public final class SessionPool: Sendable {
         self.fetcher = fetcher
         self.observer = observer
         self.configuration = configuration
+        self.engineSettings = SessionEngine.Settings(configuration.session)
         self.clock = clock
         self.useClock = UseClock(clock)
         self.wallClock = WallClockCheck(clock)

@@ -192,13 +192,15 @@ struct SessionStateMachine: Sendable {
         )
     }
 
-    struct Configuration: Sendable {
-        var renewal: RenewalPolicy
-        var retry: RetryPolicy
-        var misconfigurationRetry: RetryPolicy
-        var minimumFetchInterval: Duration
-        var clockSkewTolerance: Duration
-        var maximumRetryAfter: Duration
+    /// The policies the machine decides by, taken from a ``SessionConfiguration``. Immutable and held by reference,
+    /// so that the engines of a pool share one.
+    final class Configuration: Sendable {
+        let renewal: RenewalPolicy
+        let retry: RetryPolicy
+        let misconfigurationRetry: RetryPolicy
+        let minimumFetchInterval: Duration
+        let clockSkewTolerance: Duration
+        let maximumRetryAfter: Duration
 
         init(_ configuration: SessionConfiguration) {
             renewal = configuration.renewal
@@ -230,7 +232,12 @@ struct SessionStateMachine: Sendable {
     let configuration: Configuration
 
     init(configuration: SessionConfiguration, seed: UInt64) {
-        self.configuration = Configuration(configuration)
+        self.init(configuration: Configuration(configuration), seed: seed)
+    }
+
+    /// Creates a machine that decides by `configuration`, which it may share with other machines.
+    init(configuration: Configuration, seed: UInt64) {
+        self.configuration = configuration
         self.random = SplitMix64(seed: seed)
     }
 
