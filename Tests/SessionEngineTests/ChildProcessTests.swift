@@ -6,7 +6,7 @@ import Testing
 ///
 /// The children are `/bin/sh` scripts and coreutils. The only real-time waits are the limits a hung child is killed
 /// at; they wait for a child process, never for the engine.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct ChildProcessTests {
     static let shell = URL(fileURLWithPath: "/bin/sh")
     static let mebibyte = 1 << 20

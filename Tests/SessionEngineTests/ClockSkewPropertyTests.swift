@@ -11,7 +11,7 @@ import Testing
 /// the engine never refuses credentials silently for ever: where one clock makes a credential plausible it is
 /// installed on that clock, and where none does every refusal is reported with the clocks that disagree and
 /// retried on the slow schedule.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct ClockSkewPropertyTests {
     static let host = Date(timeIntervalSince1970: 1_800_000_000)
     static let offsets: [Int64] = [

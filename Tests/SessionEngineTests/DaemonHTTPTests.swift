@@ -8,7 +8,7 @@ import Testing
 /// (`Fixtures/backend/identity_backend.py`), with the engine on virtual time.
 @Suite(
     .enabled(if: LoopbackBackend.isAvailable, "python3 is not on PATH, so the loopback backend cannot start"),
-    .timeLimit(.minutes(1))
+    .timeLimit(TimeLimits.minutes(1))
 )
 struct DaemonHTTPTests {
     static let start: Int64 = 1_800_000_000

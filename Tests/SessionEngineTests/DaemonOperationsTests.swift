@@ -6,7 +6,7 @@ import Testing
 
 /// What a daemon needs beyond renewal: a graceful shutdown, a backend's requested delay, and credentials the host
 /// hands over. All on virtual time; the HTTP side is in `DaemonHTTPTests`.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct DaemonOperationsTests {
     // MARK: - Graceful shutdown
 

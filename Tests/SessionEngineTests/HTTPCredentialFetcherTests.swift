@@ -16,7 +16,7 @@ import Testing
 @Suite(
     // The backend is a Python program; on a machine without python3 there is nothing to test against.
     .enabled(if: LoopbackBackend.isAvailable, "python3 is not on PATH, so the loopback backend cannot start"),
-    .timeLimit(.minutes(1))
+    .timeLimit(TimeLimits.minutes(1))
 )
 struct HTTPCredentialFetcherTests {
     static let start: Int64 = 1_800_000_000

@@ -6,7 +6,7 @@ import Testing
 
 /// A misconfiguration is not an outage: its own code and class, its own counter, a log record at error, and a
 /// slower retry schedule that still recovers once someone fixes the backend.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct MisconfigurationTests {
     @Test func everyFetchFailureHasAClassAHostCanSwitchOn() {
         #expect(SessionError.backendSessionEnded().failureClass == .sessionEnded)

@@ -5,7 +5,7 @@ import SessionEngineTestKit
 import Synchronization
 import Testing
 
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct SessionEngineTests {
     // MARK: - Sign-in and the fast path
 

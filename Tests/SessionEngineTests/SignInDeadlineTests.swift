@@ -6,7 +6,7 @@ import Testing
 
 /// `signIn(_:timeout:)`: the caller gets an answer by the deadline, on the engine's clock, while the engine keeps
 /// signing in.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct SignInDeadlineTests {
     private static let outage = SessionError.fetchFailed("the backend could not be reached")
 

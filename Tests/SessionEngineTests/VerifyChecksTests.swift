@@ -10,7 +10,7 @@ import Testing
 /// and keeps each account's private reports and chat.
 ///
 /// `SessionEngineDemo` runs the same checks in its daemon scenario; these prove them on every change.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct VerifyChecksTests {
     // MARK: - 1. Submit an identified action with a real backend-issued credential
 

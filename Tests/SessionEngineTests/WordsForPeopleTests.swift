@@ -7,7 +7,7 @@ import Testing
 
 /// What people read: durations in at most two units, accounts by name, one number for a capped `Retry-After`, no
 /// event for work that was not there, and the latency of successes kept apart from failures.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct WordsForPeopleTests {
     @Test(arguments: [
         (Duration.zero, "0 s"),

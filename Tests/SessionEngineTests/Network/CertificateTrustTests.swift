@@ -7,7 +7,7 @@ import Testing
 /// Trusting given certificate authorities: PEM validated up front with errors that quote nothing, and the fetcher
 /// refusing or accepting a TLS backend as its ``CertificateTrust`` says, on the loopback backend with a self-signed
 /// certificate and against a private authority made by openssl.
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.timeLimit(TimeLimits.minutes(2)))
 struct CertificateTrustTests {
     static let authority = Task { try await PrivateAuthority.make() }
 

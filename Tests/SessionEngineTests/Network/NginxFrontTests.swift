@@ -16,7 +16,7 @@ import Testing
 /// the suite is skipped and Swift Testing prints why; `Scripts/install-test-servers.sh` installs nginx.
 @Suite(
     .enabled(if: NginxFront.unavailableReason == nil, Comment(rawValue: NginxFront.unavailableReason ?? "")),
-    .timeLimit(.minutes(2))
+    .timeLimit(TimeLimits.minutes(2))
 )
 struct NginxFrontTests {
     static let authority = Task { try await PrivateAuthority.make() }

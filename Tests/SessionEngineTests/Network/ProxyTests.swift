@@ -70,7 +70,7 @@ import Testing
 /// and one that cannot reach the backend, each named as the proxy's or the backend's.
 @Suite(
     .enabled(if: TinyProxy.unavailableReason == nil, Comment(rawValue: TinyProxy.unavailableReason ?? "")),
-    .timeLimit(.minutes(2))
+    .timeLimit(TimeLimits.minutes(2))
 )
 struct ProxyTests {
     static let authority = Task { try await PrivateAuthority.make() }

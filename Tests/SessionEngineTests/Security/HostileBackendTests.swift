@@ -18,7 +18,7 @@ import Testing
 @Suite(
     .serialized,
     .enabled(if: PythonServer.python != nil, "python3 is not on PATH, so the hostile backend cannot start"),
-    .timeLimit(.minutes(2))
+    .timeLimit(TimeLimits.minutes(2))
 )
 struct HostileBackendTests {
     /// One attack: a path of the hostile server, what the fetcher must say, and the fetcher's timeout.

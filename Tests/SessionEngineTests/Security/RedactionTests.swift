@@ -10,7 +10,7 @@ import Testing
 
 /// Every public value, printed every way Swift prints it, holds no secret, no signature, no HMAC key state and no
 /// property value.
-@Suite(.timeLimit(.minutes(1))) struct RedactionTests {
+@Suite(.timeLimit(TimeLimits.minutes(1))) struct RedactionTests {
     static let secret = "SECRET-redaction-0001"
     static let propertyValue = "PROPERTY-VALUE-0042"
     static let token = "BEARER-TOKEN-0007"

@@ -8,7 +8,7 @@ import Testing
 /// secret or a stray argument echoed, never a secret silently re-encoded.
 ///
 /// The tests run the demo binary that `swift build` put next to the test binary.
-@Suite(.timeLimit(.minutes(1)))
+@Suite(.timeLimit(TimeLimits.minutes(1)))
 struct ToolSecurityTests {
     /// `SessionEngineDemo` in the build directory of the running tests.
     static let demo: URL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
