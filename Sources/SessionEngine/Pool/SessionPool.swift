@@ -157,13 +157,19 @@ public final class SessionPool: Sendable {
     /// - Throws: ``SessionError`` as ``SessionEngine/identityHeaders()`` does; ``SessionError/Code/signedOut`` for an
     ///   account the pool does not hold. Never another account's headers, never anonymous.
     public func identityHeaders(for account: AccountID) throws(SessionError) -> IdentityHeaders {
+        try headers(for: account, stampingUse: true)
+    }
+
+    /// The read of ``identityHeaders(for:)`` and of ``headersWithoutUse(for:)``; `stampingUse` marks the account used.
+    @inline(__always)
+    private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         let hash = memberHasher.hash(account)
-        let now = useClock.now
+        let now = stampingUse ? useClock.now : 0
         // The member and its store are read under the index's lock, where the index holds them, so neither is
         // retained; the clock is read outside it.
         let reading = members.withLock { members in
             members.index.withMember(account, hash: hash) { member in
-                member.markUsed(at: now)
+                if stampingUse { member.markUsed(at: now) }
                 return member.store.reading()
             }
         }
