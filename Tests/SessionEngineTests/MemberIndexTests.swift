@@ -3,8 +3,8 @@ import Testing
 
 @testable import SessionEngine
 
-/// The pool's member index: its direct-mapped table in front of the dictionary must answer exactly as the dictionary
-/// would, whichever accounts share a slot.
+/// The pool's member index: its open-addressed table in front of the dictionary must answer exactly as the
+/// dictionary would, whichever accounts share a slot.
 @Suite struct MemberIndexTests {
     /// Members share one engine: the index looks only at their accounts and identities.
     private let engine = SessionEngine(fetcher: ScriptedCredentialFetcher())
@@ -29,6 +29,18 @@ import Testing
         }
         #expect(index.member("account-5000") == nil)
         #expect(index.member("") == nil)
+    }
+
+    @Test(arguments: ["reader-", "user-00000000", "tenant-0123456789/agent-", "", "é"])
+    func accountsThatDifferOnlyInTheirLastBytesSpreadOverTheSlots(prefix: String) {
+        // Names a daemon makes: a fixed prefix and a counter, so that only the last bytes differ. Every byte must
+        // reach the bits that choose the slot, or such names pile up in a few slots and their reads go to the
+        // dictionary.
+        var index = index(seed: 7)
+        for member in (0..<20_000).map({ member(AccountID(prefix + String($0))) }) { index.insert(member) }
+        #expect(index.withoutSlot <= 60, "at most 0.3 % of the members without a slot")
+        for member in Array(index.members).prefix(19_000) { index.remove(member) }
+        #expect(index.withoutSlot >= 0 && index.withoutSlot <= 10, "removals and shrinking keep the count")
     }
 
     @Test func removalLeavesTheOthersAndShrinkingKeepsThem() {
@@ -98,10 +110,75 @@ import Testing
         #expect(replaced == nil && removed == nil, "the index holds neither any longer")
         #expect(index.member("alice") != nil)
         #expect(index.member("bob") == nil)
-        let readThroughTheTable = index.withMember("alice", hash: index.hasher.hash("alice")) { $0.account }
-        #expect(readThroughTheTable == "alice")
+        let readThroughTheTable = index.table.member("alice", hash: index.hasher.hash("alice"))
+        #expect(readThroughTheTable?.account == "alice")
         for account in (0..<1_000).map({ AccountID("grow-\($0)") }) { index.insert(member(account)) }
         #expect(index.member("alice")?.account == "alice", "after the table grew")
         #expect(index.member("bob") == nil)
+    }
+
+    // MARK: - The table's copy of each member's read
+
+    /// A member with an engine, and so a store, of its own.
+    private func memberOfItsOwn(_ account: AccountID) -> SessionPool.Member {
+        SessionPool.Member(
+            account: account, engine: SessionEngine(fetcher: ScriptedCredentialFetcher()), serial: 1, now: 0)
+    }
+
+    private func usable(_ email: String) throws -> SessionStore.Reading {
+        let signature = String(repeating: "a", count: 64)
+        let credential = try IdentityCredential(email: email, expiresAt: 2_000_000_000, signature: signature)
+        return (IdentityHeaders(credential), 2_000_000_000, .expired)
+    }
+
+    @Test func aStoreThatLeftTheTableCannotChangeItsSuccessorsRead() throws {
+        var index = index()
+        let first = memberOfItsOwn("alice")
+        let second = memberOfItsOwn("alice")
+        let hash = index.hasher.hash("alice")
+        index.insert(first)
+        index.insert(second)
+        index.table.mirror(second.store, of: "alice", hash: hash, try usable("second@example.com"))
+        // The replaced member's engine still publishes (its sign-out and shutdown): none of it reaches the slot.
+        index.table.mirror(first.store, of: "alice", hash: hash, (nil, 0, .shutDown))
+        index.table.mirror(first.store, of: "alice", hash: hash, try usable("first@example.com"))
+        let reading = index.table.reading("alice", hash: hash, readAt: nil)
+        #expect(try reading?.headers?.credential().email == "second@example.com")
+        index.remove(second)
+        #expect(index.table.reading("alice", hash: hash, readAt: nil) == nil)
+    }
+
+    @Test func aMemberCrowdedOutOfItsSlotsIsLeftToTheDictionary() {
+        let table = MemberTable(count: 16)
+        let members = (0...MemberTable.probes).map { memberOfItsOwn(AccountID("crowded-\($0)")) }
+        // One hash for all: the first `probes` take the slots from the hash's on, the next finds none.
+        let placed = members.map { table.place($0, hash: 3) }
+        #expect(placed == Array(repeating: true, count: MemberTable.probes) + [false])
+        for member in members.prefix(MemberTable.probes) {
+            #expect(table.member(member.account, hash: 3) === member)
+        }
+        #expect(table.member(members.last!.account, hash: 3) == nil)
+        #expect(table.reading(members.last!.account, hash: 3, readAt: nil) == nil)
+        // Slots 3 to 10 are taken; slot 2 is free, and a slot answers only for its own account.
+        let other = memberOfItsOwn("other")
+        #expect(table.place(other, hash: 2))
+        #expect(table.member("other", hash: 2) === other)
+        #expect(table.member("other", hash: 3) == nil)
+        table.clear(members[0], hash: 3)
+        #expect(table.member(members[0].account, hash: 3) == nil)
+        #expect(table.member(members[1].account, hash: 3) === members[1], "a cleared slot does not end the probes")
+    }
+
+    @Test func readsStampTheSlotAndTheStampsOutliveAGrowth() {
+        var index = index()
+        let alice = memberOfItsOwn("alice")
+        index.insert(alice)
+        _ = index.table.reading("alice", hash: index.hasher.hash("alice"), readAt: 500)
+        _ = index.table.reading("alice", hash: index.hasher.hash("alice"), readAt: 200)
+        #expect(index.lastUses().map(\.used) == [500], "the later of the member's stamp and the slot's")
+        for account in (0..<100).map({ AccountID("grow-\($0)") }) { index.insert(member(account)) }
+        #expect(index.lastUses().first { $0.member === alice }?.used == 500, "after the table grew")
+        alice.markUsed(at: 900)
+        #expect(index.lastUses().first { $0.member === alice }?.used == 900)
     }
 }

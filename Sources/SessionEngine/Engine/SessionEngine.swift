@@ -98,7 +98,8 @@ public actor SessionEngine {
     ) {
         self.init(
             member: fetcher, settings: Settings(configuration), randomSeed: configuration.randomSeed, clock: clock,
-            observer: observer, budget: nil, timers: nil, latencyWindow: LatencySummary.window, hooks: [])
+            observer: observer, budget: nil, timers: nil, latencyWindow: LatencySummary.window, hooks: [],
+            readMirror: nil)
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
@@ -113,6 +114,7 @@ public actor SessionEngine {
     ///   - timers: The pool's timers, which then hold this engine's timer.
     ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
+    ///   - readMirror: Receives every change of what ``identityHeaders()`` reads (``SessionStore/Mirror``).
     init(
         member fetcher: any CredentialFetcher,
         settings: Settings,
@@ -122,7 +124,8 @@ public actor SessionEngine {
         budget: FetchBudget?,
         timers: PoolTimers?,
         latencyWindow: Int,
-        hooks: [@Sendable (AccountChange) async -> Void]
+        hooks: [@Sendable (AccountChange) async -> Void],
+        readMirror: SessionStore.Mirror?
     ) {
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
         self.fetcher = fetcher
@@ -141,7 +144,7 @@ public actor SessionEngine {
         if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
         self.ledger = ledger
         self.machine = SessionStateMachine(configuration: settings.machine, seed: seed)
-        self.store = SessionStore(clock: clock, ledger: ledger)
+        self.store = SessionStore(clock: clock, ledger: ledger, mirror: readMirror)
         self.waiters = OutcomeWaiters(ledger: ledger)
         self.stopped = Latch(ledger: ledger)
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)

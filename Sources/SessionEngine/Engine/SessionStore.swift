@@ -111,21 +111,32 @@ final class SessionStore: Sendable {
         case unavailable(Unavailability)
     }
 
+    /// What ``reading()`` returns: the headers and their local expiry, or why there are none.
+    typealias Reading = (headers: IdentityHeaders?, expiresAt: TimeInterval, unavailable: Unavailability)
+
+    /// Receives every change of what ``reading()`` returns, with the store it is of, under the store's lock and so in
+    /// the order of the changes: a pool keeps a copy of each member's read in its table (`MemberTable`). It must not
+    /// call the store and must take no lock but a lock of its own that it holds only briefly.
+    typealias Mirror = @Sendable (_ store: SessionStore, _ reading: Reading) -> Void
+
     private let state = Mutex(State())
     private let readable = Mutex(Readable.unavailable(.signedOut))
     private let clock: any SessionClock
     private let wallClock: WallClockCheck
     private let ledger: ActivityLedger?
+    private let mirror: Mirror?
 
     /// Creates an empty store.
     ///
     /// - Parameters:
     ///   - clock: The clock that decides local expiry.
     ///   - ledger: Where drains waiting for work are parked.
-    init(clock: any SessionClock, ledger: ActivityLedger?) {
+    ///   - mirror: Receives every change of the store's read; `nil` for none.
+    init(clock: any SessionClock, ledger: ActivityLedger?, mirror: Mirror? = nil) {
         self.clock = clock
         self.wallClock = WallClockCheck(clock)
         self.ledger = ledger
+        self.mirror = mirror
     }
 
     /// The state as last published.
@@ -167,7 +178,7 @@ final class SessionStore: Sendable {
         }
     }
 
-    /// Mirrors `access` into the field ``headers()`` reads; called under `state`'s lock.
+    /// Mirrors `access` into the field ``headers()`` reads, and to the store's ``Mirror``; called under `state`'s lock.
     private func publishReadable(_ access: Access) {
         let next: Readable =
             switch access {
@@ -175,6 +186,11 @@ final class SessionStore: Sendable {
             case .unavailable(let why): .unavailable(why)
             }
         readable.withLock { $0 = next }
+        guard let mirror else { return }
+        switch next {
+        case .usable(let headers, let expiresAt): mirror(self, (headers, expiresAt, .expired))
+        case .unavailable(let why): mirror(self, (nil, 0, why))
+        }
     }
 
     /// The usable credential's headers, checked against the local clock.
@@ -191,9 +207,9 @@ final class SessionStore: Sendable {
     /// What ``headers()`` reads under the lock of ``Readable``, before it checks the clock: the headers and their
     /// local expiry, or why there are none.
     @inline(__always)
-    func reading() -> (headers: IdentityHeaders?, expiresAt: TimeInterval, unavailable: Unavailability) {
+    func reading() -> Reading {
         // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
-        readable.withLock { readable -> (IdentityHeaders?, TimeInterval, Unavailability) in
+        readable.withLock { readable -> Reading in
             switch readable {
             case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
             case .unavailable(let why): (nil, 0, why)

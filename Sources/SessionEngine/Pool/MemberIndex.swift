@@ -1,10 +1,13 @@
-/// The pool's members by account: a dictionary, and in front of it a direct-mapped table that finds most accounts
-/// with one cheap hash and one comparison, for the read every identified request makes.
+import Synchronization
+
+/// The pool's members by account: a dictionary, and in front of it an open-addressed table (``MemberTable``) that
+/// finds nearly every account with one cheap hash and one comparison, for the read every identified request makes.
 ///
 /// A `Dictionary` lookup hashes the account's `String` with the standard library's seeded SipHash, which costs more
 /// than the engine's whole read. The table hashes the account's UTF-8 bytes eight at a time with a per-pool random
-/// seed and keeps at most one member per slot, so a lookup is that hash, one load and one comparison of the account.
-/// Accounts whose slot another account took, and every account a caller spells with other bytes than the member's
+/// seed and keeps at most one member per slot, in one of ``MemberTable/probes`` slots from its hash's, so a lookup is
+/// that hash, a comparison of the hashes in those slots and one comparison of the account. Accounts crowded out of
+/// their slots, and every account a caller spells with other bytes than the member's
 /// (`AccountID` compares as `String` does, by canonical equivalence), are found in the dictionary. The table only
 /// ever answers with a member whose account equals the one asked for, so it cannot hand out another account's
 /// member, and keys crafted to collide only send their lookups to the dictionary: the worst case is the
@@ -34,30 +37,39 @@ struct MemberIndex {
                 offset += 8
             }
             var tail: UInt64 = 0
-            var shift: UInt64 = 0
-            while offset < bytes.count {
-                tail |= UInt64(bytes[offset]) << shift
-                shift += 8
-                offset += 1
+            if offset < bytes.count && bytes.count >= 8 {
+                // The last eight bytes in one load, overlapping bytes already mixed; the length is in the seed.
+                tail = bytes.loadUnaligned(fromByteOffset: bytes.count - 8, as: UInt64.self)
+            } else {
+                var shift: UInt64 = 0
+                while offset < bytes.count {
+                    tail |= UInt64(bytes[offset]) << shift
+                    shift += 8
+                    offset += 1
+                }
             }
-            state = (state ^ tail) &* 0x94D0_49BB_1331_11EB
-            return state ^ (state >> 29)
+            // SplitMix64's finalizer: every input bit reaches the low bits, which choose the slot.
+            state ^= tail
+            state = (state ^ (state >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            state = (state ^ (state >> 27)) &* 0x94D0_49BB_1331_11EB
+            return state ^ (state >> 31)
         }
     }
 
     let hasher: Hasher
     private var byAccount: [AccountID: SessionPool.Member] = [:]
-    /// A power of two of slots, at least four per member, so that most members own their slot.
-    ///
-    /// The slots do not retain their members: a slot names only a member that `byAccount` of the same index value
-    /// holds (every change to the index keeps it so), so it lives at least as long as the index value that names it,
-    /// and a read through a slot costs no reference counting.
-    private var slots: [Unmanaged<SessionPool.Member>?] = Array(repeating: nil, count: Self.minimumSlots)
+    /// The members' table: at least two slots per member, a power of two. It has a lock of its own, so that a read
+    /// takes that lock alone (``MemberTable``). The index owns it: a copy of the index would share it.
+    let table: MemberTable
+    private var slotCount = Self.minimumSlots
+    /// How many members have no slot in the table, crowded out of all their slots' probes.
+    private(set) var withoutSlot = 0
 
     private static let minimumSlots = 16
 
     init(hasher: Hasher) {
         self.hasher = hasher
+        self.table = MemberTable(count: Self.minimumSlots)
     }
 
     /// How many members the index holds.
@@ -70,28 +82,13 @@ struct MemberIndex {
     var accounts: Dictionary<AccountID, SessionPool.Member>.Keys { byAccount.keys }
 
     /// The member for `account`, whose table hash is `hash` (``Hasher/hash(_:)``).
-    @inline(__always)
     func member(_ account: AccountID, hash: UInt64) -> SessionPool.Member? {
-        withMember(account, hash: hash) { $0 }
+        table.member(account, hash: hash) ?? byAccount[account]
     }
 
-    /// `body` applied to the member for `account`, whose table hash is `hash` (``Hasher/hash(_:)``); `nil` when the
-    /// index holds no member for `account`.
-    ///
-    /// A member found in the table is lent to `body` without a retain: `body` runs while this index value holds it,
-    /// and must not keep it beyond the call unless it retains it (returning it does).
-    @inline(__always)
-    func withMember<Result>(
-        _ account: AccountID, hash: UInt64, _ body: (SessionPool.Member) -> Result
-    ) -> Result? {
-        if let slot = slots[Int(truncatingIfNeeded: hash) & (slots.count - 1)] {
-            let found = slot._withUnsafeGuaranteedRef { member in
-                member.account == account ? Optional(body(member)) : nil
-            }
-            if let found { return found }
-        }
-        guard let member = byAccount[account] else { return nil }
-        return body(member)
+    /// The member for `account`, found without the table: for an account the table does not hold.
+    func memberWithoutTable(_ account: AccountID) -> SessionPool.Member? {
+        byAccount[account]
     }
 
     /// The member for `account`.
@@ -99,14 +96,27 @@ struct MemberIndex {
         member(account, hash: hasher.hash(account))
     }
 
+    /// Every member with its last use: the later of its own stamp (``SessionPool/Member/lastUsed``: joins, and reads
+    /// of a member without a slot) and the last read through its slot.
+    func lastUses() -> [(member: SessionPool.Member, used: Int64)] {
+        table.withLastReads { lastRead in
+            byAccount.values.map { member in
+                (member, max(member.lastUsed.load(ordering: .relaxed), lastRead(member, hasher.hash(member.account))))
+            }
+        }
+    }
+
     /// Adds `member`, replacing any member of its account.
     mutating func insert(_ member: SessionPool.Member) {
-        // A replaced member of the account had the account's slot, which the new member takes below.
-        byAccount[member.account] = member
-        if byAccount.count * 4 > slots.count {
-            rebuild(slotCount: slots.count * 2)
-        } else {
-            slots[slot(of: member)] = .passUnretained(member)
+        if let replaced = byAccount.updateValue(member, forKey: member.account),
+            !table.clear(replaced, hash: hasher.hash(replaced.account))
+        {
+            withoutSlot -= 1
+        }
+        if byAccount.count * 2 > slotCount {
+            rebuild(slotCount: slotCount * 2)
+        } else if !table.place(member, hash: hasher.hash(member.account)) {
+            withoutSlot += 1
         }
     }
 
@@ -114,28 +124,28 @@ struct MemberIndex {
     @discardableResult
     mutating func remove(_ member: SessionPool.Member) -> Bool {
         guard byAccount[member.account] === member else { return false }
-        let slot = slot(of: member)
-        if slots[slot]?.toOpaque() == Unmanaged.passUnretained(member).toOpaque() { slots[slot] = nil }
+        if !table.clear(member, hash: hasher.hash(member.account)) { withoutSlot -= 1 }
         byAccount[member.account] = nil
-        if slots.count > Self.minimumSlots && byAccount.count * 32 < slots.count {
-            rebuild(slotCount: slots.count / 2)
+        if slotCount > Self.minimumSlots && byAccount.count * 16 < slotCount {
+            rebuild(slotCount: slotCount / 2)
         }
         return true
     }
 
     /// Removes every member and returns them.
     mutating func removeAll() -> [SessionPool.Member] {
-        slots = Array(repeating: nil, count: Self.minimumSlots)
+        rebuild(slotCount: Self.minimumSlots, members: [])
         defer { byAccount.removeAll() }
         return Array(byAccount.values)
     }
 
-    private func slot(of member: SessionPool.Member) -> Int {
-        Int(truncatingIfNeeded: hasher.hash(member.account)) & (slots.count - 1)
+    private mutating func rebuild(slotCount: Int) {
+        rebuild(slotCount: slotCount, members: byAccount.values)
     }
 
-    private mutating func rebuild(slotCount: Int) {
-        slots = Array(repeating: nil, count: slotCount)
-        for member in byAccount.values { slots[slot(of: member)] = .passUnretained(member) }
+    private mutating func rebuild(slotCount: Int, members: some Sequence<SessionPool.Member>) {
+        self.slotCount = slotCount
+        let hasher = self.hasher
+        withoutSlot = table.rebuild(count: slotCount, members: members) { hasher.hash($0.account) }
     }
 }

@@ -131,11 +131,11 @@ extension SessionPool {
             }
             members.made += 1
             let serial = members.made
-            let engine = makeEngine(for: account, serial: serial, hooks: members.hooks)
+            let engine = makeEngine(for: account, serial: serial, hooks: members.hooks, table: members.index.table)
             let member = Member(account: account, engine: engine, serial: serial, now: now)
             var evicted: Member?
             if let cap = configuration.maximumAccounts, members.index.count >= cap {
-                evicted = Self.closeLeastRecentlyUsedIdle(members.index.members)
+                evicted = Self.closeLeastRecentlyUsedIdle(members.index.lastUses())
                 if let evicted { members.index.remove(evicted) }
             }
             members.index.insert(member)
@@ -149,13 +149,12 @@ extension SessionPool {
 
     /// The least recently used member with no scoped work running and no caller waiting, closed to new work in the
     /// step that checked it (``SessionEngine/closeToWorkIfIdle()``), so that no work starts on it before it leaves.
-    static func closeLeastRecentlyUsedIdle(_ members: some Collection<Member>) -> Member? {
+    static func closeLeastRecentlyUsedIdle(_ members: [(member: Member, used: Int64)]) -> Member? {
         // One scan finds the oldest; a busy one is skipped and the scan repeated, which is rare.
         var busy: Set<AccountID> = []
         while true {
             var oldest: (member: Member, used: Int64)?
-            for member in members where !busy.contains(member.account) {
-                let used = member.lastUsed.load(ordering: .relaxed)
+            for (member, used) in members where !busy.contains(member.account) {
                 if let current = oldest, current.used <= used { continue }
                 oldest = (member, used)
             }
@@ -166,9 +165,10 @@ extension SessionPool {
     }
 
     private func makeEngine(
-        for account: AccountID, serial: UInt64, hooks: [@Sendable (AccountChange) async -> Void]
+        for account: AccountID, serial: UInt64, hooks: [@Sendable (AccountChange) async -> Void], table: MemberTable
     ) -> SessionEngine {
         let (broadcaster, observer) = (self.broadcaster, self.observer)
+        let hash = memberHasher.hash(account)
         // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
         // for ever. A configured seed stays reproducible: it is mixed with the account's name.
         let seed = configuration.session.randomSeed.map { seed in
@@ -187,7 +187,8 @@ extension SessionPool {
             budget: budget,
             timers: timers,
             latencyWindow: Self.accountLatencyWindow,
-            hooks: hooks
+            hooks: hooks,
+            readMirror: { store, reading in table.mirror(store, of: account, hash: hash, reading) }
         )
         return engine
     }
@@ -234,8 +235,8 @@ extension SessionPool {
                         members.sweeping = false
                         return nil
                     }
-                    let idle = members.index.members.filter { member in
-                        now - member.lastUsed.load(ordering: .relaxed) >= limit && member.engine.closeToWorkIfIdle()
+                    let idle = members.index.lastUses().compactMap { member, used in
+                        now - used >= limit && member.engine.closeToWorkIfIdle() ? member : nil
                     }
                     for member in idle { members.index.remove(member) }
                     return idle

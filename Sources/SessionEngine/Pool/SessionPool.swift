@@ -27,9 +27,11 @@ public final class SessionPool: Sendable {
         /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that
         /// leaves and signs in again has a new member, with an engine and events of its own.
         let serial: UInt64
-        /// The engine's store, held here so that a read reaches the headers without touching the engine.
+        /// The engine's store, held here so that a read of a member without a slot in the members' table reaches the
+        /// headers without touching the engine.
         let store: SessionStore
-        /// The pool's ``UseClock`` time of the last use, in nanoseconds.
+        /// The pool's ``UseClock`` time, in nanoseconds, of the last call that joined the member and of the last read
+        /// that found it without a slot; a read through its slot stamps the slot (``MemberIndex/lastUses()``).
         let lastUsed: Atomic<Int64>
 
         init(account: AccountID, engine: SessionEngine, serial: UInt64, now: Int64) {
@@ -76,6 +78,8 @@ public final class SessionPool: Sendable {
     let members: Mutex<Members>
     /// The hash of the members' index, used outside its lock.
     let memberHasher: MemberIndex.Hasher
+    /// The members' index's table, which reads and finds members under a lock of its own.
+    let table: MemberTable
     let broadcaster: PoolEventBroadcaster
     /// Receives every event of the pool, with the ``Member/serial`` of the member it is about, before any
     /// subscriber does.
@@ -121,7 +125,9 @@ public final class SessionPool: Sendable {
         self.wallClock = WallClockCheck(clock)
         let memberHasher = MemberIndex.Hasher(seed: UInt64.random(in: .min ... .max))
         self.memberHasher = memberHasher
-        self.members = Mutex(Members(index: MemberIndex(hasher: memberHasher)))
+        let index = MemberIndex(hasher: memberHasher)
+        self.table = index.table
+        self.members = Mutex(Members(index: index))
         let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
         if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
         self.ledger = ledger
@@ -148,9 +154,9 @@ public final class SessionPool: Sendable {
 
     /// The identity headers for an identified request of `account`, read without an actor hop.
     ///
-    /// Costs, on top of ``SessionEngine/identityHeaders()``, the members' index's lock, a hash and a comparison of the
-    /// account (`MemberIndex`) and a coarse clock read (`UseClock`). The member's store is read inside the index's
-    /// lock, where the index holds the member, so the read retains neither the member nor its store.
+    /// Costs what ``SessionEngine/identityHeaders()`` costs, a hash and a comparison of the account, and a coarse clock
+    /// read (`UseClock`): the members' table keeps a copy of each member's read, which the read takes under the
+    /// table's lock (`MemberTable`), touching neither the member nor its engine.
     ///
     /// - Parameter account: The account the request acts for.
     /// - Returns: The `X-AppNorth-Identity-*` headers of the account's installed credential.
@@ -164,15 +170,17 @@ public final class SessionPool: Sendable {
     @inline(__always)
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         let hash = memberHasher.hash(account)
-        let now = stampingUse ? useClock.now : 0
-        // The member and its store are read under the index's lock, where the index holds them, so neither is
-        // retained; the clock is read outside it.
-        let reading = members.withLock { members in
-            members.index.withMember(account, hash: hash) { member in
-                if stampingUse { member.markUsed(at: now) }
-                return member.store.reading()
+        let now = stampingUse ? useClock.now : nil
+        // The table's copy of the member's read, under the table's lock alone; a member without a slot is read from
+        // its store, found under the members' lock, where the index holds it, so the read retains neither.
+        let reading =
+            table.reading(account, hash: hash, readAt: now)
+            ?? members.withLock { members in
+                members.index.memberWithoutTable(account).map { member in
+                    if let now { member.markUsed(at: now) }
+                    return member.store.reading()
+                }
             }
-        }
         guard let (headers, expiresAt, unavailable) = reading else { throw Self.notHeld(account) }
         guard let headers else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
@@ -198,8 +206,7 @@ public final class SessionPool: Sendable {
     /// The account's headers as ``identityHeaders(for:)`` reads them, without marking the account used, for checks
     /// that must not change which account the pool evicts.
     package func headersWithoutUse(for account: AccountID) throws(SessionError) -> IdentityHeaders {
-        guard let member = member(account) else { throw Self.notHeld(account) }
-        return try member.store.headers()
+        try headers(for: account, stampingUse: false)
     }
 
     /// How many times the pool's timers have woken, for benchmarks.
@@ -239,7 +246,10 @@ public final class SessionPool: Sendable {
     /// The member for `account`, marking it used when `using`.
     func member(_ account: AccountID, using: Bool = false) -> Member? {
         let hash = memberHasher.hash(account)
-        guard let member = members.withLock({ $0.index.member(account, hash: hash) }) else { return nil }
+        guard
+            let member = table.member(account, hash: hash)
+                ?? members.withLock({ $0.index.memberWithoutTable(account) })
+        else { return nil }
         if using { member.markUsed(at: useClock.now) }
         return member
     }

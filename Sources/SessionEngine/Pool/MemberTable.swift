@@ -1,0 +1,181 @@
+import Foundation
+import Synchronization
+
+/// The pool's open-addressed table of members, behind a lock of its own, with a copy of each member's read: the one
+/// place the read every identified request makes goes.
+///
+/// A slot holds its member's account, its hash, the member (unretained), a copy of what the member's store reads
+/// (``SessionStore/Reading``, kept current by the store's ``SessionStore/Mirror``) and the time the account was last
+/// read. A read therefore touches one slot and the headers it hands out: not the member, not its engine, not its store,
+/// which at 100,000 accounts are each a cache miss.
+///
+/// A member sits in one of ``probes`` slots from its hash's slot on. A member crowded out of all of them has no slot;
+/// `MemberIndex` finds it in its dictionary and reads its store.
+///
+/// The table's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a leaf too.
+/// The pool's members' lock is taken before it (changes to the index), and so is a store's lock of its state (the
+/// mirror), and neither is ever taken under it.
+///
+/// The slots do not retain their members: a slot names only a member that the `MemberIndex` holding this table holds
+/// (every change to the index keeps it so), so a member named by a slot is alive while the table's lock is held.
+final class MemberTable: Sendable {
+    /// A member, its account's hash and a copy of its read.
+    struct Slot {
+        /// The hash's high half, compared before the account.
+        var tag: UInt32 = 0
+        var unavailable: SessionStore.Unavailability = .signedOut
+        var account: AccountID?
+        var member: Unmanaged<SessionPool.Member>?
+        var headers: IdentityHeaders?
+        var expiresAt: TimeInterval = 0
+        /// The ``UseClock`` time of the last read through this slot.
+        var lastRead: Int64 = .min
+    }
+
+    /// How many slots from its hash's slot on may hold a member. With at most half the slots taken, about one member in
+    /// two hundred is crowded out of all eight (one in a thousand at 100,000 members), and a read looks at 1.3 to 1.5
+    /// slots on average.
+    static let probes = 8
+
+    private let slots: Mutex<[Slot]>
+
+    /// Creates a table of `count` empty slots, a power of two.
+    init(count: Int) {
+        slots = Mutex(Array(repeating: Slot(), count: count))
+    }
+
+    /// `body` applied to the slot of `account`, found by its `hash`, whose member `matches`; `nil` if no slot of the
+    /// account's probes holds such a member. Called under the table's lock.
+    @inline(__always)
+    private static func withSlot<Result>(
+        in slots: inout [Slot], account: AccountID, hash: UInt64,
+        where matches: (Unmanaged<SessionPool.Member>) -> Bool,
+        _ body: (inout Slot) -> Result
+    ) -> Result? {
+        let mask = slots.count - 1
+        let tag = UInt32(truncatingIfNeeded: hash >> 32)
+        var position = Int(truncatingIfNeeded: hash) & mask
+        for _ in 0..<probes {
+            if slots[position].tag == tag, let member = slots[position].member, slots[position].account == account,
+                matches(member)
+            {
+                return body(&slots[position])
+            }
+            position = (position &+ 1) & mask
+        }
+        return nil
+    }
+
+    /// What `account`'s member reads, marking the account read at `now` unless it is `nil`; `nil` when no slot holds
+    /// the account.
+    @inline(__always)
+    func reading(_ account: AccountID, hash: UInt64, readAt now: Int64?) -> SessionStore.Reading? {
+        slots.withLock { slots in
+            Self.withSlot(in: &slots, account: account, hash: hash, where: { _ in true }) {
+                slot -> SessionStore.Reading in
+                if let now, slot.lastRead < now { slot.lastRead = now }
+                return (slot.headers, slot.expiresAt, slot.unavailable)
+            }
+        }
+    }
+
+    /// The member of `account`, retained; `nil` when no slot holds the account.
+    func member(_ account: AccountID, hash: UInt64) -> SessionPool.Member? {
+        slots.withLock { slots in
+            Self.withSlot(in: &slots, account: account, hash: hash, where: { _ in true }) { slot in
+                slot.member!.takeUnretainedValue()
+            }
+        }
+    }
+
+    /// Installs a change of `store`'s read in the slot of the member whose store it is; a store whose member has no
+    /// slot, or has left the table, changes nothing.
+    func mirror(_ store: SessionStore, of account: AccountID, hash: UInt64, _ reading: SessionStore.Reading) {
+        slots.withLock { slots in
+            _ = Self.withSlot(
+                in: &slots, account: account, hash: hash,
+                where: { $0._withUnsafeGuaranteedRef { $0.store === store } }
+            ) { slot in
+                (slot.headers, slot.expiresAt, slot.unavailable) = reading
+            }
+        }
+    }
+
+    /// Puts `member` in the first free slot of its probes, with its store's read; returns whether it found one.
+    @discardableResult
+    func place(_ member: SessionPool.Member, hash: UInt64) -> Bool {
+        slots.withLock { Self.place(member, hash: hash, in: &$0) }
+    }
+
+    private static func place(_ member: SessionPool.Member, hash: UInt64, in slots: inout [Slot]) -> Bool {
+        let mask = slots.count - 1
+        var position = Int(truncatingIfNeeded: hash) & mask
+        for _ in 0..<probes {
+            if slots[position].member == nil {
+                // Read under the table's lock: a change of the read that the store makes meanwhile waits for the lock
+                // and lands after this one.
+                let reading = member.store.reading()
+                slots[position] = Slot(
+                    tag: UInt32(truncatingIfNeeded: hash >> 32), unavailable: reading.unavailable,
+                    account: member.account, member: .passUnretained(member), headers: reading.headers,
+                    expiresAt: reading.expiresAt)
+                return true
+            }
+            position = (position &+ 1) & mask
+        }
+        return false
+    }
+
+    /// Empties the slot of `member`; returns whether it had one.
+    @discardableResult
+    func clear(_ member: SessionPool.Member, hash: UInt64) -> Bool {
+        slots.withLock { slots in
+            Self.withSlot(
+                in: &slots, account: member.account, hash: hash,
+                where: { $0.toOpaque() == Unmanaged.passUnretained(member).toOpaque() }
+            ) { slot in
+                slot = Slot()
+            } != nil
+        }
+    }
+
+    /// Replaces every slot with `count` empty ones, a power of two, and places `members` in them, each with the hash
+    /// `hash` gives it; read times carry over. Returns how many members found no slot.
+    func rebuild(count: Int, members: some Sequence<SessionPool.Member>, hash: (SessionPool.Member) -> UInt64) -> Int {
+        slots.withLock { slots in
+            var withoutSlot = 0
+            var lastRead: [ObjectIdentifier: Int64] = [:]
+            for slot in slots where slot.lastRead != .min {
+                if let member = slot.member { lastRead[ObjectIdentifier(member.takeUnretainedValue())] = slot.lastRead }
+            }
+            slots = Array(repeating: Slot(), count: count)
+            for member in members {
+                let hash = hash(member)
+                guard Self.place(member, hash: hash, in: &slots) else {
+                    withoutSlot += 1
+                    continue
+                }
+                guard let read = lastRead[ObjectIdentifier(member)] else { continue }
+                _ = Self.withSlot(in: &slots, account: member.account, hash: hash, where: { _ in true }) {
+                    $0.lastRead = read
+                }
+            }
+            return withoutSlot
+        }
+    }
+
+    /// `body` given the last read through a member's slot (`Int64.min` for a member without one, found by its
+    /// account's hash), under the table's lock, so that a scan of many members takes it once.
+    func withLastReads<Result>(
+        _ body: (_ lastRead: (SessionPool.Member, UInt64) -> Int64) -> Result
+    ) -> Result {
+        slots.withLock { slots in
+            body { member, hash in
+                Self.withSlot(
+                    in: &slots, account: member.account, hash: hash,
+                    where: { $0.toOpaque() == Unmanaged.passUnretained(member).toOpaque() }
+                ) { $0.lastRead } ?? .min
+            }
+        }
+    }
+}
