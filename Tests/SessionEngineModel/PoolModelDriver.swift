@@ -15,7 +15,10 @@ package final class PoolModelDriver {
     /// The accounts a program acts for, `member-0` … `member-3`, one more than the pool's cap.
     package static let accounts = 4
     package static let maximumAccounts = 3
-    package static let budget = SessionPoolConfiguration.Budget(maximumInFlight: 2, startsPerSecond: 2, burst: 3)
+    /// The budget: tight, so that programs queue, and quick to hold fetches for an outage (three failures in a row),
+    /// so that programs with outages run through held fetches and probes.
+    package static let budget = SessionPoolConfiguration.Budget(
+        maximumInFlight: 2, startsPerSecond: 2, burst: 3, outageThreshold: 3, outageProbeInterval: .seconds(5))
     /// How many virtual minutes the backend answering every fetch may take to identify every held account.
     package static let recoveryRounds = 40
 
@@ -66,6 +69,9 @@ package final class PoolModelDriver {
     }
 
     package static func email(_ account: AccountID) -> String { "\(account.rawValue)@example.com" }
+
+    /// How many outages the pool held its fetches for.
+    package var outagesHeld: Int { pool.metrics.outages }
 
     /// What the pool holds and does, for a failure's report.
     package var activity: String {

@@ -16,18 +16,24 @@ import Testing
         let defaultIterations = PropertySettings.isThreadSanitizerLoaded ? 500 / 4 : 500
         let settings = PropertySettings.current(defaultSeed: 0x9001, defaultIterations: defaultIterations)
         var operations = 0
+        var programsWithOutages = 0
         var failures: [String] = []
         for index in 0..<settings.iterations where failures.isEmpty {
             let seed = index == 0 ? settings.seed : PropertyRandom.programSeed(run: settings.seed, index: index)
             let program = PoolOperation.program(seed: seed, length: 40)
             operations += program.count
-            if let failure = await PoolModelDriver(seed: seed).run(program) {
+            let driver = PoolModelDriver(seed: seed)
+            if let failure = await driver.run(program) {
                 failures.append("program \(seed): \(failure)\n  \(program.map(\.description).joined(separator: ", "))")
             }
+            if driver.outagesHeld > 0 { programsWithOutages += 1 }
         }
         print(
             "pool model: \(settings.iterations) programs, \(operations) operations, \(failures.count) failures, "
-                + "seed \(settings.seed)")
+                + "\(programsWithOutages) holding fetches for an outage, seed \(settings.seed)")
+        #expect(
+            failures.count > 0 || settings.iterations < 100 || programsWithOutages > 0,
+            "programs reach the outage holding they check")
         for failure in failures { Issue.record("\(failure)") }
     }
 }

@@ -147,6 +147,58 @@ struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    @Test func anOutageHoldsTheAccountsFetchesAndOneProbeFindsTheBackendBack() async throws {
+        let harness = PoolHarness(
+            budget: .init(maximumInFlight: 8, startsPerSecond: 100, outageThreshold: 4), answersAtOnce: false)
+        let accounts = PoolHarness.accounts(12)
+        let calls = await harness.signInAtOnce(accounts)
+        #expect(harness.fetcher.pendingCount == 8)
+        let unreachable = SessionError(.fetchFailed, reason: "connection refused", isTransient: true)
+        repeat {
+            while harness.fetcher.pendingCount > 0 {
+                _ = harness.fetcher.respond(to: await harness.fetcher.nextRequest(), with: .failure(unreachable))
+            }
+            await harness.pool.waitUntilIdle()
+        } while harness.fetcher.pendingCount > 0
+        #expect(harness.pool.metrics.holdsForOutage && harness.pool.metrics.outages == 1)
+        // The first failures let queued sign-ins through before the fourth began the outage; at most the budget's
+        // eight in flight then, and no more since.
+        let beforeTheOutage = harness.fetcher.totalRequests
+        #expect(beforeTheOutage <= 12)
+        // A minute in which every account's own backoff (the minimum interval of 5 s plus at most 2 s) passes, and
+        // the backend still sees one probe at a time, one every probe interval.
+        for _ in 0..<12 {
+            harness.clock.advance(by: .seconds(5))
+            await harness.pool.waitUntilIdle()
+            #expect(harness.fetcher.pendingCount <= 1, "one probe at a time")
+            if harness.fetcher.pendingCount == 1 {
+                _ = harness.fetcher.respond(to: await harness.fetcher.nextRequest(), with: .failure(unreachable))
+                await harness.pool.waitUntilIdle()
+            }
+        }
+        #expect(harness.fetcher.totalRequests <= beforeTheOutage + 12)
+        #expect(
+            harness.pool.metrics.queuedNeeded == 11,
+            "every account's retry is held but the last probe's, which waits out its own backoff")
+        harness.clock.advance(by: .seconds(5))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.fetcher.pendingCount == 1)
+        // The backend answers the probe: the outage is over and the held fetches go through the budget.
+        let probe = await harness.fetcher.nextRequest()
+        _ = harness.fetcher.respond(to: probe, with: .success(harness.credential(for: probe.account)))
+        await harness.pool.waitUntilIdle()
+        #expect(!harness.pool.metrics.holdsForOutage)
+        #expect(harness.fetcher.pendingCount == 8, "as many as the budget allows in flight")
+        for _ in 0..<3 where harness.fetcher.pendingCount > 0 {
+            _ = await harness.answerPending()
+            await harness.pool.waitUntilIdle()
+        }
+        for call in calls { try await call.value }
+        #expect(accounts.allSatisfy { harness.pool.state(of: $0).isIdentified })
+        #expect(harness.pool.metrics.outages == 1)
+        await harness.pool.shutdown()
+    }
+
     @Test func aPauseAloneEndsWithNoOtherFetchToWakeTheQueue() async throws {
         // Only the budget's sleeper can admit bob here: no fetch ends and no other account asks.
         let harness = PoolHarness(budget: .init(maximumInFlight: 4, startsPerSecond: 100))
@@ -313,11 +365,95 @@ private final class Admitted: Sendable {
 
 @Suite struct FetchBudgetTests {
     private func budget(
-        inFlight: Int = 1, rate: Double = 1000, burst: Int? = nil, clock: ManualClock
+        inFlight: Int = 1, rate: Double = 1000, burst: Int? = nil, outageThreshold: Int? = nil, clock: ManualClock
     ) -> FetchBudget {
         FetchBudget(
-            limits: .init(maximumInFlight: inFlight, startsPerSecond: rate, burst: burst), clock: clock,
-            ledger: clock.activityLedger, taskExecutor: nil)
+            limits: .init(
+                maximumInFlight: inFlight, startsPerSecond: rate, burst: burst, outageThreshold: outageThreshold,
+                outageProbeInterval: .seconds(5)),
+            clock: clock, ledger: clock.activityLedger, taskExecutor: nil)
+    }
+
+    /// Ends one admitted fetch that was no probe, as neither an answer nor an outage.
+    private func releaseOne(_ budget: FetchBudget) {
+        budget.release(budget.ticket(urgency: .needed, deadline: .zero), outcome: .neither)
+    }
+
+    /// Starts `acquire` for a ticket of its own, as ``start(_:_:deadline:clock:admitted:name:)`` does, and returns the
+    /// ticket, to release it with an outcome.
+    private func startTicket(
+        _ budget: FetchBudget, _ urgency: FetchUrgency = .needed, deadline: Duration = .zero, clock: ManualClock,
+        admitted: Admitted, name: String
+    ) async -> FetchBudget.Ticket {
+        let ticket = budget.ticket(urgency: urgency, deadline: deadline)
+        clock.activityLedger.begin()
+        Task {
+            defer { clock.activityLedger.end() }
+            if await budget.acquire(ticket) { admitted.append(name) }
+        }
+        await clock.activityLedger.waitUntilIdle()
+        return ticket
+    }
+
+    @Test func anOutageHoldsEveryFetchButOneProbeUntilTheBackendAnswers() async {
+        let clock = ManualClock()
+        let budget = budget(inFlight: 10, outageThreshold: 3, clock: clock)
+        let admitted = Admitted()
+        var failing: [FetchBudget.Ticket] = []
+        for name in ["a", "b", "c"] {
+            failing.append(await startTicket(budget, clock: clock, admitted: admitted, name: name))
+        }
+        // Two outages and an answer: the count starts again.
+        budget.release(failing[0], outcome: .outage)
+        budget.release(failing[1], outcome: .answered)
+        budget.release(failing[2], outcome: .outage)
+        #expect(!budget.snapshot.holdsForOutage)
+        for name in ["d", "e", "f"] {
+            failing.append(await startTicket(budget, clock: clock, admitted: admitted, name: name))
+        }
+        budget.release(failing[3], outcome: .outage)
+        budget.release(failing[4], outcome: .neither)
+        #expect(!budget.snapshot.holdsForOutage, "a fetch that was cancelled or paused counts for nothing")
+        budget.release(failing[5], outcome: .outage)
+        #expect(budget.snapshot.holdsForOutage && budget.snapshot.outages == 1, "three outages in a row")
+
+        let probe = await startTicket(budget, clock: clock, admitted: admitted, name: "probe")
+        let held = await startTicket(
+            budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted,
+            name: "held")
+        #expect(admitted.all.count == 6, "nothing starts before the probe interval")
+        clock.advance(by: .seconds(5))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all.last == "probe", "the first in urgency order goes alone")
+        clock.advance(by: .seconds(60))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(!admitted.all.contains("held"), "one probe at a time")
+        budget.release(probe, outcome: .outage)
+        await clock.activityLedger.waitUntilIdle()
+        clock.advance(by: .seconds(4))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(!admitted.all.contains("held"), "the next probe waits the interval after the last one failed")
+        clock.advance(by: .seconds(1))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all.last == "held")
+        let late = await startTicket(budget, clock: clock, admitted: admitted, name: "late")
+        #expect(admitted.all.last == "held")
+        budget.release(held, outcome: .answered)
+        await clock.activityLedger.waitUntilIdle()
+        #expect(!budget.snapshot.holdsForOutage && budget.snapshot.outages == 1)
+        #expect(admitted.all.last == "late", "the answer ends the outage and the held fetches go")
+        budget.release(late, outcome: .answered)
+    }
+
+    @Test func aBudgetWithoutOutageDetectionNeverHolds() async {
+        let clock = ManualClock()
+        let budget = budget(inFlight: 10, clock: clock)
+        let admitted = Admitted()
+        for index in 0..<20 {
+            let ticket = await startTicket(budget, clock: clock, admitted: admitted, name: "\(index)")
+            budget.release(ticket, outcome: .outage)
+        }
+        #expect(admitted.all.count == 20 && !budget.snapshot.holdsForOutage)
     }
 
     /// Starts `acquire` in a task registered with the ledger, as the engine's fetch tasks are.
@@ -349,7 +485,7 @@ private final class Admitted: Sendable {
         #expect(admitted.all == ["first"])
         #expect(budget.snapshot.queuedNeeded == 1 && budget.snapshot.queuedProactive == 2)
         for _ in 0..<3 {
-            budget.release()
+            releaseOne(budget)
             await clock.activityLedger.waitUntilIdle()
         }
         #expect(admitted.all == ["first", "caller", "early renewal", "late renewal"])
@@ -364,10 +500,10 @@ private final class Admitted: Sendable {
         clock.advance(by: .seconds(20))
         _ = await start(
             budget, .needed, deadline: clock.uptime, clock: clock, admitted: admitted, name: "caller")
-        budget.release()
+        releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all == ["first", "renewal"])
-        budget.release()
+        releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all == ["first", "renewal", "caller"])
     }
@@ -386,7 +522,7 @@ private final class Admitted: Sendable {
         }
         await clock.activityLedger.waitUntilIdle()
         budget.promote(ticket)
-        budget.release()
+        releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all == ["first", "b"])
     }
@@ -401,7 +537,7 @@ private final class Admitted: Sendable {
         cancelled.cancel()
         await cancelled.value
         #expect(budget.snapshot.queuedNeeded == 1)
-        budget.release()
+        releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all == ["first", "next"])
         #expect(budget.snapshot.inFlight == 1)

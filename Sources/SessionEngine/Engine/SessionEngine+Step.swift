@@ -165,7 +165,7 @@ extension SessionEngine {
             } else if Task.isCancelled {
                 // The account session ended (a change, a sign-out, shutdown) before this task first ran: its request
                 // never reaches the backend, which by now may be serving the next account's hooks.
-                budget?.release()
+                if let ticket { budget?.release(ticket, outcome: .neither) }
                 result = .failure(CancellationError())
             } else {
                 // Counted here, in the step that calls the fetcher, so the count is of requests the backend can see.
@@ -175,12 +175,12 @@ extension SessionEngine {
                 } catch {
                     result = .failure(error)
                 }
-                if let budget {
-                    budget.release()
+                if let budget, let ticket {
                     // A backend that asks for a pause speaks for every account of the pool.
                     if case .failure(let error as SessionError) = result, let pause = error.retryAfter {
                         budget.pause(for: min(pause, maximumPause))
                     }
+                    budget.release(ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled))
                 }
             }
             await self?.fetchCompleted(request.id, result)
@@ -257,6 +257,17 @@ extension SessionEngine {
     /// ``SessionError/Code/fetchFailed`` the fetcher marked not transient (it refused the endpoint or the request)
     /// becomes ``SessionError/Code/backendMisconfigured``. Everything else is transient and retried with backoff, a
     /// misconfiguration on its slower schedule.
+    /// How a fetch that reached the fetcher ended, as the pool's budget counts it toward an outage.
+    static func budgetOutcome(
+        of result: Result<FetchedCredential, any Error>, cancelled: Bool
+    ) -> FetchBudget.Outcome {
+        guard case .failure(let error) = result else { return .answered }
+        if cancelled || error is CancellationError { return .neither }
+        let classified = classify(error)
+        if classified.retryAfter != nil { return .neither }
+        return classified.failureClass == .outage ? .outage : .answered
+    }
+
     static func classify(_ error: any Error) -> SessionError {
         switch error {
         case let error as SessionError:

@@ -18,7 +18,12 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// Fetches that cannot start at once queue by urgency: needed fetches first, then proactive renewals, earlier
 /// deadlines first within each, and a proactive renewal whose deadline has passed counts as needed, so no account
 /// waits behind a stream of others for ever. The queue and the counters live behind one lock; a single task sleeps on
-/// the clock until the next token or the pause's end, and none runs while nothing waits.
+/// the clock until the next token, the pause's end or the next probe, and none runs while nothing waits.
+///
+/// After ``SessionPoolConfiguration/Budget/outageThreshold`` fetches in a row end as an outage
+/// (``release(_:outcome:)``), the budget holds every queued fetch but one probe at a time, the first in urgency
+/// order, admitted once ``SessionPoolConfiguration/Budget/outageProbeInterval`` has passed since the last probe
+/// failed. The first fetch the backend answers ends the outage.
 final class FetchBudget: Sendable {
     /// A queued fetch's place: its urgency, its deadline on the monotonic clock, and the order it queued in.
     struct Key: Sendable, Comparable {
@@ -37,6 +42,17 @@ final class FetchBudget: Sendable {
         fileprivate let deadline: Duration
     }
 
+    /// How a fetch the budget admitted ended, as the budget's outage detection counts it.
+    enum Outcome: Sendable {
+        /// The backend answered: a credential, or a refusal that is not an outage.
+        case answered
+        /// The fetch failed as an outage (``SessionError/FailureClass/outage``) with no `Retry-After`.
+        case outage
+        /// Neither: the fetch was cancelled or never reached the backend, or the backend asked for a pause, which
+        /// ``pause(for:)`` handles.
+        case neither
+    }
+
     /// What the budget's counters show, for metrics.
     struct Snapshot: Sendable, Equatable {
         var inFlight: Int
@@ -46,6 +62,16 @@ final class FetchBudget: Sendable {
         var waits: Int
         /// Fetches admitted, over the budget's life.
         var admitted: Int
+        /// Whether the budget holds fetches for an outage now.
+        var holdsForOutage: Bool
+        /// How many outages the budget has held fetches for.
+        var outages: Int
+    }
+
+    /// An outage the budget holds fetches for: when the next probe may start, and the probe at the backend.
+    private struct Outage {
+        var probeAt: Duration
+        var probe: UInt64?
     }
 
     private enum Start {
@@ -87,6 +113,10 @@ final class FetchBudget: Sendable {
         var sleeping = false
         var waits = 0
         var admitted = 0
+        /// Admitted fetches that ended as an outage since the last one the backend answered.
+        var outageFailures = 0
+        var outage: Outage?
+        var outages = 0
     }
 
     private let limits: SessionPoolConfiguration.Budget
@@ -115,7 +145,9 @@ final class FetchBudget: Sendable {
                 queuedNeeded: state.queuedNeeded,
                 queuedProactive: state.queuedProactive,
                 waits: state.waits,
-                admitted: state.admitted
+                admitted: state.admitted,
+                holdsForOutage: state.outage != nil,
+                outages: state.outages
             )
         }
     }
@@ -150,7 +182,8 @@ final class FetchBudget: Sendable {
         }
     }
 
-    /// Waits until the ticket's fetch may start, then counts it in flight; pair every `true` with one ``release()``.
+    /// Waits until the ticket's fetch may start, then counts it in flight; pair every `true` with one
+    /// ``release(_:outcome:)``.
     ///
     /// - Parameter ticket: The fetch's claim.
     /// - Returns: `false` when the calling task was cancelled before the fetch was admitted (nothing to release).
@@ -166,7 +199,7 @@ final class FetchBudget: Sendable {
                     let now = clock.uptime
                     refill(&state, at: now)
                     // Nothing queued ahead of it: start at once if the budget allows.
-                    if state.queued.isEmpty, admit(&state, at: now) { return .now }
+                    if state.queued.isEmpty, admit(&state, order, at: now) { return .now }
                     let key = Key(deadline: deadline, order: order)
                     if urgency == .needed { state.needed.insert(key) } else { state.proactive.insert(key) }
                     state.setQueued(order, urgency)
@@ -203,10 +236,30 @@ final class FetchBudget: Sendable {
         }
     }
 
-    /// A fetch admitted by ``acquire(urgency:deadline:)`` has ended.
-    func release() {
+    /// A fetch admitted by ``acquire(_:)`` for `ticket` has ended with `outcome`.
+    func release(_ ticket: Ticket, outcome: Outcome) {
         let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
             state.inFlight -= 1
+            let wasProbe = state.outage?.probe == ticket.order
+            if wasProbe { state.outage?.probe = nil }
+            switch outcome {
+            case .answered:
+                state.outageFailures = 0
+                state.outage = nil
+            case .outage:
+                state.outageFailures += 1
+                let now = clock.uptime
+                if wasProbe {
+                    state.outage?.probeAt = now + limits.outageProbeInterval
+                } else if state.outage == nil, let threshold = limits.outageThreshold,
+                    state.outageFailures >= threshold
+                {
+                    state.outage = Outage(probeAt: now + limits.outageProbeInterval)
+                    state.outages += 1
+                }
+            case .neither:
+                break
+            }
             return wake(&state)
         }
         for continuation in ready { continuation.resume(returning: true) }
@@ -231,10 +284,15 @@ final class FetchBudget: Sendable {
         state.refilledAt = now
     }
 
-    /// Takes a token and a slot if both are free and the backend's pause is over.
-    private func admit(_ state: inout State, at now: Duration) -> Bool {
+    /// Takes a token and a slot for fetch `order` if both are free, the backend's pause is over and no outage holds
+    /// it: during an outage, only as the probe, when none is at the backend and the probe interval has passed.
+    private func admit(_ state: inout State, _ order: UInt64, at now: Duration) -> Bool {
         guard state.inFlight < limits.maximumInFlight, state.tokens >= 1, now >= state.pausedUntil else {
             return false
+        }
+        if let outage = state.outage {
+            guard outage.probe == nil, now >= outage.probeAt else { return false }
+            state.outage?.probe = order
         }
         state.tokens -= 1
         state.inFlight += 1
@@ -257,20 +315,23 @@ final class FetchBudget: Sendable {
         refill(&state, at: now)
         var ready: [UnsafeContinuation<Bool, Never>] = []
         while let order = nextQueued(&state, at: now) {
-            guard admit(&state, at: now) else { break }
+            guard admit(&state, order, at: now) else { break }
             removeQueued(&state, order)
             if let continuation = state.parked.removeValue(forKey: order) {
                 state.setQueued(order, nil)
                 ready.append(continuation)
             }
         }
-        guard !state.queued.isEmpty, state.inFlight < limits.maximumInFlight, !state.sleeping else {
+        guard !state.queued.isEmpty, state.inFlight < limits.maximumInFlight, !state.sleeping,
+            state.outage?.probe == nil
+        else {
             return (ready, nil)
         }
-        // Waiting on time, not on a fetch to end: the next token, or the end of the backend's pause.
+        // Waiting on time, not on a fetch to end: the next token, the end of the backend's pause, or the next probe.
         var wait = Duration.zero
         if state.tokens < 1 { wait = .seconds((1 - state.tokens) / limits.startsPerSecond) }
         wait = max(wait, state.pausedUntil - now)
+        if let outage = state.outage { wait = max(wait, outage.probeAt - now) }
         state.sleeping = true
         return (ready, max(wait, .nanoseconds(1)))
     }

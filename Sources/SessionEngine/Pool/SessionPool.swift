@@ -9,7 +9,9 @@ import Synchronization
 /// scoped work cancelled and drained when *that* account signs out. Inside, each account is a ``SessionEngine`` of its
 /// own, so the rules exist once, in the engine's state machine. What the accounts share is the backend: every fetch
 /// goes through the pool's ``SessionPoolConfiguration/Budget`` (at most so many in flight, at most so many starts a
-/// second, needed fetches before proactive renewals), and a backend that asks for a pause pauses every account.
+/// second, needed fetches before proactive renewals), a backend that asks for a pause pauses every account, and a
+/// backend that stops answering has the pool hold every account's fetches and send one probe at a time until it
+/// answers again.
 ///
 /// Use a pool when one process acts for many people at once (a support desk posting for its agents, a bridge speaking
 /// for its members); use a ``SessionEngine`` when it acts for one signed-in user at a time and switches between them.
@@ -194,7 +196,8 @@ public final class SessionPool: Sendable {
         return SessionPoolMetrics(
             accounts: accounts, fetchesInFlight: budget.inFlight, queuedNeeded: budget.queuedNeeded,
             queuedProactive: budget.queuedProactive, budgetWaits: budget.waits, fetchesAdmitted: budget.admitted,
-            evictions: evictions, timers: timers.count)
+            evictions: evictions, timers: timers.count, holdsForOutage: budget.holdsForOutage,
+            outages: budget.outages)
     }
 
     /// The serial number of the account's member (see ``init(fetcher:configuration:clock:observer:)``); `nil` for an

@@ -8,6 +8,13 @@ public struct SessionPoolConfiguration: Sendable {
     /// earlier deadlines first; a proactive renewal whose credential has expired meanwhile counts as needed. A `429` or
     /// `503` with `Retry-After` pauses every account's fetches, not only the one that received it. Each account's own
     /// minimum fetch interval and backoff still hold.
+    ///
+    /// When ``outageThreshold`` fetches in a row fail as an outage (``SessionError/FailureClass/outage``: the backend
+    /// unreachable, timing out, or failing without a `Retry-After`), the pool stops sending its accounts' fetches to
+    /// the backend and holds them in the queue, letting one through every ``outageProbeInterval`` as a probe. The first
+    /// fetch the backend answers (a credential, or a refusal that is not an outage) ends the outage, and the held
+    /// fetches go in urgency order at the budget's rate. A held fetch is one the account's machine had already started
+    /// after its own backoff, so holding only ever delays a fetch, never starts one sooner.
     public struct Budget: Sendable, Hashable {
         /// At most this many fetches in flight across the pool; at least 1.
         public var maximumInFlight: Int
@@ -16,6 +23,12 @@ public struct SessionPoolConfiguration: Sendable {
         public var startsPerSecond: Double
         /// How many starts the bucket holds when it is full, so a quiet pool can start that many at once; at least 1.
         public var burst: Int
+        /// How many fetches in a row, across the pool, must fail as an outage before the pool holds its fetches and
+        /// probes; `nil` never holds them.
+        public var outageThreshold: Int?
+        /// How long the pool waits, while it holds fetches for an outage, from one probe's failure to the next probe;
+        /// at least 10 ms.
+        public var outageProbeInterval: Duration
 
         /// Creates a budget.
         ///
@@ -23,11 +36,19 @@ public struct SessionPoolConfiguration: Sendable {
         ///   - maximumInFlight: At most this many fetches in flight (at least 1).
         ///   - startsPerSecond: Fetch starts per second (positive and finite, else 1).
         ///   - burst: Starts the full bucket holds; `nil` holds one second's worth (at least 1).
-        public init(maximumInFlight: Int = 32, startsPerSecond: Double = 100, burst: Int? = nil) {
+        ///   - outageThreshold: Fetches in a row failing as an outage before the pool holds its fetches (at least 1),
+        ///     or `nil` for never.
+        ///   - outageProbeInterval: The wait between probes during an outage (at least 10 ms).
+        public init(
+            maximumInFlight: Int = 32, startsPerSecond: Double = 100, burst: Int? = nil, outageThreshold: Int? = 8,
+            outageProbeInterval: Duration = .seconds(5)
+        ) {
             self.maximumInFlight = max(1, maximumInFlight)
             let rate = startsPerSecond.isFinite && startsPerSecond > 0 ? startsPerSecond : 1
             self.startsPerSecond = rate
             self.burst = max(1, burst ?? Int(min(rate, Double(Int32.max)).rounded(.up)))
+            self.outageThreshold = outageThreshold.map { max(1, $0) }
+            self.outageProbeInterval = max(.milliseconds(10), outageProbeInterval)
         }
     }
 

@@ -118,11 +118,16 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     public var evictions: Int
     /// Accounts with a timer (renewal, expiry, retry) in the pool's one deadline structure.
     public var timers: Int
+    /// Whether the pool holds its fetches for an outage now, sending only a probe at a time
+    /// (``SessionPoolConfiguration/Budget/outageThreshold``).
+    public var holdsForOutage: Bool
+    /// How many outages the pool has held its fetches for, over its life.
+    public var outages: Int
 
     /// The pool's counters on one line.
     public var description: String {
         "accounts \(accounts), in flight \(fetchesInFlight), queued \(queuedNeeded) needed and \(queuedProactive) "
             + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions), "
-            + "timers \(timers)"
+            + "timers \(timers), outage \(holdsForOutage ? "held" : "none") (\(outages) over the pool's life)"
     }
 }

@@ -40,6 +40,7 @@ struct PoolDay {
         var perStep: [Int] = []
         var rotated = false
         var outage = false
+        var duringOutage = 0
         while clock.uptime < Self.day {
             let before = backend.requests
             if !outage, clock.uptime >= Self.outageStart, clock.uptime < Self.outageStart + Self.outageLength {
@@ -64,6 +65,7 @@ struct PoolDay {
             }
             await advanceOneStep(clock, pool)
             perStep.append(backend.requests - before)
+            if outage { duringOutage += backend.requests - before }
         }
         for task in signIns { _ = try? await task.value }
         printHistogram(perStep, print: line)
@@ -75,6 +77,10 @@ struct PoolDay {
         line(
             "Pool: \(identified) of \(people) people identified with their own credential at the end; "
                 + "\(backend.requests) backend requests, \(metrics.budgetWaits) waited for the budget.")
+        line(
+            "Pool: the backend was down for \(Int(Self.outageLength.seconds / 60)) minutes, answering 503 with "
+                + "Retry-After: 60; it received \(duringOutage) requests meanwhile, each Retry-After pausing every "
+                + "person's fetches.")
         await pool.shutdown()
         return identified == people
     }
