@@ -13,6 +13,8 @@ package final class MemberProbes: Sendable {
         /// How many of each member's states have been checked against the transition table.
         var checkedStates: [UInt64: Int] = [:]
         var violations: [String] = []
+        /// Whether the pool's last outage event began an outage.
+        var outageHeld = false
     }
 
     private let state = Mutex(State())
@@ -21,6 +23,10 @@ package final class MemberProbes: Sendable {
 
     /// The pool's observer.
     package func observe(member: UInt64, event: SessionPoolEvent) {
+        if member == 0 {
+            observeOutage(event)
+            return
+        }
         let probe = state.withLock { state -> ModelProbe? in
             if let known = state.accounts[member], known != event.account {
                 state.violations.append("member \(member) of \(known) published an event of \(event.account)")
@@ -34,6 +40,21 @@ package final class MemberProbes: Sendable {
         }
         if case .session(let event) = event.kind { probe?.observe(event) }
     }
+
+    /// The pool's own events: an outage begins, then ends, then perhaps begins again, never twice in a row.
+    private func observeOutage(_ event: SessionPoolEvent) {
+        state.withLock { state in
+            switch event.kind {
+            case .outageBegan where !state.outageHeld: state.outageHeld = true
+            case .outageEnded where state.outageHeld: state.outageHeld = false
+            default:
+                state.violations.append("the pool published \(event) while its outage held was \(state.outageHeld)")
+            }
+        }
+    }
+
+    /// Whether the pool's events say it holds fetches for an outage now.
+    package var outageHeld: Bool { state.withLock { $0.outageHeld } }
 
     package func probe(of member: UInt64) -> ModelProbe? { state.withLock { $0.probes[member] } }
 
@@ -68,6 +89,10 @@ extension PoolModelDriver {
             if inWindow > allowed {
                 return "\(inWindow) fetch starts within a second from \(start), at most \(allowed)"
             }
+        }
+        if probes.outageHeld != pool.metrics.holdsForOutage {
+            return
+                "the pool holds fetches for an outage: \(pool.metrics.holdsForOutage); its events say \(probes.outageHeld)"
         }
         let held = Set(pool.accounts)
         for account in fetcher.accountsFetching where !held.contains(account) {

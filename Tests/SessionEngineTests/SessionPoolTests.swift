@@ -151,6 +151,7 @@ struct PoolHarness {
         let harness = PoolHarness(
             budget: .init(maximumInFlight: 8, startsPerSecond: 100, outageThreshold: 4), answersAtOnce: false)
         let accounts = PoolHarness.accounts(12)
+        let events = harness.pool.events(bufferLimit: 10_000)
         let calls = await harness.signInAtOnce(accounts)
         #expect(harness.fetcher.pendingCount == 8)
         let unreachable = SessionError(.fetchFailed, reason: "connection refused", isTransient: true)
@@ -197,6 +198,15 @@ struct PoolHarness {
         #expect(accounts.allSatisfy { harness.pool.state(of: $0).isIdentified })
         #expect(harness.pool.metrics.outages == 1)
         await harness.pool.shutdown()
+        var outageEvents: [String] = []
+        for await event in events {
+            switch event.kind {
+            case .outageBegan: outageEvents.append("began")
+            case .outageEnded: outageEvents.append("ended by \(event.account)")
+            default: break
+            }
+        }
+        #expect(outageEvents == ["began", "ended by \(probe.account)"], "the pool's stream reports the outage")
     }
 
     @Test func aPauseAloneEndsWithNoOtherFetchToWakeTheQueue() async throws {
@@ -365,18 +375,19 @@ private final class Admitted: Sendable {
 
 @Suite struct FetchBudgetTests {
     private func budget(
-        inFlight: Int = 1, rate: Double = 1000, burst: Int? = nil, outageThreshold: Int? = nil, clock: ManualClock
+        inFlight: Int = 1, rate: Double = 1000, burst: Int? = nil, outageThreshold: Int? = nil, clock: ManualClock,
+        onOutage: (@Sendable (FetchBudget.OutageChange) -> Void)? = nil
     ) -> FetchBudget {
         FetchBudget(
             limits: .init(
                 maximumInFlight: inFlight, startsPerSecond: rate, burst: burst, outageThreshold: outageThreshold,
                 outageProbeInterval: .seconds(5)),
-            clock: clock, ledger: clock.activityLedger, taskExecutor: nil)
+            clock: clock, ledger: clock.activityLedger, taskExecutor: nil, onOutage: onOutage)
     }
 
     /// Ends one admitted fetch that was no probe, as neither an answer nor an outage.
     private func releaseOne(_ budget: FetchBudget) {
-        budget.release(budget.ticket(urgency: .needed, deadline: .zero), outcome: .neither)
+        budget.release(budget.ticket(urgency: .needed, deadline: .zero, account: "released"), outcome: .neither)
     }
 
     /// Starts `acquire` for a ticket of its own, as ``start(_:_:deadline:clock:admitted:name:)`` does, and returns the
@@ -385,7 +396,7 @@ private final class Admitted: Sendable {
         _ budget: FetchBudget, _ urgency: FetchUrgency = .needed, deadline: Duration = .zero, clock: ManualClock,
         admitted: Admitted, name: String
     ) async -> FetchBudget.Ticket {
-        let ticket = budget.ticket(urgency: urgency, deadline: deadline)
+        let ticket = budget.ticket(urgency: urgency, deadline: deadline, account: AccountID(name))
         clock.activityLedger.begin()
         Task {
             defer { clock.activityLedger.end() }
@@ -397,7 +408,10 @@ private final class Admitted: Sendable {
 
     @Test func anOutageHoldsEveryFetchButOneProbeUntilTheBackendAnswers() async {
         let clock = ManualClock()
-        let budget = budget(inFlight: 10, outageThreshold: 3, clock: clock)
+        let changes = Mutex<[FetchBudget.OutageChange]>([])
+        let budget = budget(inFlight: 10, outageThreshold: 3, clock: clock) { change in
+            changes.withLock { $0.append(change) }
+        }
         let admitted = Admitted()
         var failing: [FetchBudget.Ticket] = []
         for name in ["a", "b", "c"] {
@@ -416,6 +430,7 @@ private final class Admitted: Sendable {
         #expect(!budget.snapshot.holdsForOutage, "a fetch that was cancelled or paused counts for nothing")
         budget.release(failing[5], outcome: .outage)
         #expect(budget.snapshot.holdsForOutage && budget.snapshot.outages == 1, "three outages in a row")
+        #expect(changes.withLock { $0 } == [.began("f")], "reported once, naming the fetch that completed the run")
 
         let probe = await startTicket(budget, clock: clock, admitted: admitted, name: "probe")
         let held = await startTicket(
@@ -443,6 +458,7 @@ private final class Admitted: Sendable {
         #expect(!budget.snapshot.holdsForOutage && budget.snapshot.outages == 1)
         #expect(admitted.all.last == "late", "the answer ends the outage and the held fetches go")
         budget.release(late, outcome: .answered)
+        #expect(changes.withLock { $0 } == [.began("f"), .ended("held")])
     }
 
     @Test func aBudgetWithoutOutageDetectionNeverHolds() async {
@@ -461,7 +477,7 @@ private final class Admitted: Sendable {
         _ budget: FetchBudget, _ urgency: FetchUrgency, deadline: Duration = .zero, clock: ManualClock,
         admitted: Admitted, name: String
     ) async -> Task<Void, Never> {
-        let ticket = budget.ticket(urgency: urgency, deadline: deadline)
+        let ticket = budget.ticket(urgency: urgency, deadline: deadline, account: AccountID(name))
         clock.activityLedger.begin()
         let task = Task {
             defer { clock.activityLedger.end() }
@@ -514,7 +530,7 @@ private final class Admitted: Sendable {
         let admitted = Admitted()
         _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
         _ = await start(budget, .proactive, deadline: .seconds(100), clock: clock, admitted: admitted, name: "a")
-        let ticket = budget.ticket(urgency: .proactive, deadline: .seconds(200))
+        let ticket = budget.ticket(urgency: .proactive, deadline: .seconds(200), account: "b")
         clock.activityLedger.begin()
         _ = Task {
             defer { clock.activityLedger.end() }

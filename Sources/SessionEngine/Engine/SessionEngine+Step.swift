@@ -154,7 +154,7 @@ extension SessionEngine {
         let budget = self.budget
         let ticket = budget.map { budget in
             let (urgency, deadline) = machine.fetchUrgency(at: now, callersWaiting: waiters.count > 0)
-            return budget.ticket(urgency: urgency, deadline: deadline)
+            return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
         }
         let maximumPause = configuration.maximumRetryAfter
         let task = startTask { [weak self] in

@@ -40,6 +40,17 @@ final class FetchBudget: Sendable {
         fileprivate let order: UInt64
         fileprivate let urgency: FetchUrgency
         fileprivate let deadline: Duration
+        /// The account the fetch is for, which an outage's report names.
+        let account: AccountID
+    }
+
+    /// A change of the budget's outage state, reported after the lock step that made it.
+    enum OutageChange: Sendable, Equatable {
+        /// The fetch for `account` was the last of ``SessionPoolConfiguration/Budget/outageThreshold`` in a row to
+        /// fail as an outage: the budget holds fetches from now on.
+        case began(AccountID)
+        /// The backend answered the fetch for `account`: the budget holds nothing any longer.
+        case ended(AccountID)
     }
 
     /// How a fetch the budget admitted ended, as the budget's outage detection counts it.
@@ -124,17 +135,22 @@ final class FetchBudget: Sendable {
     private let ledger: ActivityLedger?
     private let taskExecutor: (any TaskExecutor)?
     private let state: Mutex<State>
+    /// Receives each change of the outage state in the lock step that makes it, so in order; it must return quickly
+    /// and must not call the budget.
+    private let onOutage: (@Sendable (OutageChange) -> Void)?
 
     init(
         limits: SessionPoolConfiguration.Budget,
         clock: any SessionClock,
         ledger: ActivityLedger?,
-        taskExecutor: (any TaskExecutor)?
+        taskExecutor: (any TaskExecutor)?,
+        onOutage: (@Sendable (OutageChange) -> Void)? = nil
     ) {
         self.limits = limits
         self.clock = clock
         self.ledger = ledger
         self.taskExecutor = taskExecutor
+        self.onOutage = onOutage
         state = Mutex(State(tokens: Double(limits.burst), refilledAt: clock.uptime))
     }
 
@@ -158,12 +174,13 @@ final class FetchBudget: Sendable {
     ///   - urgency: How urgently the fetch is needed.
     ///   - deadline: When it is needed by, on the clock's monotonic time: the credential's expiry for a renewal,
     ///     now for a caller waiting.
-    func ticket(urgency: FetchUrgency, deadline: Duration) -> Ticket {
+    ///   - account: The account the fetch is for.
+    func ticket(urgency: FetchUrgency, deadline: Duration, account: AccountID) -> Ticket {
         let order = state.withLock { state -> UInt64 in
             state.nextOrder += 1
             return state.nextOrder
         }
-        return Ticket(order: order, urgency: urgency, deadline: deadline)
+        return Ticket(order: order, urgency: urgency, deadline: deadline, account: account)
     }
 
     /// A caller now waits for the ticket's fetch: it is needed, whether it has queued yet or not.
@@ -238,10 +255,12 @@ final class FetchBudget: Sendable {
 
     /// A fetch admitted by ``acquire(_:)`` for `ticket` has ended with `outcome`.
     func release(_ ticket: Ticket, outcome: Outcome) {
-        let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
+        let (ready, sleep, _) = state.withLock {
+            state -> ([UnsafeContinuation<Bool, Never>], Duration?, OutageChange?) in
             state.inFlight -= 1
             let wasProbe = state.outage?.probe == ticket.order
             if wasProbe { state.outage?.probe = nil }
+            let held = state.outage != nil
             switch outcome {
             case .answered:
                 state.outageFailures = 0
@@ -260,7 +279,16 @@ final class FetchBudget: Sendable {
             case .neither:
                 break
             }
-            return wake(&state)
+            let change: OutageChange? =
+                switch (held, state.outage != nil) {
+                case (false, true): .began(ticket.account)
+                case (true, false): .ended(ticket.account)
+                default: nil
+                }
+            // Reported in the lock step, so that reports of racing releases arrive in the order of their changes.
+            if let change { onOutage?(change) }
+            let (ready, sleep) = wake(&state)
+            return (ready, sleep, change)
         }
         for continuation in ready { continuation.resume(returning: true) }
         if let sleep { startSleeper(for: sleep) }

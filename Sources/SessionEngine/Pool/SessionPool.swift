@@ -105,7 +105,8 @@ public final class SessionPool: Sendable {
 
     /// Creates a pool whose every event also goes to `observer`, synchronously, in the step that publishes it, with
     /// the serial number of the member it is about (members count from 1 in the order the pool makes them; an account
-    /// that signs in again after it left has a new member).
+    /// that signs in again after it left has a new member), or 0 for the pool's own events (an outage's beginning and
+    /// end).
     ///
     /// - Parameters:
     ///   - fetcher: Gets credentials from the host's backend, for every account.
@@ -133,11 +134,21 @@ public final class SessionPool: Sendable {
         let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
         if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
         self.ledger = ledger
+        let broadcaster = PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit)
+        self.broadcaster = broadcaster
         self.budget = FetchBudget(
             limits: configuration.budget, clock: clock, ledger: ledger,
-            taskExecutor: configuration.session.taskExecutor)
+            taskExecutor: configuration.session.taskExecutor,
+            onOutage: { change in
+                let event =
+                    switch change {
+                    case .began(let account): SessionPoolEvent(account: account, kind: .outageBegan)
+                    case .ended(let account): SessionPoolEvent(account: account, kind: .outageEnded)
+                    }
+                observer?(0, event)
+                broadcaster.publish(event)
+            })
         self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: configuration.session.taskExecutor)
-        self.broadcaster = PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit)
         self.stopped = Latch(ledger: ledger)
     }
 

@@ -1,6 +1,7 @@
 import Synchronization
 
-/// An event of a ``SessionPool``: one account's engine event, or the account's eviction.
+/// An event of a ``SessionPool``: one account's engine event, the account's eviction, or an outage of the backend that
+/// the account's fetch began or ended.
 public struct SessionPoolEvent: Sendable, CustomStringConvertible {
     /// Why the pool signed an account out by itself.
     public enum EvictionReason: String, Sendable, Hashable {
@@ -18,6 +19,11 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
         case session(SessionEvent)
         /// The pool signed the account out by itself; its hooks ran and its engine's events ended.
         case evicted(EvictionReason)
+        /// The account's fetch was the last of ``SessionPoolConfiguration/Budget/outageThreshold`` in a row, across
+        /// the pool, to fail as an outage: the pool holds every account's fetches and sends one probe at a time.
+        case outageBegan
+        /// The backend answered the account's fetch: the outage is over, and the held fetches go through the budget.
+        case outageEnded
     }
 
     /// The account the event is about.
@@ -40,6 +46,8 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
         switch kind {
         case .session(let event): "\(account): \(event)"
         case .evicted(let reason): "\(account): evicted (\(reason.rawValue))"
+        case .outageBegan: "\(account): the backend's outage began; the pool holds every account's fetches"
+        case .outageEnded: "\(account): the backend answered; the outage is over"
         }
     }
 }
