@@ -44,7 +44,7 @@ final class FetchBudget: Sendable {
         let account: AccountID
     }
 
-    /// A change of the budget's outage state, reported after the lock step that made it.
+    /// A change of the budget's outage state, reported in the lock step that makes it.
     enum OutageChange: Sendable, Equatable {
         /// The fetch for `account` was the last of ``SessionPoolConfiguration/Budget/outageThreshold`` in a row to
         /// fail as an outage: the budget holds fetches from now on.
@@ -402,43 +402,5 @@ final class FetchBudget: Sendable {
             for continuation in ready { continuation.resume(returning: true) }
             if let sleep { startSleeper(for: sleep) }
         }
-    }
-}
-
-/// A binary min-heap.
-struct Heap<Element: Comparable & Sendable>: Sendable {
-    private var storage: [Element] = []
-
-    var min: Element? { storage.first }
-    var count: Int { storage.count }
-
-    mutating func insert(_ element: Element) {
-        storage.append(element)
-        var child = storage.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard storage[child] < storage[parent] else { break }
-            storage.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    @discardableResult
-    mutating func removeMin() -> Element? {
-        guard !storage.isEmpty else { return nil }
-        storage.swapAt(0, storage.count - 1)
-        let min = storage.removeLast()
-        var parent = 0
-        while true {
-            let left = 2 * parent + 1
-            let right = left + 1
-            var smallest = parent
-            if left < storage.count, storage[left] < storage[smallest] { smallest = left }
-            if right < storage.count, storage[right] < storage[smallest] { smallest = right }
-            guard smallest != parent else { break }
-            storage.swapAt(parent, smallest)
-            parent = smallest
-        }
-        return min
     }
 }
