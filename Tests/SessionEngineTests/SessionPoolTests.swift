@@ -390,22 +390,6 @@ private final class Admitted: Sendable {
         budget.release(budget.ticket(urgency: .needed, deadline: .zero, account: "released"), outcome: .neither)
     }
 
-    /// Starts `acquire` for a ticket of its own, as ``start(_:_:deadline:clock:admitted:name:)`` does, and returns the
-    /// ticket, to release it with an outcome.
-    private func startTicket(
-        _ budget: FetchBudget, _ urgency: FetchUrgency = .needed, deadline: Duration = .zero, clock: ManualClock,
-        admitted: Admitted, name: String
-    ) async -> FetchBudget.Ticket {
-        let ticket = budget.ticket(urgency: urgency, deadline: deadline, account: AccountID(name))
-        clock.activityLedger.begin()
-        Task {
-            defer { clock.activityLedger.end() }
-            if await budget.acquire(ticket) { admitted.append(name) }
-        }
-        await clock.activityLedger.waitUntilIdle()
-        return ticket
-    }
-
     @Test func anOutageHoldsEveryFetchButOneProbeUntilTheBackendAnswers() async {
         let clock = ManualClock()
         let changes = Mutex<[FetchBudget.OutageChange]>([])
@@ -415,7 +399,7 @@ private final class Admitted: Sendable {
         let admitted = Admitted()
         var failing: [FetchBudget.Ticket] = []
         for name in ["a", "b", "c"] {
-            failing.append(await startTicket(budget, clock: clock, admitted: admitted, name: name))
+            failing.append(await start(budget, clock: clock, admitted: admitted, name: name).ticket)
         }
         // Two outages and an answer: the count starts again.
         budget.release(failing[0], outcome: .outage)
@@ -423,7 +407,7 @@ private final class Admitted: Sendable {
         budget.release(failing[2], outcome: .outage)
         #expect(!budget.snapshot.holdsForOutage)
         for name in ["d", "e", "f"] {
-            failing.append(await startTicket(budget, clock: clock, admitted: admitted, name: name))
+            failing.append(await start(budget, clock: clock, admitted: admitted, name: name).ticket)
         }
         budget.release(failing[3], outcome: .outage)
         budget.release(failing[4], outcome: .neither)
@@ -432,10 +416,10 @@ private final class Admitted: Sendable {
         #expect(budget.snapshot.holdsForOutage && budget.snapshot.outages == 1, "three outages in a row")
         #expect(changes.withLock { $0 } == [.began("f")], "reported once, naming the fetch that completed the run")
 
-        let probe = await startTicket(budget, clock: clock, admitted: admitted, name: "probe")
-        let held = await startTicket(
-            budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted,
-            name: "held")
+        let probe = await start(budget, clock: clock, admitted: admitted, name: "probe").ticket
+        let held = await start(
+            budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "held"
+        ).ticket
         #expect(admitted.all.count == 6, "nothing starts before the probe interval")
         clock.advance(by: .seconds(5))
         await clock.activityLedger.waitUntilIdle()
@@ -451,7 +435,7 @@ private final class Admitted: Sendable {
         clock.advance(by: .seconds(1))
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all.last == "held")
-        let late = await startTicket(budget, clock: clock, admitted: admitted, name: "late")
+        let late = await start(budget, clock: clock, admitted: admitted, name: "late").ticket
         #expect(admitted.all.last == "held")
         budget.release(held, outcome: .answered)
         await clock.activityLedger.waitUntilIdle()
@@ -466,17 +450,25 @@ private final class Admitted: Sendable {
         let budget = budget(inFlight: 10, clock: clock)
         let admitted = Admitted()
         for index in 0..<20 {
-            let ticket = await startTicket(budget, clock: clock, admitted: admitted, name: "\(index)")
+            let ticket = await start(budget, clock: clock, admitted: admitted, name: "\(index)").ticket
             budget.release(ticket, outcome: .outage)
         }
         #expect(admitted.all.count == 20 && !budget.snapshot.holdsForOutage)
     }
 
-    /// Starts `acquire` in a task registered with the ledger, as the engine's fetch tasks are.
+    /// A fetch started on the budget: its ticket, to release or promote it, and the task that acquires it.
+    private struct Started {
+        let ticket: FetchBudget.Ticket
+        let task: Task<Void, Never>
+    }
+
+    /// Starts `acquire` in a task registered with the ledger, as the engine's fetch tasks are, for a ticket of the
+    /// account `name`; `name` joins `admitted` once the fetch is admitted.
+    @discardableResult
     private func start(
-        _ budget: FetchBudget, _ urgency: FetchUrgency, deadline: Duration = .zero, clock: ManualClock,
+        _ budget: FetchBudget, _ urgency: FetchUrgency = .needed, deadline: Duration = .zero, clock: ManualClock,
         admitted: Admitted, name: String
-    ) async -> Task<Void, Never> {
+    ) async -> Started {
         let ticket = budget.ticket(urgency: urgency, deadline: deadline, account: AccountID(name))
         clock.activityLedger.begin()
         let task = Task {
@@ -484,19 +476,19 @@ private final class Admitted: Sendable {
             if await budget.acquire(ticket) { admitted.append(name) }
         }
         await clock.activityLedger.waitUntilIdle()
-        return task
+        return Started(ticket: ticket, task: task)
     }
 
     @Test func neededFetchesGoFirstThenEarlierDeadlines() async {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
         for (name, urgency, deadline) in [
             ("late renewal", FetchUrgency.proactive, Duration.seconds(900)),
             ("early renewal", .proactive, .seconds(300)), ("caller", .needed, .seconds(1_000)),
         ] {
-            _ = await start(budget, urgency, deadline: deadline, clock: clock, admitted: admitted, name: name)
+            await start(budget, urgency, deadline: deadline, clock: clock, admitted: admitted, name: name)
         }
         #expect(admitted.all == ["first"])
         #expect(budget.snapshot.queuedNeeded == 1 && budget.snapshot.queuedProactive == 2)
@@ -511,10 +503,10 @@ private final class Admitted: Sendable {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
-        _ = await start(budget, .proactive, deadline: .seconds(10), clock: clock, admitted: admitted, name: "renewal")
+        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        await start(budget, .proactive, deadline: .seconds(10), clock: clock, admitted: admitted, name: "renewal")
         clock.advance(by: .seconds(20))
-        _ = await start(
+        await start(
             budget, .needed, deadline: clock.uptime, clock: clock, admitted: admitted, name: "caller")
         releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
@@ -528,16 +520,10 @@ private final class Admitted: Sendable {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
-        _ = await start(budget, .proactive, deadline: .seconds(100), clock: clock, admitted: admitted, name: "a")
-        let ticket = budget.ticket(urgency: .proactive, deadline: .seconds(200), account: "b")
-        clock.activityLedger.begin()
-        _ = Task {
-            defer { clock.activityLedger.end() }
-            if await budget.acquire(ticket) { admitted.append("b") }
-        }
-        await clock.activityLedger.waitUntilIdle()
-        budget.promote(ticket)
+        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        await start(budget, .proactive, deadline: .seconds(100), clock: clock, admitted: admitted, name: "a")
+        let b = await start(budget, .proactive, deadline: .seconds(200), clock: clock, admitted: admitted, name: "b")
+        budget.promote(b.ticket)
         releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all == ["first", "b"])
@@ -547,11 +533,11 @@ private final class Admitted: Sendable {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
         let cancelled = await start(budget, .needed, clock: clock, admitted: admitted, name: "cancelled")
-        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "next")
-        cancelled.cancel()
-        await cancelled.value
+        await start(budget, .needed, clock: clock, admitted: admitted, name: "next")
+        cancelled.task.cancel()
+        await cancelled.task.value
         #expect(budget.snapshot.queuedNeeded == 1)
         releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
@@ -564,8 +550,8 @@ private final class Admitted: Sendable {
         let budget = budget(inFlight: 10, clock: clock)
         let admitted = Admitted()
         budget.pause(for: .seconds(30))
-        _ = await start(budget, .needed, clock: clock, admitted: admitted, name: "a")
-        _ = await start(budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "b")
+        await start(budget, .needed, clock: clock, admitted: admitted, name: "a")
+        await start(budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "b")
         clock.advance(by: .seconds(29))
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all.isEmpty)
