@@ -109,6 +109,15 @@ final class SessionStore: Sendable {
         /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
         case usable(IdentityHeaders, expiresAt: TimeInterval)
         case unavailable(Unavailability)
+
+        /// What ``SessionStore/reading()`` hands out for it.
+        @inline(__always)
+        var reading: Reading {
+            switch self {
+            case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
+            case .unavailable(let why): (nil, 0, why)
+            }
+        }
     }
 
     /// What ``reading()`` returns: the headers and their local expiry, or why there are none.
@@ -186,11 +195,7 @@ final class SessionStore: Sendable {
             case .unavailable(let why): .unavailable(why)
             }
         readable.withLock { $0 = next }
-        guard let mirror else { return }
-        switch next {
-        case .usable(let headers, let expiresAt): mirror(self, (headers, expiresAt, .expired))
-        case .unavailable(let why): mirror(self, (nil, 0, why))
-        }
+        mirror?(self, next.reading)
     }
 
     /// The usable credential's headers, checked against the local clock.
@@ -209,12 +214,7 @@ final class SessionStore: Sendable {
     @inline(__always)
     func reading() -> Reading {
         // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
-        readable.withLock { readable -> Reading in
-            switch readable {
-            case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
-            case .unavailable(let why): (nil, 0, why)
-            }
-        }
+        readable.withLock { $0.reading }
     }
 
     /// The usable credential, checked against the local clock.

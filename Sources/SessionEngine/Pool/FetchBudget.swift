@@ -255,8 +255,7 @@ final class FetchBudget: Sendable {
 
     /// A fetch admitted by ``acquire(_:)`` for `ticket` has ended with `outcome`.
     func release(_ ticket: Ticket, outcome: Outcome) {
-        let (ready, sleep, _) = state.withLock {
-            state -> ([UnsafeContinuation<Bool, Never>], Duration?, OutageChange?) in
+        let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
             state.inFlight -= 1
             let wasProbe = state.outage?.probe == ticket.order
             if wasProbe { state.outage?.probe = nil }
@@ -287,8 +286,7 @@ final class FetchBudget: Sendable {
                 }
             // Reported in the lock step, so that reports of racing releases arrive in the order of their changes.
             if let change { onOutage?(change) }
-            let (ready, sleep) = wake(&state)
-            return (ready, sleep, change)
+            return wake(&state)
         }
         for continuation in ready { continuation.resume(returning: true) }
         if let sleep { startSleeper(for: sleep) }

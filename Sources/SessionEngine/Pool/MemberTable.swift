@@ -104,10 +104,11 @@ final class MemberTable: Sendable {
     /// Puts `member` in the first free slot of its probes, with its store's read; returns whether it found one.
     @discardableResult
     func place(_ member: SessionPool.Member, hash: UInt64) -> Bool {
-        slots.withLock { Self.place(member, hash: hash, in: &$0) }
+        slots.withLock { Self.place(member, hash: hash, in: &$0) != nil }
     }
 
-    private static func place(_ member: SessionPool.Member, hash: UInt64, in slots: inout [Slot]) -> Bool {
+    /// Puts `member` in the first free slot of its probes; returns the slot's position, `nil` when all are taken.
+    private static func place(_ member: SessionPool.Member, hash: UInt64, in slots: inout [Slot]) -> Int? {
         let mask = slots.count - 1
         var position = Int(truncatingIfNeeded: hash) & mask
         for _ in 0..<probes {
@@ -119,11 +120,17 @@ final class MemberTable: Sendable {
                     tag: UInt32(truncatingIfNeeded: hash >> 32), unavailable: reading.unavailable,
                     account: member.account, member: .passUnretained(member), headers: reading.headers,
                     expiresAt: reading.expiresAt)
-                return true
+                return position
             }
             position = (position &+ 1) & mask
         }
-        return false
+        return nil
+    }
+
+    /// Whether a slot's member is `member` itself, not only a member of its account.
+    private static func named(_ member: SessionPool.Member) -> (Unmanaged<SessionPool.Member>) -> Bool {
+        let named = Unmanaged.passUnretained(member).toOpaque()
+        return { $0.toOpaque() == named }
     }
 
     /// Empties the slot of `member`; returns whether it had one.
@@ -132,7 +139,7 @@ final class MemberTable: Sendable {
         slots.withLock { slots in
             Self.withSlot(
                 in: &slots, account: member.account, hash: hash,
-                where: { $0.toOpaque() == Unmanaged.passUnretained(member).toOpaque() }
+                where: Self.named(member)
             ) { slot in
                 slot = Slot()
             } != nil
@@ -150,15 +157,11 @@ final class MemberTable: Sendable {
             }
             slots = Array(repeating: Slot(), count: count)
             for member in members {
-                let hash = hash(member)
-                guard Self.place(member, hash: hash, in: &slots) else {
+                guard let position = Self.place(member, hash: hash(member), in: &slots) else {
                     withoutSlot += 1
                     continue
                 }
-                guard let read = lastRead[ObjectIdentifier(member)] else { continue }
-                _ = Self.withSlot(in: &slots, account: member.account, hash: hash, where: { _ in true }) {
-                    $0.lastRead = read
-                }
+                if let read = lastRead[ObjectIdentifier(member)] { slots[position].lastRead = read }
             }
             return withoutSlot
         }
@@ -173,7 +176,7 @@ final class MemberTable: Sendable {
             body { member, hash in
                 Self.withSlot(
                     in: &slots, account: member.account, hash: hash,
-                    where: { $0.toOpaque() == Unmanaged.passUnretained(member).toOpaque() }
+                    where: Self.named(member)
                 ) { $0.lastRead } ?? .min
             }
         }
