@@ -77,6 +77,8 @@ struct PoolHarness {
         #expect(throws: SessionError.self) { try harness.pool.identityHeaders(for: "dave") }
         #expect(Set(harness.pool.accounts) == Set(accounts))
         #expect(harness.pool.metrics.accounts == 3)
+        // Each sign-in waited for its credential; an identified member keeps none of that wait's storage.
+        for account in accounts { #expect(await harness.pool.member(account)?.engine.waiters.holdsStorage == false) }
         await harness.pool.shutdown()
     }
 

@@ -59,6 +59,13 @@ final class OutcomeWaiters: Sendable {
             order.removeAll { slots[$0] == nil }
         }
 
+        /// Removes a slot; once none is left, the storage goes too, so an engine that waited once does not keep its
+        /// waiters' tables for the rest of its life (a pool holds one per account).
+        mutating func remove(_ id: UInt64) {
+            slots.removeValue(forKey: id)
+            if slots.isEmpty { self = State(nextID: nextID) }
+        }
+
         /// Takes the outcome for every slot the predicate selects, in registration order.
         mutating func take(
             _ outcome: Result<IdentityCredential, any Error>,
@@ -82,6 +89,7 @@ final class OutcomeWaiters: Sendable {
                 }
             }
             order = kept
+            if slots.isEmpty { self = State(nextID: nextID) }
             return resumed
         }
     }
@@ -98,6 +106,9 @@ final class OutcomeWaiters: Sendable {
 
     /// The number of callers waiting for an outcome.
     var count: Int { state.withLock { $0.awaiting } }
+
+    /// Whether the waiters' tables hold storage: only while a caller is registered.
+    var holdsStorage: Bool { state.withLock { $0.slots.capacity > 0 || $0.order.capacity > 0 } }
 
     /// Registers a caller for the epoch's next outcome of the given kind; call it in the step that decided to wait.
     func register(epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> Ticket {
@@ -127,7 +138,7 @@ final class OutcomeWaiters: Sendable {
                         ledger?.park()
                         return nil
                     case .resolved(let outcome):
-                        state.slots.removeValue(forKey: ticket.id)
+                        state.remove(ticket.id)
                         return outcome
                     case .waiting, nil:
                         preconditionFailure("a ticket was waited for twice")
@@ -165,8 +176,8 @@ final class OutcomeWaiters: Sendable {
                 state.awaiting -= 1
                 return nil
             case .waiting(_, _, let continuation):
-                state.slots.removeValue(forKey: ticket.id)
                 state.awaiting -= 1
+                state.remove(ticket.id)
                 return continuation
             case .resolved, nil:
                 return nil
