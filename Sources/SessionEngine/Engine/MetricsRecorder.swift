@@ -2,8 +2,52 @@ import Synchronization
 
 /// The engine's counters, fed by the step that publishes each event and read without an actor hop.
 final class MetricsRecorder: Sendable {
+    /// The counters ``SessionMetrics`` reports, and nothing it fills in when read: an engine keeps one for its whole
+    /// life (a pool one per account), so the latency summaries and gauges a snapshot computes are not stored.
+    fileprivate struct Counts {
+        var fetchesStarted = 0
+        var fetchesSucceeded = 0
+        var credentialsPushed = 0
+        var serverDirectedDelays = 0
+        var clockOffset: Duration?
+        var appliedClockOffset: Duration?
+        var clockOffsetsKeptOut = 0
+        var implausibleCredentials = 0
+        var fetchesFailed: [SessionError.Code: Int] = [:]
+        var misconfigurations = 0
+        var credentialsInstalled = 0
+        var renewals = 0
+        var rejections = 0
+        var expiries = 0
+        var accountChanges = 0
+        var scopedWorkCancelled = 0
+        var eventsPublished = 0
+
+        var metrics: SessionMetrics {
+            SessionMetrics(
+                fetchesStarted: fetchesStarted,
+                fetchesSucceeded: fetchesSucceeded,
+                credentialsPushed: credentialsPushed,
+                serverDirectedDelays: serverDirectedDelays,
+                clockOffset: clockOffset,
+                appliedClockOffset: appliedClockOffset,
+                clockOffsetsKeptOut: clockOffsetsKeptOut,
+                implausibleCredentials: implausibleCredentials,
+                fetchesFailed: fetchesFailed,
+                misconfigurations: misconfigurations,
+                credentialsInstalled: credentialsInstalled,
+                renewals: renewals,
+                rejections: rejections,
+                expiries: expiries,
+                accountChanges: accountChanges,
+                scopedWorkCancelled: scopedWorkCancelled,
+                eventsPublished: eventsPublished
+            )
+        }
+    }
+
     fileprivate struct State {
-        var metrics = SessionMetrics()
+        var metrics = Counts()
         /// The epoch of the last account change counted.
         var changeEpoch: UInt64 = 0
         /// Recent durations of successful fetches, and of failed ones.
@@ -11,8 +55,8 @@ final class MetricsRecorder: Sendable {
         var failedLatencies: LatencyRing
         /// The epoch whose account session last installed a credential.
         var installedEpoch: UInt64?
-        /// The last published state, to count transitions.
-        var state: SessionState = .signedOut
+        /// Whether the last published state is `expired`, to count expiries once each.
+        var expired = false
         var liveTasks = 0
     }
 
@@ -48,10 +92,10 @@ final class MetricsRecorder: Sendable {
                     state.metrics.accountChanges += 1
                     state.changeEpoch = event.epoch
                 }
-                if case .expired(let expired) = new, expired.reason == .expired, !state.state.isExpired {
+                if case .expired(let expired) = new, expired.reason == .expired, !state.expired {
                     state.metrics.expiries += 1
                 }
-                state.state = new
+                state.expired = new.isExpired
             case .renewed(let identity, let fetch):
                 if fetch.pushed {
                     state.metrics.credentialsPushed += 1
@@ -85,7 +129,7 @@ final class MetricsRecorder: Sendable {
     /// The counters, with the latency summary.
     var snapshot: SessionMetrics {
         state.withLock { state in
-            var metrics = state.metrics
+            var metrics = state.metrics.metrics
             metrics.fetchLatency = LatencySummary(of: state.latencies.durations)
             metrics.failedFetchLatency = LatencySummary(of: state.failedLatencies.durations)
             metrics.liveTasks = state.liveTasks
