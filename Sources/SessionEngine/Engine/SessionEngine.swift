@@ -23,21 +23,14 @@ import Synchronization
 ///
 /// Run ``run()`` in a service group, or call ``shutdown()``, to stop cleanly.
 public actor SessionEngine {
-    let fetcher: any CredentialFetcher
-    let clock: any SessionClock
-    /// The configuration, shared with the other engines of a pool.
-    let settings: Settings
+    /// The configuration, the fetcher and the clock, and a pool's budget and timers: one object for all the engines
+    /// of a pool.
+    let shared: Shared
     var machine: SessionStateMachine
     let store: SessionStore
     let broadcaster: EventBroadcaster
     let waiters: OutcomeWaiters
     let recorder: MetricsRecorder
-    /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
-    let budget: FetchBudget?
-    /// The pool's timers, which hold this engine's timer instead of a task of its own; `nil` for an engine of its own.
-    let timers: PoolTimers?
-    /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
-    package nonisolated let ledger: ActivityLedger?
     /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
     let observer: (@Sendable (SessionEvent) -> Void)?
     /// Opens once the engine has shut down.
@@ -54,20 +47,58 @@ public actor SessionEngine {
     var publishedState: SessionState = .signedOut
     var sequence: UInt64 = 0
 
-    /// An engine's configuration and the machine's policies taken from it: made once, and shared by the engines of a
-    /// pool, so that each holds a reference instead of two copies.
-    final class Settings: Sendable {
+    /// What an engine shares with the other engines of a pool: made once, so that each member holds one reference
+    /// instead of a copy of the configuration, the machine's policies taken from it, and its own references to the
+    /// fetcher, the clock, the budget and the timers.
+    final class Shared: Sendable {
         let session: SessionConfiguration
         let machine: SessionStateMachine.Configuration
+        let fetcher: any CredentialFetcher
+        let clock: any SessionClock
+        /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
+        let ledger: ActivityLedger?
+        /// The pool's budget toward the backend that the engines' fetches share; `nil` for an engine of its own.
+        let budget: FetchBudget?
+        /// The pool's timers, which hold each engine's timer instead of a task of its own; `nil` for an engine of
+        /// its own.
+        let timers: PoolTimers?
 
-        init(_ configuration: SessionConfiguration) {
+        /// Creates what one engine, or every member of a pool, shares.
+        ///
+        /// - Parameters:
+        ///   - configuration: Renewal, retry and buffering policies.
+        ///   - fetcher: Gets credentials from the host's backend.
+        ///   - clock: The source of wall time and sleep.
+        ///   - ledger: The clock's activity ledger, which the fetcher has been attached to; `nil` on other clocks.
+        ///   - budget: A pool's budget toward the backend.
+        ///   - timers: A pool's timers.
+        init(
+            _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
+            ledger: ActivityLedger?, budget: FetchBudget?, timers: PoolTimers?
+        ) {
             session = configuration
             machine = SessionStateMachine.Configuration(configuration)
+            self.fetcher = fetcher
+            self.clock = clock
+            self.ledger = ledger
+            self.budget = budget
+            self.timers = timers
         }
     }
 
+    /// Gets credentials from the host's backend.
+    nonisolated var fetcher: any CredentialFetcher { shared.fetcher }
+    /// The source of wall time and sleep.
+    nonisolated var clock: any SessionClock { shared.clock }
+    /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
+    package nonisolated var ledger: ActivityLedger? { shared.ledger }
+    /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
+    nonisolated var budget: FetchBudget? { shared.budget }
+    /// The pool's timers, which hold this engine's timer instead of a task of its own; `nil` for an engine of its own.
+    nonisolated var timers: PoolTimers? { shared.timers }
+
     /// Renewal, retry and buffering policies.
-    nonisolated var configuration: SessionConfiguration { settings.session }
+    nonisolated var configuration: SessionConfiguration { shared.session }
 
     /// Creates an engine, signed out.
     ///
@@ -96,61 +127,50 @@ public actor SessionEngine {
         clock: some SessionClock = SystemClock(),
         observer: (@Sendable (SessionEvent) -> Void)?
     ) {
+        let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
+        if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
         self.init(
-            member: fetcher, settings: Settings(configuration), randomSeed: configuration.randomSeed, clock: clock,
-            observer: observer, budget: nil, timers: nil, latencyWindow: LatencySummary.window, hooks: [],
+            shared: Shared(configuration, fetcher: fetcher, clock: clock, ledger: ledger, budget: nil, timers: nil),
+            randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],
             readMirror: nil)
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
     ///
     /// - Parameters:
-    ///   - fetcher: Gets credentials from the host's backend.
-    ///   - settings: Renewal, retry and buffering policies, which the engine may share with others.
+    ///   - shared: The configuration, fetcher, clock, budget and timers, which the engine shares with the pool's
+    ///     other members.
     ///   - randomSeed: The seed of the engine's jitter, in place of the configuration's; `nil` for a random one.
-    ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
-    ///   - budget: The pool's budget toward the backend, which this engine's fetches then share.
-    ///   - timers: The pool's timers, which then hold this engine's timer.
     ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
     ///   - readMirror: Receives every change of what ``identityHeaders()`` reads (``SessionStore/Mirror``).
     init(
-        member fetcher: any CredentialFetcher,
-        settings: Settings,
+        shared: Shared,
         randomSeed: UInt64?,
-        clock: any SessionClock,
         observer: (@Sendable (SessionEvent) -> Void)?,
-        budget: FetchBudget?,
-        timers: PoolTimers?,
         latencyWindow: Int,
         hooks: [@Sendable (AccountChange) async -> Void],
         readMirror: SessionStore.Mirror?
     ) {
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
-        self.fetcher = fetcher
-        self.budget = budget
-        self.timers = timers
         self.hooks = hooks
-        self.clock = clock
-        self.settings = settings
+        self.shared = shared
         self.observer = observer
         var seed = randomSeed ?? 0
         if randomSeed == nil {
             var system = SystemRandomNumberGenerator()
             seed = system.next()
         }
-        let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
-        if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
-        self.ledger = ledger
-        self.machine = SessionStateMachine(configuration: settings.machine, seed: seed)
+        let (clock, ledger) = (shared.clock, shared.ledger)
+        self.machine = SessionStateMachine(configuration: shared.machine, seed: seed)
         self.store = SessionStore(clock: clock, ledger: ledger, mirror: readMirror)
         self.waiters = OutcomeWaiters(ledger: ledger)
         self.stopped = Latch(ledger: ledger)
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
         self.broadcaster = EventBroadcaster(
             initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),
-            bufferLimit: settings.session.eventBufferLimit
+            bufferLimit: shared.session.eventBufferLimit
         )
     }
 

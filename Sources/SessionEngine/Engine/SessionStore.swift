@@ -130,8 +130,9 @@ final class SessionStore: Sendable {
 
     private let state = Mutex(State())
     private let readable = Mutex(Readable.unavailable(.signedOut))
-    private let clock: any SessionClock
     private let wallClock: WallClockCheck
+    /// The clock that decides local expiry, the one the check reads.
+    private var clock: any SessionClock { wallClock.clock }
     private let ledger: ActivityLedger?
     private let mirror: Mirror?
 
@@ -142,7 +143,6 @@ final class SessionStore: Sendable {
     ///   - ledger: Where drains waiting for work are parked.
     ///   - mirror: Receives every change of the store's read; `nil` for none.
     init(clock: any SessionClock, ledger: ActivityLedger?, mirror: Mirror? = nil) {
-        self.clock = clock
         self.wallClock = WallClockCheck(clock)
         self.ledger = ledger
         self.mirror = mirror

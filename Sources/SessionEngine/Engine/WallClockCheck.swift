@@ -10,7 +10,8 @@ package import Foundation
 /// does, so a credential is never handed out at or after `expiresAt`: the fast answer is only ever "certainly
 /// before". Every other clock, and other platforms, read the clock's ``SessionClock/now``.
 package struct WallClockCheck: Sendable {
-    private let clock: any SessionClock
+    /// The clock checked.
+    package let clock: any SessionClock
     /// How far before the expiry, in nanoseconds, the coarse time stops deciding alone; `nil` without a coarse clock.
     private let coarseMargin: Int64?
 

@@ -9,19 +9,22 @@ public import Foundation
 /// ``Kind/eventsDropped(count:)``) sees the gap. Events never hold a signature, a secret or a property value.
 public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
     /// What happened.
+    ///
+    /// The reports of fetches, rejections and clock skew are stored out of line, so an event is the size of a state
+    /// change: an engine keeps its current state's event for new subscribers, and a pool keeps one per account.
     public enum Kind: Sendable, Hashable, CustomStringConvertible {
         /// The state changed. Every subscriber first receives the state current when it subscribed.
         case stateChanged(SessionState)
         /// A fetched credential was validated and installed, by the fetch described.
-        case renewed(SessionIdentity, FetchAttempt)
+        indirect case renewed(SessionIdentity, FetchAttempt)
         /// A fetch failed or its credential was refused.
-        case fetchFailed(FetchFailure)
+        indirect case fetchFailed(FetchFailure)
         /// The host reported that the service rejected a credential.
-        case credentialRejected(RejectionReport)
+        indirect case credentialRejected(RejectionReport)
         /// An account change or shutdown cancelled the previous account's scoped work.
         case workCancelled(account: AccountID?, count: Int)
         /// A fetched credential suggests that this process's clock and the backend's disagree.
-        case clockSkewSuspected(ClockSkewReport)
+        indirect case clockSkewSuspected(ClockSkewReport)
         /// The subscriber fell behind and this many of the oldest undelivered events were dropped.
         case eventsDropped(count: Int)
 

@@ -175,17 +175,13 @@ extension SessionPool {
             account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
         }
         let engine = SessionEngine(
-            member: fetcher,
-            settings: engineSettings,
+            shared: engineShared,
             randomSeed: seed,
-            clock: clock,
             observer: { event in
                 let event = SessionPoolEvent(account: account, kind: .session(event))
                 observer?(serial, event)
                 broadcaster.publish(event)
             },
-            budget: budget,
-            timers: timers,
             latencyWindow: Self.accountLatencyWindow,
             hooks: hooks,
             readMirror: { store, reading in table.mirror(store, of: account, hash: hash, reading) }

@@ -65,8 +65,8 @@ public final class SessionPool: Sendable {
 
     let fetcher: any CredentialFetcher
     let configuration: SessionPoolConfiguration
-    /// Every account's engine configuration, one copy for all of them.
-    let engineSettings: SessionEngine.Settings
+    /// What every account's engine shares: the configuration, fetcher, clock, budget and timers.
+    let engineShared: SessionEngine.Shared
     let clock: any SessionClock
     /// The clock of the members' use stamps, cheap enough to read on every request.
     let useClock: UseClock
@@ -122,7 +122,6 @@ public final class SessionPool: Sendable {
         self.fetcher = fetcher
         self.observer = observer
         self.configuration = configuration
-        self.engineSettings = SessionEngine.Settings(configuration.session)
         self.clock = clock
         self.useClock = UseClock(clock)
         self.wallClock = WallClockCheck(clock)
@@ -149,6 +148,8 @@ public final class SessionPool: Sendable {
                 broadcaster.publish(event)
             })
         self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: configuration.session.taskExecutor)
+        self.engineShared = SessionEngine.Shared(
+            configuration.session, fetcher: fetcher, clock: clock, ledger: ledger, budget: budget, timers: timers)
         self.stopped = Latch(ledger: ledger)
     }
 

@@ -4,6 +4,8 @@ enum HeaderEncoding {
 
     /// Keeps `!`…`~` except `%`; writes every other UTF-8 byte as `%XX` with uppercase hex.
     static func percentEncode(_ text: String) -> String {
+        // Text with nothing to escape is its own encoding, and shares its storage: an address usually is.
+        if text.utf8.allSatisfy({ $0 >= 0x21 && $0 <= 0x7E && $0 != 0x25 }) { return text }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(text.utf8.count)
         for byte in text.utf8 {

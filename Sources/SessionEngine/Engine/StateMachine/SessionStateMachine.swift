@@ -58,7 +58,13 @@ struct SessionStateMachine: Sendable {
         /// The monotonic time before which no fetch may start, because the backend asked for a delay (`Retry-After`).
         var retryNotBefore: Duration?
         /// Why the last fetch failed, while no fetch has succeeded since: what a sign-in that runs out of time reports.
-        var lastFailure: SessionError?
+        var lastFailure: SessionError? {
+            get { lastFailureBox?.value }
+            set { lastFailureBox = newValue.map(OutOfLine.init) }
+        }
+        /// ``lastFailure``, out of line: an error is ten words, and an identified session, a pool's one per account,
+        /// usually holds none.
+        private var lastFailureBox: OutOfLine<SessionError>?
 
         init(account: AccountID, epoch: UInt64) {
             self.account = account
@@ -91,8 +97,9 @@ struct SessionStateMachine: Sendable {
     enum State: Sendable, Hashable {
         /// No account.
         case signedOut
-        /// An account change is under way.
-        case switching(Change)
+        /// An account change is under way. Stored out of line: a change holds two sessions' worth of data, and
+        /// inline it would widen every machine, a pool's one per account, for a state each passes through briefly.
+        indirect case switching(Change)
         /// A valid credential and nothing to do until its renewal time.
         case identified(AccountSession)
         /// A valid credential and a renewal under way.
