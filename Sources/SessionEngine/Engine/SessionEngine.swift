@@ -37,7 +37,12 @@ public actor SessionEngine {
     let stopped: Latch
     var fetchTask: (id: FetchID, task: Task<Void, Never>)?
     /// The running fetch's claim on the pool's budget, which a caller that comes to wait for it promotes.
-    var fetchTicket: FetchBudget.Ticket?
+    var fetchTicket: FetchBudget.Ticket? {
+        get { fetchTicketBox?.value }
+        set { fetchTicketBox = newValue.map(OutOfLine.init) }
+    }
+    /// ``fetchTicket``, out of line: it is six words, and a pool's members, one per account, mostly have no fetch.
+    private var fetchTicketBox: OutOfLine<FetchBudget.Ticket>?
     var timerTask: Task<Void, Never>?
     /// A graceful shutdown's two watchers: the grace period's sleep and the wait for running work to finish.
     var graceTasks: [Task<Void, Never>] = []

@@ -1,9 +1,10 @@
 /// A value kept in a box of its own, so that a struct holding it, usually as `nil`, is a word wider instead of the
 /// value's size.
 ///
-/// For large values that are rarely present in structs kept by the thousand: a pool holds one state machine per
-/// account. Copies share the box, and setting a new value allocates a new one.
-indirect enum OutOfLine<Value: Sendable & Hashable>: Sendable, Hashable {
+/// For large values that are rarely present, or rarely change, in what is kept by the thousand: a pool holds one
+/// engine, with its state machine and store, per account. Copies share the box, and setting a new value allocates a
+/// new one.
+indirect enum OutOfLine<Value: Sendable>: Sendable {
     case boxed(Value)
 
     init(_ value: Value) {
@@ -17,3 +18,6 @@ indirect enum OutOfLine<Value: Sendable & Hashable>: Sendable, Hashable {
         }
     }
 }
+
+extension OutOfLine: Equatable where Value: Equatable {}
+extension OutOfLine: Hashable where Value: Hashable {}
