@@ -135,6 +135,43 @@ struct SignInDeadlineTests {
         await engine.shutdown()
     }
 
+    /// `switchAccount(to:timeout:)` keeps the same deadline: past it the caller fails with `SIGN_IN_TIMED_OUT`, no
+    /// credential of the account left is handed out, and the next account becomes identified once the backend
+    /// answers.
+    @Test func aSwitchWithADeadlineFailsTheCallerAtTheDeadlineAndGoesOn() async throws {
+        let harness = EngineHarness(configuration: SessionConfiguration(randomSeed: 27))
+        let engine = harness.engine
+        try await harness.signIn("alice")
+        harness.fetcher.setResponder { _ in throw Self.outage }
+        let clock = harness.clock
+        let ended = Locked<Duration?>(nil)
+        let started = clock.uptime
+        let switchToBob = await engine.startCall { engine in
+            defer { ended.withLock { $0 = clock.uptime } }
+            try await engine.switchAccount(to: "bob", timeout: .seconds(20))
+        }
+        let endedEarly = await harness.advance(upTo: .seconds(19)) { ended.value != nil }
+        #expect(!endedEarly, "the call ended before its deadline")
+        _ = await harness.advance(upTo: .seconds(5)) { ended.value != nil }
+        #expect(ended.value == started + .seconds(20))
+        do {
+            try await switchToBob.value
+            Issue.record("the switch succeeded during an outage")
+        } catch let error as SessionError {
+            #expect(error.code == .signInTimedOut)
+            #expect(error.reason.contains("bob") && error.reason.contains("20 s"), "\(error.reason)")
+        }
+        #expect(engine.state.account == "bob")
+        #expect(throws: SessionError.self) { try engine.identityHeaders() }
+
+        harness.fetcher.setResponder(harness.signingResponder())
+        let identified = await harness.advance(upTo: .seconds(600)) { engine.state.isIdentified }
+        #expect(identified)
+        #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "bob@example.com")
+        #expect(engine.metrics.waiters == 0)
+        await engine.shutdown()
+    }
+
     /// A change that supersedes the sign-in fails it with `ACCOUNT_CHANGED`, as without a deadline.
     @Test func aSupersedingChangeFailsTheCallerWithAccountChanged() async throws {
         let harness = EngineHarness(configuration: SessionConfiguration(randomSeed: 26))

@@ -117,6 +117,23 @@ extension SessionEngine {
         try await changeAccount(to: account)
     }
 
+    /// Switches to another account and waits for its first credential, for at most `timeout` on the engine's clock.
+    ///
+    /// This is ``switchAccount(to:)`` with the deadline of ``signIn(_:timeout:)``: when the deadline passes first
+    /// (the previous account's work is still draining, or the backend does not answer for the next account), the
+    /// call throws ``SessionError/Code/signInTimedOut`` and the switch goes on. From the moment the switch begins no
+    /// credential of the previous account is handed out, whether or not the call has returned.
+    ///
+    /// - Parameters:
+    ///   - account: The account to switch to.
+    ///   - timeout: How long to wait for the next account's first credential, on the engine's clock; from the call.
+    /// - Throws: As ``signIn(_:timeout:)``.
+    public func switchAccount(to account: AccountID, timeout: Duration) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(to: account, timeout: max(.zero, timeout))
+    }
+
     /// Signs out: cancels and drains the account's scoped work, clears the credential and runs the hooks.
     ///
     /// Any fetch in flight is cancelled and its result discarded. Returns once the state is
