@@ -175,6 +175,16 @@ package protocol ActivityLedgerClock: SessionClock {
 
 /// A fetcher that parks the engine's fetches while a script holds them, on the ledger of the engine's clock.
 package protocol ActivityLedgerFetcher: CredentialFetcher {
-    /// Called once by each engine that uses the fetcher, with the engine's ledger.
+    /// Called once by each engine or pool that uses the fetcher, with its ledger.
     func attach(_ ledger: ActivityLedger)
+}
+
+extension ActivityLedger {
+    /// The ledger of `clock`, if it keeps one, attached to `fetcher`: where an engine, or a pool and its engines,
+    /// count their work.
+    static func of(_ clock: any SessionClock, attaching fetcher: any CredentialFetcher) -> ActivityLedger? {
+        let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
+        if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
+        return ledger
+    }
 }

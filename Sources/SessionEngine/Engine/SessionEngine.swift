@@ -132,8 +132,7 @@ public actor SessionEngine {
         clock: some SessionClock = SystemClock(),
         observer: (@Sendable (SessionEvent) -> Void)?
     ) {
-        let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
-        if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
+        let ledger = ActivityLedger.of(clock, attaching: fetcher)
         self.init(
             shared: Shared(configuration, fetcher: fetcher, clock: clock, ledger: ledger, budget: nil, timers: nil),
             randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],

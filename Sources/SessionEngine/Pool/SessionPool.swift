@@ -130,8 +130,7 @@ public final class SessionPool: Sendable {
         let index = MemberIndex(hasher: memberHasher)
         self.table = index.table
         self.members = Mutex(Members(index: index))
-        let ledger = (clock as? any ActivityLedgerClock)?.activityLedger
-        if let ledger { (fetcher as? any ActivityLedgerFetcher)?.attach(ledger) }
+        let ledger = ActivityLedger.of(clock, attaching: fetcher)
         self.ledger = ledger
         let broadcaster = PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit)
         self.broadcaster = broadcaster
