@@ -150,3 +150,22 @@ import Testing
         _ = stalled
     }
 }
+
+/// The latency rings keep four bytes a duration: to the microsecond, clamped, and the last `capacity` of them.
+@Suite struct LatencyRingTests {
+    @Test func durationsAreKeptToTheMicrosecondAndClamped() {
+        #expect(LatencyRing.microseconds(.milliseconds(200)) == 200_000)
+        #expect(LatencyRing.microseconds(.nanoseconds(1_999)) == 1, "rounded down")
+        #expect(LatencyRing.microseconds(.zero - .seconds(1)) == 0, "a negative duration counts as none")
+        #expect(LatencyRing.microseconds(.seconds(4_294)) == 4_294_000_000)
+        #expect(LatencyRing.microseconds(.seconds(4_295)) == .max, "beyond about 71 minutes")
+        #expect(LatencyRing.microseconds(.seconds(Int64.max)) == .max)
+    }
+
+    @Test func theRingKeepsTheLastCapacityDurations() {
+        var ring = LatencyRing(capacity: 3)
+        for milliseconds in [5, 1, 4, 2, 3] { ring.record(.milliseconds(milliseconds)) }
+        #expect(ring.durations.sorted() == [.milliseconds(2), .milliseconds(3), .milliseconds(4)])
+        #expect(LatencySummary(of: ring.durations).max == .milliseconds(4))
+    }
+}

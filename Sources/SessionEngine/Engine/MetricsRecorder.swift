@@ -138,22 +138,39 @@ final class MetricsRecorder: Sendable {
     }
 }
 
-/// The last `capacity` durations recorded (``LatencySummary/window`` for an engine of its own).
+/// The last `capacity` durations recorded (``LatencySummary/window`` for an engine of its own), each to the
+/// microsecond and at most `UInt32.max` microseconds (about 71 minutes; a longer one is kept as that).
+///
+/// Four bytes a duration instead of sixteen: a pool's accounts keep two rings of sixteen each for as long as they are
+/// signed in, and an engine of its own two of 1,024.
 struct LatencyRing {
     let capacity: Int
-    private(set) var durations: [Duration] = []
+    private var microseconds: [UInt32] = []
     private var next = 0
 
     init(capacity: Int) {
         self.capacity = max(1, capacity)
     }
 
+    /// The durations kept, in no particular order.
+    var durations: [Duration] { microseconds.map { .microseconds(Int64($0)) } }
+
     mutating func record(_ duration: Duration) {
-        if durations.count < capacity {
-            durations.append(duration)
+        let value = Self.microseconds(duration)
+        if microseconds.count < capacity {
+            microseconds.append(value)
         } else {
-            durations[next] = duration
+            microseconds[next] = value
             next = (next + 1) % capacity
         }
+    }
+
+    /// `duration` in whole microseconds, rounded down and clamped to `0...UInt32.max`.
+    static func microseconds(_ duration: Duration) -> UInt32 {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return 0 }
+        guard seconds < Int64(UInt32.max) / 1_000_000 + 1 else { return .max }
+        let total = seconds * 1_000_000 + attoseconds / 1_000_000_000_000
+        return UInt32(clamping: total)
     }
 }
