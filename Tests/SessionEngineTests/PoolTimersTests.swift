@@ -18,6 +18,38 @@ import Testing
         #expect(harness.pool.timers.count == 0)
     }
 
+    /// An account that leaves gives its timer's slot back, and the next account's timer takes it: the timers hold as
+    /// many slots as accounts had timers at once, and none once no account has one.
+    @Test func accountsThatLeaveGiveTheirTimersSlotsToTheNext() async throws {
+        let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
+        let first = PoolHarness.accounts(20)
+        for call in await harness.signInAtOnce(first) { try await call.value }
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 20)
+        #expect(harness.pool.timers.slotCount == 20)
+        for account in first.prefix(10) { await harness.pool.signOut(account) }
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 10)
+        let next = (0..<10).map { AccountID("next-\($0)") }
+        for call in await harness.signInAtOnce(next) { try await call.value }
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 20)
+        #expect(harness.pool.timers.slotCount == 20, "the freed slots were reused")
+        // Each account still renews through its own slot, before its credential expires.
+        for _ in 0..<900 {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+        }
+        for account in first.suffix(10) + next {
+            let metrics = try #require(harness.pool.metrics(for: account))
+            #expect(metrics.renewals >= 1 && metrics.expiries == 0, "\(account): \(metrics)")
+            #expect(harness.pool.state(of: account).isIdentified)
+        }
+        await harness.pool.shutdown()
+        #expect(harness.pool.timers.count == 0)
+        #expect(harness.pool.timers.slotCount == 0)
+    }
+
     @Test func everyAccountRenewsOnceThroughTheSharedTimers() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
         let accounts = PoolHarness.accounts(10)

@@ -44,6 +44,9 @@ public actor SessionEngine {
     /// ``fetchTicket``, out of line: it is six words, and a pool's members, one per account, mostly have no fetch.
     private var fetchTicketBox: OutOfLine<FetchBudget.Ticket>?
     var timerTask: Task<Void, Never>?
+    /// The slot of the pool's timers that holds this engine's timer, `-1` for none; only the pool's timers change it,
+    /// under their lock (``PoolTimers``).
+    nonisolated let timerSlot = Atomic<Int>(-1)
     /// A graceful shutdown's two watchers: the grace period's sleep and the wait for running work to finish.
     var graceTasks: [Task<Void, Never>] = []
     var hooks: [@Sendable (AccountChange) async -> Void] = []

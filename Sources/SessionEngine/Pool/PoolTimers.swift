@@ -4,9 +4,10 @@ import Synchronization
 /// Every timer of a pool's accounts in one deadline structure, with one task that sleeps until the earliest.
 ///
 /// An engine of its own runs a task for its timer (renewal, expiry, backoff). A pool's accounts hand their timers
-/// here instead, so an idle account costs an entry in a dictionary and a key in a heap, not a task, and the pool's
+/// here instead, so an idle account costs an entry in an array and a key in a heap, not a task, and the pool's
 /// timers cost one sleeping task whatever the number of accounts. Each account holds at most one timer; a new one
-/// replaces it.
+/// replaces it. An engine with a timer holds a slot of the array (``SessionEngine/timerSlot``) until its timer fires
+/// or is cancelled; freed slots are reused, so the array is as long as the most timers ever scheduled at once.
 ///
 /// A timer is due at a wall-clock time, a monotonic time or whichever comes first (``TimerSpec``). The heap orders
 /// the timers by when each is expected to be due on the pool clock's monotonic time: a wall-clock deadline is moved
@@ -24,11 +25,11 @@ final class PoolTimers: Sendable {
         var generation: UInt64
     }
 
-    /// A timer's place in the heap; stale once its engine's entry has another generation.
+    /// A timer's place in the heap; stale once its slot holds another generation, or none.
     private struct Key: Comparable {
         var due: Duration
         var generation: UInt64
-        var owner: ObjectIdentifier
+        var slot: Int
 
         static func < (lhs: Key, rhs: Key) -> Bool {
             (lhs.due, lhs.generation) < (rhs.due, rhs.generation)
@@ -36,7 +37,11 @@ final class PoolTimers: Sendable {
     }
 
     private struct State {
-        var entries: [ObjectIdentifier: Entry] = [:]
+        /// The scheduled timers by slot; `nil` for a free slot.
+        var entries: [Entry?] = []
+        var freeSlots: [Int] = []
+        /// How many slots hold a timer.
+        var scheduled = 0
         var heap = Heap<Key>()
         var nextGeneration: UInt64 = 0
         /// The sleeping task (`nil` until it is made), when it will wake and its identity.
@@ -64,7 +69,10 @@ final class PoolTimers: Sendable {
     }
 
     /// How many timers are scheduled.
-    var count: Int { state.withLock { $0.entries.count } }
+    var count: Int { state.withLock { $0.scheduled } }
+
+    /// How many slots the timers' array holds, free ones included.
+    var slotCount: Int { state.withLock { $0.entries.count } }
 
     /// How many times the sleeper has woken.
     var wakeUps: Int { state.withLock { $0.wakeUps } }
@@ -72,17 +80,17 @@ final class PoolTimers: Sendable {
     /// Schedules `spec` for `engine`, replacing its timer.
     func schedule(_ spec: TimerSpec, for engine: SessionEngine) {
         let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
-        let owner = ObjectIdentifier(engine)
         let start = state.withLock { state -> (wait: Duration, id: UInt64)? in
             state.nextGeneration += 1
             let generation = state.nextGeneration
-            state.entries[owner] = Entry(spec: spec, engine: engine, generation: generation)
+            let slot = Self.slot(of: engine, in: &state)
+            state.entries[slot] = Entry(spec: spec, engine: engine, generation: generation)
             let offset = state.offset ?? Self.offset(at: now)
             state.offset = offset
             guard let due = Self.due(spec, offset: offset) else { return nil }
-            state.heap.insert(Key(due: due, generation: generation, owner: owner))
+            state.heap.insert(Key(due: due, generation: generation, slot: slot))
             // Stale keys of replaced timers are dropped as they come up; past twice the timers, all at once.
-            if state.heap.count > 2 * state.entries.count + 64 { Self.rekey(&state, at: now) }
+            if state.heap.count > 2 * state.scheduled + 64 { Self.rekey(&state, at: now) }
             return sleeperIfEarlier(&state, than: due, at: now)
         }
         if let start { startSleeper(start) }
@@ -90,12 +98,14 @@ final class PoolTimers: Sendable {
 
     /// Cancels `engine`'s timer, if it has one.
     func cancel(for engine: SessionEngine) {
-        let owner = ObjectIdentifier(engine)
         let sleeper = state.withLock { state -> Task<Void, Never>? in
-            state.entries[owner] = nil
-            guard state.entries.isEmpty else { return nil }
-            // No timer left: the sleeper has nothing to wake for.
+            let slot = engine.timerSlot.load(ordering: .relaxed)
+            if slot >= 0 { Self.free(slot, of: engine, in: &state) }
+            guard state.scheduled == 0 else { return nil }
+            // No timer left: the sleeper has nothing to wake for, and no engine holds a slot.
             state.heap = Heap()
+            state.entries = []
+            state.freeSlots = []
             defer { state.sleeper = nil }
             return state.sleeper?.task
         }
@@ -103,6 +113,30 @@ final class PoolTimers: Sendable {
     }
 
     // MARK: - Under the lock
+
+    /// `engine`'s slot, given one from the free slots or the end of the array when it has none.
+    private static func slot(of engine: SessionEngine, in state: inout State) -> Int {
+        let held = engine.timerSlot.load(ordering: .relaxed)
+        if held >= 0 { return held }
+        let slot: Int
+        if let free = state.freeSlots.popLast() {
+            slot = free
+        } else {
+            slot = state.entries.count
+            state.entries.append(nil)
+        }
+        state.scheduled += 1
+        engine.timerSlot.store(slot, ordering: .relaxed)
+        return slot
+    }
+
+    /// Frees `slot`, and takes it from `engine` unless the engine is gone.
+    private static func free(_ slot: Int, of engine: SessionEngine?, in state: inout State) {
+        state.entries[slot] = nil
+        state.freeSlots.append(slot)
+        state.scheduled -= 1
+        engine?.timerSlot.store(-1, ordering: .relaxed)
+    }
 
     /// The wall clock minus the monotonic clock at `now`, in seconds.
     private static func offset(at now: SessionInstant) -> TimeInterval {
@@ -127,9 +161,9 @@ final class PoolTimers: Sendable {
         let offset = offset(at: now)
         state.offset = offset
         var heap = Heap<Key>()
-        for (owner, entry) in state.entries {
-            guard let due = due(entry.spec, offset: offset) else { continue }
-            heap.insert(Key(due: due, generation: entry.generation, owner: owner))
+        for (slot, entry) in state.entries.enumerated() {
+            guard let entry, let due = due(entry.spec, offset: offset) else { continue }
+            heap.insert(Key(due: due, generation: entry.generation, slot: slot))
         }
         state.heap = heap
     }
@@ -189,19 +223,19 @@ final class PoolTimers: Sendable {
             var early: [Key] = []
             while let key = state.heap.min, key.due <= now.uptime {
                 state.heap.removeMin()
-                guard let entry = state.entries[key.owner], entry.generation == key.generation else { continue }
+                guard let entry = state.entries[key.slot], entry.generation == key.generation else { continue }
                 guard let engine = entry.engine else {
-                    state.entries[key.owner] = nil
+                    Self.free(key.slot, of: nil, in: &state)
                     continue
                 }
                 if entry.spec.isDue(at: now) {
-                    state.entries[key.owner] = nil
+                    Self.free(key.slot, of: engine, in: &state)
                     due.append((engine, entry.spec.id))
                 } else {
                     // Woken early by a jump of the wall clock back: wait again from the current offset.
                     if let again = Self.due(entry.spec, offset: offset) {
                         let due = max(again, now.uptime + .milliseconds(1))
-                        early.append(Key(due: due, generation: key.generation, owner: key.owner))
+                        early.append(Key(due: due, generation: key.generation, slot: key.slot))
                     }
                 }
             }
@@ -210,7 +244,7 @@ final class PoolTimers: Sendable {
             ledger?.begin(count: due.count)
             var next: (wait: Duration, id: UInt64)?
             while let key = state.heap.min {
-                if let entry = state.entries[key.owner], entry.generation == key.generation {
+                if let entry = state.entries[key.slot], entry.generation == key.generation {
                     next = sleeperIfEarlier(&state, than: key.due, at: now)
                     break
                 }
