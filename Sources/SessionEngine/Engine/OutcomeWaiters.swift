@@ -59,10 +59,15 @@ final class OutcomeWaiters: Sendable {
             order.removeAll { slots[$0] == nil }
         }
 
-        /// Removes a slot; once none is left, the storage goes too, so an engine that waited once does not keep its
-        /// waiters' tables for the rest of its life (a pool holds one per account).
+        /// Removes a slot, and the tables' storage with the last one.
         mutating func remove(_ id: UInt64) {
             slots.removeValue(forKey: id)
+            releaseStorageIfEmpty()
+        }
+
+        /// Once no slot is left, gives the tables' storage back, so an engine that waited once does not keep it for
+        /// the rest of its life (a pool holds one engine per account).
+        mutating func releaseStorageIfEmpty() {
             if slots.isEmpty { self = State(nextID: nextID) }
         }
 
@@ -89,7 +94,7 @@ final class OutcomeWaiters: Sendable {
                 }
             }
             order = kept
-            if slots.isEmpty { self = State(nextID: nextID) }
+            releaseStorageIfEmpty()
             return resumed
         }
     }

@@ -249,14 +249,6 @@ extension SessionEngine {
         _ = startBegunTask { await self.timerFired(id) }
     }
 
-    /// Maps what a fetcher threw to the engine's error.
-    ///
-    /// Terminal, ending the session: ``SessionError/Code/backendSessionEnded``, and a credential refused for good
-    /// (``SessionError/Code/invalidCredential`` marked not transient, or a ``CredentialError`` with
-    /// ``CredentialError/Code/unpairedSurrogate``), since fetching again would return the same one. A
-    /// ``SessionError/Code/fetchFailed`` the fetcher marked not transient (it refused the endpoint or the request)
-    /// becomes ``SessionError/Code/backendMisconfigured``. Everything else is transient and retried with backoff, a
-    /// misconfiguration on its slower schedule.
     /// How a fetch that reached the fetcher ended, as the pool's budget counts it toward an outage.
     static func budgetOutcome(
         of result: Result<FetchedCredential, any Error>, cancelled: Bool
@@ -267,6 +259,15 @@ extension SessionEngine {
         if classified.retryAfter != nil { return .neither }
         return classified.failureClass == .outage ? .outage : .answered
     }
+
+    /// Maps what a fetcher threw to the engine's error.
+    ///
+    /// Terminal, ending the session: ``SessionError/Code/backendSessionEnded``, and a credential refused for good
+    /// (``SessionError/Code/invalidCredential`` marked not transient, or a ``CredentialError`` with
+    /// ``CredentialError/Code/unpairedSurrogate``), since fetching again would return the same one. A
+    /// ``SessionError/Code/fetchFailed`` the fetcher marked not transient (it refused the endpoint or the request)
+    /// becomes ``SessionError/Code/backendMisconfigured``. Everything else is transient and retried with backoff, a
+    /// misconfiguration on its slower schedule.
 
     static func classify(_ error: any Error) -> SessionError {
         switch error {

@@ -46,8 +46,8 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The engine has shut down.
         public static let shutDown = Code("SHUT_DOWN")
         /// ``SessionEngine/signIn(_:timeout:)`` or ``SessionEngine/switchAccount(to:timeout:)`` reached its deadline
-        /// before the account's first credential was installed. The account stays signed in and the engine keeps fetching in the background; the state becomes
-        /// ``SessionState/identified(_:)`` once the backend answers.
+        /// before the account's first credential was installed. The account stays signed in and the engine keeps
+        /// fetching in the background; the state becomes ``SessionState/identified(_:)`` once the backend answers.
         public static let signInTimedOut = Code("SIGN_IN_TIMED_OUT")
 
         /// The raw value.
