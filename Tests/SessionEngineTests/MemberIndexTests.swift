@@ -10,7 +10,7 @@ import Testing
     private let engine = SessionEngine(fetcher: ScriptedCredentialFetcher())
 
     private func member(_ account: AccountID) -> SessionPool.Member {
-        SessionPool.Member(account: account, engine: engine, serial: 1, now: 0)
+        SessionPool.Member(account: account, engine: engine, serial: 1, use: 0)
     }
 
     private func index(seed: UInt64 = 0x5EED) -> MemberIndex {
@@ -122,7 +122,7 @@ import Testing
     /// A member with an engine, and so a store, of its own.
     private func memberOfItsOwn(_ account: AccountID) -> SessionPool.Member {
         SessionPool.Member(
-            account: account, engine: SessionEngine(fetcher: ScriptedCredentialFetcher()), serial: 1, now: 0)
+            account: account, engine: SessionEngine(fetcher: ScriptedCredentialFetcher()), serial: 1, use: 0)
     }
 
     private func usable(_ email: String) throws -> SessionStore.Reading {
@@ -142,10 +142,10 @@ import Testing
         // The replaced member's engine still publishes (its sign-out and shutdown): none of it reaches the slot.
         index.table.mirror(first.store, of: "alice", hash: hash, (nil, 0, .shutDown))
         index.table.mirror(first.store, of: "alice", hash: hash, try usable("first@example.com"))
-        let reading = index.table.reading("alice", hash: hash, readAt: nil)
+        let reading = index.table.reading("alice", hash: hash, stampingUse: false)
         #expect(try reading?.headers?.credential().email == "second@example.com")
         index.remove(second)
-        #expect(index.table.reading("alice", hash: hash, readAt: nil) == nil)
+        #expect(index.table.reading("alice", hash: hash, stampingUse: false) == nil)
     }
 
     @Test func aMemberCrowdedOutOfItsSlotsIsLeftToTheDictionary() {
@@ -158,7 +158,7 @@ import Testing
             #expect(table.member(member.account, hash: 3) === member)
         }
         #expect(table.member(members.last!.account, hash: 3) == nil)
-        #expect(table.reading(members.last!.account, hash: 3, readAt: nil) == nil)
+        #expect(table.reading(members.last!.account, hash: 3, stampingUse: false) == nil)
         // Slots 3 to 10 are taken; slot 2 is free, and a slot answers only for its own account.
         let other = memberOfItsOwn("other")
         #expect(table.place(other, hash: 2))
@@ -169,16 +169,26 @@ import Testing
         #expect(table.member(members[1].account, hash: 3) === members[1], "a cleared slot does not end the probes")
     }
 
-    @Test func readsStampTheSlotAndTheStampsOutliveAGrowth() {
+    @Test func readsStampTheSlotWithLaterUsesAndTheStampsOutliveAGrowth() throws {
         var index = index()
         let alice = memberOfItsOwn("alice")
         index.insert(alice)
-        _ = index.table.reading("alice", hash: index.hasher.hash("alice"), readAt: 500)
-        _ = index.table.reading("alice", hash: index.hasher.hash("alice"), readAt: 200)
-        #expect(index.lastUses().map(\.used) == [500], "the later of the member's stamp and the slot's")
+        let hash = index.hasher.hash("alice")
+        _ = index.table.reading("alice", hash: hash, stampingUse: true)
+        let firstRead = try #require(index.lastUses().first?.used)
+        #expect(firstRead > 0, "a read is a use after the member's own stamp")
+        _ = index.table.reading("alice", hash: hash, stampingUse: false)
+        #expect(index.lastUses().first?.used == firstRead, "a read that does not stamp leaves the use")
+        _ = index.table.reading("alice", hash: hash, stampingUse: true)
+        let secondRead = try #require(index.lastUses().first?.used)
+        #expect(secondRead > firstRead)
         for account in (0..<100).map({ AccountID("grow-\($0)") }) { index.insert(member(account)) }
-        #expect(index.lastUses().first { $0.member === alice }?.used == 500, "after the table grew")
-        alice.markUsed(at: 900)
-        #expect(index.lastUses().first { $0.member === alice }?.used == 900)
+        #expect(index.lastUses().first { $0.member === alice }?.used == secondRead, "after the table grew")
+        let later = index.table.nextUse()
+        alice.markUsed(later)
+        #expect(
+            index.lastUses().first { $0.member === alice }?.used == later, "the later of the member's and the slot's")
+        alice.markUsed(firstRead)
+        #expect(index.lastUses().first { $0.member === alice }?.used == later, "an earlier use does not move it back")
     }
 }

@@ -339,6 +339,28 @@ struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    @Test func anIdleAccountIsKeptForTheWholeTimeoutAndGoesWithinOneAndAHalf() async throws {
+        // The sweeper wakes every 30 s; alice is read at 29 s, just before the first sweep: at 60 s she has been
+        // unused for only 31 s and stays; at 90 s she has been unused for 61 s and goes.
+        let harness = PoolHarness(idleTimeout: .seconds(60))
+        try await harness.pool.signIn("alice")
+        harness.clock.advance(by: .seconds(29))
+        _ = try harness.pool.identityHeaders(for: "alice")
+        for _ in 0..<31 {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+        }
+        #expect(harness.pool.accounts == ["alice"], "unused for 31 s of a 60 s timeout")
+        _ = try harness.pool.headersWithoutUse(for: "alice")
+        for _ in 0..<30 {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+        }
+        #expect(harness.pool.accounts.isEmpty, "unused for 61 s of a 60 s timeout")
+        #expect(harness.pool.metrics.evictions == 1)
+        await harness.pool.shutdown()
+    }
+
     @Test func anAccountsLatencySummaryKeepsOnlyItsRecentFetches() async throws {
         // Memory that grew with every renewal would grow without bound in a pool held for weeks.
         let harness = PoolHarness()

@@ -5,8 +5,8 @@ import Synchronization
 /// place the read every identified request makes goes.
 ///
 /// A slot holds its member's account, its hash, the member (unretained), a copy of what the member's store reads
-/// (``SessionStore/Reading``, kept current by the store's ``SessionStore/Mirror``) and the time the account was last
-/// read. A read therefore touches one slot and the headers it hands out: not the member, not its engine, not its store,
+/// (``SessionStore/Reading``, kept current by the store's ``SessionStore/Mirror``) and the use serial of the account's
+/// last read. A read therefore touches one slot and the headers it hands out: not the member, not its engine, not its store,
 /// which at 100,000 accounts are each a cache miss.
 ///
 /// A member sits in one of ``probes`` slots from its hash's slot on. A member crowded out of all of them has no slot;
@@ -15,6 +15,11 @@ import Synchronization
 /// The table's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a leaf too.
 /// The pool's members' lock is taken before it (changes to the index), and so is a store's lock of its state (the
 /// mirror), and neither is ever taken under it.
+///
+/// The table also counts the pool's uses (``nextUse()``): every read that stamps its account, every join and every call
+/// that names an account, in the order they took the table's lock. A use's serial, not a clock, orders the accounts
+/// for eviction, so the least recently used account is exact and a read costs no clock read; the idle sweep ties
+/// serials to time by taking one itself, with the time, at every sweep.
 ///
 /// The slots do not retain their members: a slot names only a member that the `MemberIndex` holding this table holds
 /// (every change to the index keeps it so), so a member named by a slot is alive while the table's lock is held.
@@ -28,8 +33,15 @@ final class MemberTable: Sendable {
         var member: Unmanaged<SessionPool.Member>?
         var headers: IdentityHeaders?
         var expiresAt: TimeInterval = 0
-        /// The ``UseClock`` time of the last read through this slot.
+        /// The use serial of the last read through this slot.
         var lastRead: Int64 = .min
+    }
+
+    /// The slots and the count of uses.
+    private struct State {
+        var slots: [Slot]
+        /// The serial of the latest use.
+        var uses: Int64 = 0
     }
 
     /// How many slots from its hash's slot on may hold a member. With at most half the slots taken, about one member in
@@ -37,11 +49,19 @@ final class MemberTable: Sendable {
     /// slots on average.
     static let probes = 8
 
-    private let slots: Mutex<[Slot]>
+    private let state: Mutex<State>
 
     /// Creates a table of `count` empty slots, a power of two.
     init(count: Int) {
-        slots = Mutex(Array(repeating: Slot(), count: count))
+        state = Mutex(State(slots: Array(repeating: Slot(), count: count)))
+    }
+
+    /// The serial of a new use, later than every use before it.
+    func nextUse() -> Int64 {
+        state.withLock { state in
+            state.uses += 1
+            return state.uses
+        }
     }
 
     /// `body` applied to the slot of `account`, found by its `hash`, whose member `matches`; `nil` if no slot of the
@@ -66,14 +86,19 @@ final class MemberTable: Sendable {
         return nil
     }
 
-    /// What `account`'s member reads, marking the account read at `now` unless it is `nil`; `nil` when no slot holds
+    /// What `account`'s member reads, stamping the slot with a new use when `stampingUse`; `nil` when no slot holds
     /// the account.
     @inline(__always)
-    func reading(_ account: AccountID, hash: UInt64, readAt now: Int64?) -> SessionStore.Reading? {
-        slots.withLock { slots in
-            Self.withSlot(in: &slots, account: account, hash: hash, where: { _ in true }) {
+    func reading(_ account: AccountID, hash: UInt64, stampingUse: Bool) -> SessionStore.Reading? {
+        state.withLock { state in
+            var use = Int64.min
+            if stampingUse {
+                state.uses += 1
+                use = state.uses
+            }
+            return Self.withSlot(in: &state.slots, account: account, hash: hash, where: { _ in true }) {
                 slot -> SessionStore.Reading in
-                if let now, slot.lastRead < now { slot.lastRead = now }
+                if stampingUse { slot.lastRead = use }
                 return (slot.headers, slot.expiresAt, slot.unavailable)
             }
         }
@@ -81,8 +106,8 @@ final class MemberTable: Sendable {
 
     /// The member of `account`, retained; `nil` when no slot holds the account.
     func member(_ account: AccountID, hash: UInt64) -> SessionPool.Member? {
-        slots.withLock { slots in
-            Self.withSlot(in: &slots, account: account, hash: hash, where: { _ in true }) { slot in
+        state.withLock { state in
+            Self.withSlot(in: &state.slots, account: account, hash: hash, where: { _ in true }) { slot in
                 slot.member!.takeUnretainedValue()
             }
         }
@@ -91,9 +116,9 @@ final class MemberTable: Sendable {
     /// Installs a change of `store`'s read in the slot of the member whose store it is; a store whose member has no
     /// slot, or has left the table, changes nothing.
     func mirror(_ store: SessionStore, of account: AccountID, hash: UInt64, _ reading: SessionStore.Reading) {
-        slots.withLock { slots in
+        state.withLock { state in
             _ = Self.withSlot(
-                in: &slots, account: account, hash: hash,
+                in: &state.slots, account: account, hash: hash,
                 where: { $0._withUnsafeGuaranteedRef { $0.store === store } }
             ) { slot in
                 (slot.headers, slot.expiresAt, slot.unavailable) = reading
@@ -104,7 +129,7 @@ final class MemberTable: Sendable {
     /// Puts `member` in the first free slot of its probes, with its store's read; returns whether it found one.
     @discardableResult
     func place(_ member: SessionPool.Member, hash: UInt64) -> Bool {
-        slots.withLock { Self.place(member, hash: hash, in: &$0) != nil }
+        state.withLock { Self.place(member, hash: hash, in: &$0.slots) != nil }
     }
 
     /// Puts `member` in the first free slot of its probes; returns the slot's position, `nil` when all are taken.
@@ -136,9 +161,9 @@ final class MemberTable: Sendable {
     /// Empties the slot of `member`; returns whether it had one.
     @discardableResult
     func clear(_ member: SessionPool.Member, hash: UInt64) -> Bool {
-        slots.withLock { slots in
+        state.withLock { state in
             Self.withSlot(
-                in: &slots, account: member.account, hash: hash,
+                in: &state.slots, account: member.account, hash: hash,
                 where: Self.named(member)
             ) { slot in
                 slot = Slot()
@@ -147,21 +172,21 @@ final class MemberTable: Sendable {
     }
 
     /// Replaces every slot with `count` empty ones, a power of two, and places `members` in them, each with the hash
-    /// `hash` gives it; read times carry over. Returns how many members found no slot.
+    /// `hash` gives it; last reads carry over. Returns how many members found no slot.
     func rebuild(count: Int, members: some Sequence<SessionPool.Member>, hash: (SessionPool.Member) -> UInt64) -> Int {
-        slots.withLock { slots in
+        state.withLock { state in
             var withoutSlot = 0
             var lastRead: [ObjectIdentifier: Int64] = [:]
-            for slot in slots where slot.lastRead != .min {
+            for slot in state.slots where slot.lastRead != .min {
                 if let member = slot.member { lastRead[ObjectIdentifier(member.takeUnretainedValue())] = slot.lastRead }
             }
-            slots = Array(repeating: Slot(), count: count)
+            state.slots = Array(repeating: Slot(), count: count)
             for member in members {
-                guard let position = Self.place(member, hash: hash(member), in: &slots) else {
+                guard let position = Self.place(member, hash: hash(member), in: &state.slots) else {
                     withoutSlot += 1
                     continue
                 }
-                if let read = lastRead[ObjectIdentifier(member)] { slots[position].lastRead = read }
+                if let read = lastRead[ObjectIdentifier(member)] { state.slots[position].lastRead = read }
             }
             return withoutSlot
         }
@@ -172,10 +197,10 @@ final class MemberTable: Sendable {
     func withLastReads<Result>(
         _ body: (_ lastRead: (SessionPool.Member, UInt64) -> Int64) -> Result
     ) -> Result {
-        slots.withLock { slots in
+        state.withLock { state in
             body { member, hash in
                 Self.withSlot(
-                    in: &slots, account: member.account, hash: hash,
+                    in: &state.slots, account: member.account, hash: hash,
                     where: Self.named(member)
                 ) { $0.lastRead } ?? .min
             }

@@ -121,18 +121,18 @@ extension SessionPool {
 
     /// The account's member, made if the pool has none, and the member to evict to stay within the cap.
     private func join(_ account: AccountID) throws(SessionError) -> (Member, evicted: Member?) {
-        let now = useClock.now
         let (joined, evicted, startSweeper) = try members.withLock {
             members throws(SessionError) -> (Member, Member?, Bool) in
             guard !members.shutDown else { throw Self.shutDownError }
+            let use = table.nextUse()
             if let member = members.index.member(account) {
-                member.markUsed(at: now)
+                member.markUsed(use)
                 return (member, nil, false)
             }
             members.made += 1
             let serial = members.made
             let engine = makeEngine(for: account, serial: serial, hooks: members.hooks, table: members.index.table)
-            let member = Member(account: account, engine: engine, serial: serial, now: now)
+            let member = Member(account: account, engine: engine, serial: serial, use: use)
             var evicted: Member?
             if let cap = configuration.maximumAccounts, members.index.count >= cap {
                 evicted = Self.closeLeastRecentlyUsedIdle(members.index.lastUses())
@@ -210,10 +210,19 @@ extension SessionPool {
     // MARK: - Idle accounts
 
     /// Signs out accounts unused for the idle timeout, waking once per half timeout while the pool holds accounts.
+    ///
+    /// Uses are counted, not timed (``MemberTable/nextUse()``), so the sweeper ties the count to its clock: it takes a
+    /// checkpoint, a use serial and then the clock's time, when it starts and at every sweep. A member whose last use
+    /// comes before the latest checkpoint at least the timeout old was unused for at least the timeout; with a
+    /// checkpoint every half timeout, a member goes within one and a half timeouts of its last use.
     private func startIdleSweeper() {
         guard let timeout = configuration.idleTimeout else { return }
         let ledger = self.ledger
         let clock = self.clock
+        let table = self.table
+        let checkpoint = { (use: table.nextUse(), at: clock.uptime) }
+        // Oldest first; only the latest checkpoint at least the timeout old, and later ones, are kept.
+        var checkpoints = [checkpoint()]
         ledger?.begin()
         Task(executorPreference: configuration.session.taskExecutor) { [weak self] in
             defer { ledger?.end() }
@@ -224,15 +233,19 @@ extension SessionPool {
                     return
                 }
                 guard let self else { return }
-                let now = self.useClock.now
-                let limit = UseClock.nanoseconds(timeout)
+                let now = clock.uptime
+                let old = checkpoints.lastIndex { now - $0.at >= timeout }
+                let horizon = old.map { checkpoints[$0].use }
+                if let old { checkpoints.removeFirst(old) }
+                checkpoints.append(checkpoint())
                 let idle = self.members.withLock { members -> [Member]? in
                     guard !members.shutDown, members.index.count > 0 else {
                         members.sweeping = false
                         return nil
                     }
+                    guard let horizon else { return [] }
                     let idle = members.index.lastUses().compactMap { member, used in
-                        now - used >= limit && member.engine.closeToWorkIfIdle() ? member : nil
+                        used < horizon && member.engine.closeToWorkIfIdle() ? member : nil
                     }
                     for member in idle { members.index.remove(member) }
                     return idle

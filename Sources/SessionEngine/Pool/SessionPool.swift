@@ -32,23 +32,22 @@ public final class SessionPool: Sendable {
         /// The engine's store, held here so that a read of a member without a slot in the members' table reaches the
         /// headers without touching the engine.
         let store: SessionStore
-        /// The pool's ``UseClock`` time, in nanoseconds, of the last call that joined the member and of the last read
-        /// that found it without a slot; a read through its slot stamps the slot (``MemberIndex/lastUses()``).
+        /// The use serial (``MemberTable/nextUse()``) of the last call that joined or named the member and of the last
+        /// read that found it without a slot; a read through its slot stamps the slot (``MemberIndex/lastUses()``).
         let lastUsed: Atomic<Int64>
 
-        init(account: AccountID, engine: SessionEngine, serial: UInt64, now: Int64) {
+        init(account: AccountID, engine: SessionEngine, serial: UInt64, use: Int64) {
             self.account = account
             self.engine = engine
             self.serial = serial
             self.store = engine.store
-            self.lastUsed = Atomic(now)
+            self.lastUsed = Atomic(use)
         }
 
-        /// Marks the member used at `now`, writing only when the stamp moves, so that a read of an account already
-        /// stamped at `now` leaves its cache line clean.
+        /// Marks the member used by the use whose serial is `use`, unless a later use has marked it already.
         @inline(__always)
-        func markUsed(at now: Int64) {
-            if lastUsed.load(ordering: .relaxed) < now { lastUsed.store(now, ordering: .relaxed) }
+        func markUsed(_ use: Int64) {
+            if lastUsed.load(ordering: .relaxed) < use { lastUsed.store(use, ordering: .relaxed) }
         }
     }
 
@@ -68,8 +67,6 @@ public final class SessionPool: Sendable {
     /// What every account's engine shares: the configuration, fetcher, clock, budget and timers.
     let engineShared: SessionEngine.Shared
     let clock: any SessionClock
-    /// The clock of the members' use stamps, cheap enough to read on every request.
-    let useClock: UseClock
     /// The members' expiry check: their engines run on `clock`.
     let wallClock: WallClockCheck
     let budget: FetchBudget
@@ -123,7 +120,6 @@ public final class SessionPool: Sendable {
         self.observer = observer
         self.configuration = configuration
         self.clock = clock
-        self.useClock = UseClock(clock)
         self.wallClock = WallClockCheck(clock)
         let memberHasher = MemberIndex.Hasher(seed: UInt64.random(in: .min ... .max))
         self.memberHasher = memberHasher
@@ -167,9 +163,9 @@ public final class SessionPool: Sendable {
 
     /// The identity headers for an identified request of `account`, read without an actor hop.
     ///
-    /// Costs what ``SessionEngine/identityHeaders()`` costs, a hash and a comparison of the account, and a coarse clock
-    /// read (`UseClock`): the members' table keeps a copy of each member's read, which the read takes under the
-    /// table's lock (`MemberTable`), touching neither the member nor its engine.
+    /// Costs what ``SessionEngine/identityHeaders()`` costs and a hash and a comparison of the account: the members'
+    /// table keeps a copy of each member's read, which the read takes under the table's lock (`MemberTable`), touching
+    /// neither the member nor its engine, and marks the account used with a count under that lock, not a clock read.
     ///
     /// - Parameter account: The account the request acts for.
     /// - Returns: The `X-AppNorth-Identity-*` headers of the account's installed credential.
@@ -183,14 +179,13 @@ public final class SessionPool: Sendable {
     @inline(__always)
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         let hash = memberHasher.hash(account)
-        let now = stampingUse ? useClock.now : nil
         // The table's copy of the member's read, under the table's lock alone; a member without a slot is read from
         // its store, found under the members' lock, where the index holds it, so the read retains neither.
         let reading =
-            table.reading(account, hash: hash, readAt: now)
+            table.reading(account, hash: hash, stampingUse: stampingUse)
             ?? members.withLock { members in
                 members.index.memberWithoutTable(account).map { member in
-                    if let now { member.markUsed(at: now) }
+                    if stampingUse { member.markUsed(table.nextUse()) }
                     return member.store.reading()
                 }
             }
@@ -264,7 +259,7 @@ public final class SessionPool: Sendable {
             let member = table.member(account, hash: hash)
                 ?? members.withLock({ $0.index.memberWithoutTable(account) })
         else { return nil }
-        if using { member.markUsed(at: useClock.now) }
+        if using { member.markUsed(table.nextUse()) }
         return member
     }
 

@@ -67,6 +67,14 @@ struct HostileBackendTests {
         return (server: try await PythonServer.start("hostile_backend.py", tls: directory), directory: directory)
     }
 
+    /// The server a route reaches.
+    static func server(of route: Route) async throws -> PythonServer {
+        switch route {
+        case .http: try await server.value
+        case .https: try await tlsServer.value.server
+        }
+    }
+
     static func fetcher(_ path: String, route: Route = .http, timeout: Duration = timeout) async throws
         -> HTTPCredentialFetcher
     {
@@ -119,13 +127,15 @@ struct HostileBackendTests {
 
     @Test(arguments: Route.allCases)
     func cancellingTheCallerStopsTheTransferAtOnce(_ route: Route) async throws {
-        let fetcher = try await Self.fetcher("/trickle", route: route, timeout: .seconds(30))
-        let started = ContinuousClock.now
+        let tag = UUID().uuidString.filter(\.isHexDigit)
+        let fetcher = try await Self.fetcher("/trickle?arrival=\(tag)", route: route, timeout: .seconds(30))
         let fetch = Task { try await fetcher.fetchCredential(for: "alice") }
-        try await Task.sleep(for: .milliseconds(200))
+        // The server reports the request before it answers, one byte a second: the cancellation lands mid-transfer.
+        try await Self.server(of: route).printed("arrived \(tag)")
+        let cancelled = ContinuousClock.now
         fetch.cancel()
         await #expect(throws: CancellationError.self) { try await fetch.value }
-        #expect(started.duration(to: .now) < .seconds(2), "the cancelled fetch waited for the backend")
+        #expect(cancelled.duration(to: .now) < .seconds(2), "the cancelled fetch waited for the backend")
     }
 
     /// Every transfer runs on its own thread or shares one driven by events; either way a backend that hangs holds up

@@ -62,6 +62,11 @@ final class PythonServer: Sendable {
         return PythonServer(port: port, child: child)
     }
 
+    /// Waits until the server has printed `line` on standard output, as a server reports what it saw.
+    func printed(_ line: String, within limit: Duration = .seconds(30)) async throws {
+        try await child.printed(line, within: limit)
+    }
+
     /// A fresh directory for a TLS server's certificate.
     static func certificateDirectory() throws -> URL {
         let directory = FileManager.default.temporaryDirectory

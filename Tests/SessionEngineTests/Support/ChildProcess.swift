@@ -145,9 +145,19 @@ final class ChildProcess: Sendable {
     /// - Throws: A ``Failure`` when the child closes standard output before a newline, outlives `limit` or writes
     ///   more than its output limit, `CancellationError` when the task is cancelled.
     func firstLine(within limit: Duration) async throws -> String {
-        let snapshot = try await channel.wait(for: .line, within: limit)
+        let snapshot = try await channel.wait(for: .line(nil), within: limit)
         let line = snapshot.output.prefix { $0 != UInt8(ascii: "\n") }
         return String(decoding: line, as: UTF8.self)
+    }
+
+    /// Waits until the child has printed `line`, a whole line, on standard output.
+    ///
+    /// - Parameters:
+    ///   - line: The line, without its newline.
+    ///   - limit: How long to wait before the child is killed and this throws.
+    /// - Throws: As ``firstLine(within:)``.
+    func printed(_ line: String, within limit: Duration) async throws {
+        _ = try await channel.wait(for: .line(line), within: limit)
     }
 
     /// Waits until the child has exited and closed its output, and returns how it ended.
@@ -189,8 +199,8 @@ final class ChildProcess: Sendable {
 extension ChildProcess {
     /// What a wait waits for.
     fileprivate enum Goal {
-        /// A newline on standard output.
-        case line
+        /// A line on standard output: any line, or the given one.
+        case line(String?)
         /// The child's exit, with both its output pipes at their end.
         case exit
     }
@@ -279,9 +289,15 @@ extension ChildProcess {
         ) -> Result<Snapshot, any Error>? {
             if let fault { return .failure(failure(fault)) }
             switch goal {
-            case .line:
-                // A line is there, or can never come.
-                if output.contains(UInt8(ascii: "\n")) { return .success(snapshot) }
+            case .line(let text):
+                // The line is there, or can never come.
+                if let text {
+                    var lines = Data([UInt8(ascii: "\n")])
+                    lines.append(output)
+                    if lines.range(of: Data("\n\(text)\n".utf8)) != nil { return .success(snapshot) }
+                } else if output.contains(UInt8(ascii: "\n")) {
+                    return .success(snapshot)
+                }
                 if !outputOpen { return .failure(failure(.closedOutputBeforeALine)) }
             case .exit:
                 // The child is gone and everything it wrote is read.
@@ -350,7 +366,9 @@ extension ChildProcess {
         func failure(_ fault: Fault) -> any Error {
             let what: String
             switch fault {
-            case .timedOut(.line, let limit): what = "did not print a line within \(limit), so it was killed"
+            case .timedOut(.line(let text), let limit):
+                let line = text.map { "the line \"\($0)\"" } ?? "a line"
+                what = "did not print \(line) within \(limit), so it was killed"
             case .timedOut(.exit, let limit): what = "did not exit within \(limit), so it was killed"
             case .tooMuchOutput(let limit): what = "wrote more than \(limit) bytes, so it was killed"
             case .closedOutputBeforeALine: what = "closed its standard output before printing a line"

@@ -8,7 +8,8 @@ bounded memory growth. Each path is one attack:
     /huge-unsized  200 OK, no Content-Length (the body ends when the connection closes), 200 MB sent that way.
     /endless       200 OK, Transfer-Encoding: chunked, 64 KiB chunks for ever.
     /gzip-bomb     200 OK, Content-Encoding: gzip, a 1 MB gzip body that expands to 1 GiB of zeros.
-    /trickle       200 OK, Content-Length: 200, then one byte per second.
+    /trickle       200 OK, Content-Length: 200, then one byte per second. With ?arrival=TAG it first prints the line
+                   "arrived TAG" on standard output, so that a test knows the request reached the server.
     /slow-headers  the status line, then one header byte per second, never finishing the head.
     /big-chunk     200 OK, chunked, one chunk that declares 1 TiB.
     /ok            a small, valid-looking JSON body (not a valid credential), for a control measurement.
@@ -23,13 +24,17 @@ import argparse
 import socket
 import struct
 import sys
+import threading
 import time
+import urllib.parse
 import zlib
 from http.server import BaseHTTPRequestHandler
 
 import loopback_server
 
 BLOCK = b"x" * (1 << 20)
+# One report of an arrival at a time, so that two lines never interleave.
+ARRIVALS = threading.Lock()
 
 
 def _apply(matrix, vector):
@@ -101,6 +106,14 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
+    def report_arrival(self):
+        query = urllib.parse.parse_qs(self.path.partition("?")[2])
+        for tag in query.get("arrival", [])[:1]:
+            if tag.isalnum() and len(tag) <= 64:
+                with ARRIVALS:
+                    sys.stdout.write("arrived %s\n" % tag)
+                    sys.stdout.flush()
+
     def do_GET(self):
         try:
             self.serve()
@@ -129,6 +142,7 @@ class Handler(BaseHTTPRequestHandler):
             self.head([("Content-Encoding", "gzip"), ("Content-Length", str(len(body)))])
             self.wfile.write(body)
         elif path == "/trickle":
+            self.report_arrival()
             self.head([("Content-Length", "200")])
             for _ in range(200):
                 self.wfile.write(b" ")
