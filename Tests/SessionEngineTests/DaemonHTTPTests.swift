@@ -108,6 +108,9 @@ struct DaemonHTTPTests {
             }
             #expect(failure.serverRetryAfter == .seconds(120))
             #expect(failure.retryIn == .seconds(120))
+            // Idle first, so the retry's timer sleeps on the clock before it moves: a timer that read the time
+            // before an advance and slept after it would wait a whole delay longer.
+            await engine.waitUntilIdle()
             clock.advance(by: .seconds(119))
             await engine.waitUntilIdle()
             #expect(engine.metrics.fetchesStarted == 1)

@@ -121,6 +121,9 @@ struct DaemonOperationsTests {
         // Nothing makes the engine fetch before the backend's delay has passed: not the timer, not renew().
         let requests = harness.fetcher.totalRequests
         let early = await engine.startCall { engine in try await engine.renew() }
+        // Idle first, so the retry's timer sleeps on the clock before it moves: a timer that read the time
+        // before an advance and slept after it would wait a whole delay longer.
+        await engine.waitUntilIdle()
         harness.clock.advance(by: .seconds(119))
         await engine.waitUntilIdle()
         #expect(harness.fetcher.totalRequests == requests)
@@ -151,6 +154,7 @@ struct DaemonOperationsTests {
         #expect(bounded.serverRetryAfter == .seconds(600))
         #expect(bounded.retryIn == .seconds(600))
 
+        await engine.waitUntilIdle()
         harness.clock.advance(by: .seconds(600))
         let tiny = SessionError(.fetchFailed, reason: "429", isTransient: true, retryAfter: .seconds(1))
         await harness.answerNext(with: .failure(tiny))
@@ -162,6 +166,7 @@ struct DaemonOperationsTests {
         // The backoff's own draw (here 0 … 200 s) and the 5 s minimum interval still apply.
         #expect(retryIn >= .seconds(5))
         #expect(engine.metrics.serverDirectedDelays == 2)
+        await engine.waitUntilIdle()
         harness.clock.advance(by: retryIn)
         await harness.answerNext(with: .success(harness.credential(for: "alice")))
         try await signIn.value

@@ -237,6 +237,9 @@ struct HTTPCredentialFetcherTests {
             }
             #expect(failure.error.code == .fetchFailed)
             #expect(engine.state.expiredReason == .unavailable)
+            // Idle first, so the retry's timer sleeps on the clock before it moves: a timer that read the time
+            // before an advance and slept after it would wait a whole delay longer.
+            await engine.waitUntilIdle()
             clock.advance(by: retryIn)
             try await signIn.value
             #expect(engine.state.isIdentified)
