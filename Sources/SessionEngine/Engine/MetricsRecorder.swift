@@ -4,43 +4,59 @@ import Synchronization
 final class MetricsRecorder: Sendable {
     /// The counters ``SessionMetrics`` reports, and nothing it fills in when read: an engine keeps one for its whole
     /// life (a pool one per account), so the latency summaries and gauges a snapshot computes are not stored.
+    ///
+    /// The counters every identified engine moves are kept inline; those that move only after a failure, a push, a
+    /// rejection or a clock report are kept out of line (``Rare``), so an engine that saw none of those, as most of a
+    /// pool's accounts, holds a pointer for them instead of fifteen words.
     fileprivate struct Counts {
         var fetchesStarted = 0
         var fetchesSucceeded = 0
-        var credentialsPushed = 0
-        var serverDirectedDelays = 0
-        var clockOffset: Duration?
-        var appliedClockOffset: Duration?
-        var clockOffsetsKeptOut = 0
-        var implausibleCredentials = 0
-        var fetchesFailed: [SessionError.Code: Int] = [:]
-        var misconfigurations = 0
         var credentialsInstalled = 0
         var renewals = 0
-        var rejections = 0
-        var expiries = 0
         var accountChanges = 0
-        var scopedWorkCancelled = 0
         var eventsPublished = 0
+        private var rareBox: OutOfLine<Rare>?
+
+        /// The counters that move only after a failure, a push, a rejection or a clock report.
+        struct Rare {
+            var credentialsPushed = 0
+            var serverDirectedDelays = 0
+            var clockOffset: Duration?
+            var appliedClockOffset: Duration?
+            var clockOffsetsKeptOut = 0
+            var implausibleCredentials = 0
+            var fetchesFailed: [SessionError.Code: Int] = [:]
+            var misconfigurations = 0
+            var rejections = 0
+            var expiries = 0
+            var scopedWorkCancelled = 0
+        }
+
+        /// The out-of-line counters, all zero until one moves.
+        var rare: Rare {
+            get { rareBox?.value ?? Rare() }
+            set { rareBox = OutOfLine(newValue) }
+        }
 
         var metrics: SessionMetrics {
-            SessionMetrics(
+            let rare = self.rare
+            return SessionMetrics(
                 fetchesStarted: fetchesStarted,
                 fetchesSucceeded: fetchesSucceeded,
-                credentialsPushed: credentialsPushed,
-                serverDirectedDelays: serverDirectedDelays,
-                clockOffset: clockOffset,
-                appliedClockOffset: appliedClockOffset,
-                clockOffsetsKeptOut: clockOffsetsKeptOut,
-                implausibleCredentials: implausibleCredentials,
-                fetchesFailed: fetchesFailed,
-                misconfigurations: misconfigurations,
+                credentialsPushed: rare.credentialsPushed,
+                serverDirectedDelays: rare.serverDirectedDelays,
+                clockOffset: rare.clockOffset,
+                appliedClockOffset: rare.appliedClockOffset,
+                clockOffsetsKeptOut: rare.clockOffsetsKeptOut,
+                implausibleCredentials: rare.implausibleCredentials,
+                fetchesFailed: rare.fetchesFailed,
+                misconfigurations: rare.misconfigurations,
                 credentialsInstalled: credentialsInstalled,
                 renewals: renewals,
-                rejections: rejections,
-                expiries: expiries,
+                rejections: rare.rejections,
+                expiries: rare.expiries,
                 accountChanges: accountChanges,
-                scopedWorkCancelled: scopedWorkCancelled,
+                scopedWorkCancelled: rare.scopedWorkCancelled,
                 eventsPublished: eventsPublished
             )
         }
@@ -93,12 +109,12 @@ final class MetricsRecorder: Sendable {
                     state.changeEpoch = event.epoch
                 }
                 if case .expired(let expired) = new, expired.reason == .expired, !state.expired {
-                    state.metrics.expiries += 1
+                    state.metrics.rare.expiries += 1
                 }
                 state.expired = new.isExpired
             case .renewed(let identity, let fetch):
                 if fetch.pushed {
-                    state.metrics.credentialsPushed += 1
+                    state.metrics.rare.credentialsPushed += 1
                 } else {
                     state.metrics.fetchesSucceeded += 1
                     state.latencies.record(fetch.duration)
@@ -106,20 +122,20 @@ final class MetricsRecorder: Sendable {
                 state.metrics.credentialsInstalled += 1
                 if state.installedEpoch == identity.epoch { state.metrics.renewals += 1 }
                 state.installedEpoch = identity.epoch
-                if let offset = fetch.serverClockOffset { state.metrics.clockOffset = offset }
+                if let offset = fetch.serverClockOffset { state.metrics.rare.clockOffset = offset }
             case .fetchFailed(let failure):
-                state.metrics.fetchesFailed[failure.error.code, default: 0] += 1
-                if failure.serverRetryAfter != nil { state.metrics.serverDirectedDelays += 1 }
-                if failure.error.failureClass == .misconfiguration { state.metrics.misconfigurations += 1 }
+                state.metrics.rare.fetchesFailed[failure.error.code, default: 0] += 1
+                if failure.serverRetryAfter != nil { state.metrics.rare.serverDirectedDelays += 1 }
+                if failure.error.failureClass == .misconfiguration { state.metrics.rare.misconfigurations += 1 }
                 state.failedLatencies.record(failure.fetch.duration)
             case .clockSkewSuspected(let report):
-                state.metrics.appliedClockOffset = report.serverClockOffset
-                if report.finding == .dateHeaderIgnored { state.metrics.clockOffsetsKeptOut += 1 }
-                if report.finding == .noClockPlausible { state.metrics.implausibleCredentials += 1 }
+                state.metrics.rare.appliedClockOffset = report.serverClockOffset
+                if report.finding == .dateHeaderIgnored { state.metrics.rare.clockOffsetsKeptOut += 1 }
+                if report.finding == .noClockPlausible { state.metrics.rare.implausibleCredentials += 1 }
             case .credentialRejected:
-                state.metrics.rejections += 1
+                state.metrics.rare.rejections += 1
             case .workCancelled(_, let count):
-                state.metrics.scopedWorkCancelled += count
+                if count > 0 { state.metrics.rare.scopedWorkCancelled += count }
             case .eventsDropped:
                 break
             }
@@ -144,12 +160,16 @@ final class MetricsRecorder: Sendable {
 /// Four bytes a duration instead of sixteen: a pool's accounts keep two rings of sixteen each for as long as they are
 /// signed in, and an engine of its own two of 1,024.
 struct LatencyRing {
-    let capacity: Int
     private var microseconds: [UInt32] = []
-    private var next = 0
+    /// Four bytes each, so that a ring is two words.
+    private let limit: UInt32
+    private var next: UInt32 = 0
+
+    /// How many durations the ring keeps.
+    var capacity: Int { Int(limit) }
 
     init(capacity: Int) {
-        self.capacity = max(1, capacity)
+        self.limit = UInt32(clamping: max(1, capacity))
     }
 
     /// The durations kept, in no particular order.
@@ -160,8 +180,8 @@ struct LatencyRing {
         if microseconds.count < capacity {
             microseconds.append(value)
         } else {
-            microseconds[next] = value
-            next = (next + 1) % capacity
+            microseconds[Int(next)] = value
+            next = (next + 1) % limit
         }
     }
 

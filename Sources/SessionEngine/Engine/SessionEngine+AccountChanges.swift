@@ -199,13 +199,22 @@ extension SessionEngine {
     }
 
     /// Drains the previous epochs' work, runs the hooks the machine says are due and reports the change prepared.
-    func prepare(epoch: UInt64) async {
+    ///
+    /// The engine then forgets the preparation's latch, unless a later change has replaced it: the preparation is
+    /// done but for opening the latch, so a caller that comes later has nothing to wait for, and an idle engine, one
+    /// per account in a pool, keeps no latch.
+    ///
+    /// - Parameters:
+    ///   - epoch: The epoch of the change being prepared.
+    ///   - latch: The latch that opens once the preparation is done.
+    func prepare(epoch: UInt64, signalledBy latch: Latch) async {
         await store.drain(before: epoch)
         // Every await is a place where the world may have changed: the machine checks the epoch.
         if let change = machine.hooksDue(epoch: epoch) {
             for hook in hooks { await hook(change) }
         }
         step { $0.changePrepared(epoch: epoch, at: $1) }
+        if preparation === latch { preparation = nil }
     }
 
     private func waitForIdentity(epoch: UInt64) async throws {

@@ -14,7 +14,7 @@ extension SessionEngine {
     public func run() async throws {
         ledger?.enter()
         defer { ledger?.leave() }
-        await stopped.wait(stopsOnCancellation: true)
+        await waitUntilStopped(stopsOnCancellation: true)
         await beginShutdown()
     }
 
@@ -57,7 +57,17 @@ extension SessionEngine {
             },
             { $0.gracefulShutdownRequested(grace: gracePeriod, at: $1) }
         )
-        await stopped.wait()
+        await waitUntilStopped()
+    }
+
+    /// Waits until the engine has shut down, making its latch if no caller has waited before.
+    ///
+    /// - Parameter stopsOnCancellation: Whether cancelling the calling task ends the wait early.
+    private func waitUntilStopped(stopsOnCancellation: Bool = false) async {
+        guard !hasStopped else { return }
+        let latch = stopped ?? Latch(ledger: ledger)
+        stopped = latch
+        await latch.wait(stopsOnCancellation: stopsOnCancellation)
     }
 
     private func gracePeriodEnded() {
@@ -71,7 +81,7 @@ extension SessionEngine {
             },
             { $0.shutdownRequested(at: $1) }
         )
-        await stopped.wait()
+        await waitUntilStopped()
     }
 
     /// Watches a graceful shutdown's grace period: the first of the running work finishing and the grace period

@@ -41,11 +41,10 @@ extension SessionEngine {
         installing snapshot: SessionStore.Snapshot,
         at now: SessionInstant
     ) {
-        store.install(snapshot)
+        let stateChanged = store.install(snapshot)
         let newState = snapshot.state
         var events: [(SessionEvent.Kind, UInt64)] = []
-        if newState != publishedState {
-            publishedState = newState
+        if stateChanged {
             events.append((.stateChanged(newState), snapshot.epoch))
             log(.debug, "state changed", ["state": newState.name, "account": newState.account?.rawValue ?? "none"])
         }
@@ -73,7 +72,8 @@ extension SessionEngine {
         for (kind, epoch) in events { publish(kind, epoch: epoch, at: now) }
         if finishesShutdown {
             broadcaster.finish()
-            stopped.open()
+            hasStopped = true
+            stopped?.open()
         }
     }
 
@@ -114,7 +114,7 @@ extension SessionEngine {
             preparation = done
             _ = startTask { [weak self] in
                 await previous?.wait()
-                await self?.prepare(epoch: epoch)
+                await self?.prepare(epoch: epoch, signalledBy: done)
                 done.open()
             }
         case .refuseNewWork:

@@ -33,8 +33,11 @@ public actor SessionEngine {
     let recorder: MetricsRecorder
     /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
     let observer: (@Sendable (SessionEvent) -> Void)?
-    /// Opens once the engine has shut down.
-    let stopped: Latch
+    /// Opens once the engine has shut down; made when a caller first waits for the shutdown
+    /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps none.
+    var stopped: Latch?
+    /// Whether the engine has shut down: a caller that comes to wait then returns at once.
+    var hasStopped = false
     var fetchTask: (id: FetchID, task: Task<Void, Never>)?
     /// The running fetch's claim on the pool's budget, which a caller that comes to wait for it promotes.
     var fetchTicket: FetchBudget.Ticket? {
@@ -52,7 +55,6 @@ public actor SessionEngine {
     var hooks: [@Sendable (AccountChange) async -> Void] = []
     /// The latest account change's preparation: the next one runs after it.
     var preparation: Latch?
-    var publishedState: SessionState = .signedOut
     var sequence: UInt64 = 0
 
     /// What an engine shares with the other engines of a pool: made once, so that each member holds one reference
@@ -63,6 +65,8 @@ public actor SessionEngine {
         let machine: SessionStateMachine.Configuration
         let fetcher: any CredentialFetcher
         let clock: any SessionClock
+        /// The check of `clock` against a credential's expiry that every engine's store makes.
+        let wallClock: WallClockCheck
         /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
         let ledger: ActivityLedger?
         /// The pool's budget toward the backend that the engines' fetches share; `nil` for an engine of its own.
@@ -70,6 +74,9 @@ public actor SessionEngine {
         /// The pool's timers, which hold each engine's timer instead of a task of its own; `nil` for an engine of
         /// its own.
         let timers: PoolTimers?
+        /// The actors whose serial executors the engines run on (``SessionEngine/unownedExecutor``): one for an
+        /// engine of its own, a few for a pool's engines, each engine on one of them for its whole life.
+        let executors: [ExecutorActor]
 
         /// Creates what one engine, or every member of a pool, shares.
         ///
@@ -80,18 +87,43 @@ public actor SessionEngine {
         ///   - ledger: The clock's activity ledger, which the fetcher has been attached to; `nil` on other clocks.
         ///   - budget: A pool's budget toward the backend.
         ///   - timers: A pool's timers.
+        ///   - executors: How many executors the engines share: one for an engine of its own.
         init(
             _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
-            ledger: ActivityLedger?, budget: FetchBudget?, timers: PoolTimers?
+            ledger: ActivityLedger?, budget: FetchBudget?, timers: PoolTimers?, executors: Int = 1
         ) {
             session = configuration
             machine = SessionStateMachine.Configuration(configuration)
             self.fetcher = fetcher
             self.clock = clock
+            self.wallClock = WallClockCheck(clock)
             self.ledger = ledger
             self.budget = budget
             self.timers = timers
+            // A power of two, so that an engine finds its executor with a mask.
+            let count = 1 << (Int.bitWidth - max(1, executors).leadingZeroBitCount - 1)
+            self.executors = (0..<count).map { _ in ExecutorActor() }
         }
+
+        /// The executor of the engine at `address`: the same one for the engine's whole life, engines spread over
+        /// the executors by their addresses.
+        @inline(__always)
+        func executor(for address: ObjectIdentifier) -> UnownedSerialExecutor {
+            // Objects are aligned to sixteen bytes: the bits above those choose the executor.
+            let bits = UInt(bitPattern: address.hashValue) >> 4
+            return executors[Int(bits & UInt(executors.count - 1))].unownedExecutor
+        }
+    }
+
+    /// The serial executor the engine runs on: one of its ``Shared``'s actors', not a default actor's queue of its
+    /// own.
+    ///
+    /// An actor with a queue of its own carries twelve words for it; a pool holds one engine per account, so its
+    /// engines share a few executors instead, and an engine of its own runs on the one actor its `Shared` holds. The
+    /// engine's isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that
+    /// share an executor take turns.
+    public nonisolated var unownedExecutor: UnownedSerialExecutor {
+        shared.executor(for: ObjectIdentifier(self))
     }
 
     /// Gets credentials from the host's backend.
@@ -171,9 +203,8 @@ public actor SessionEngine {
         }
         let (clock, ledger) = (shared.clock, shared.ledger)
         self.machine = SessionStateMachine(configuration: shared.machine, seed: seed)
-        self.store = SessionStore(clock: clock, ledger: ledger, mirror: readMirror)
+        self.store = SessionStore(wallClock: shared.wallClock, ledger: ledger, mirror: readMirror)
         self.waiters = OutcomeWaiters(ledger: ledger)
-        self.stopped = Latch(ledger: ledger)
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
         self.broadcaster = EventBroadcaster(
             initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),

@@ -139,11 +139,11 @@ final class SessionStore: Sendable {
     /// Creates an empty store.
     ///
     /// - Parameters:
-    ///   - clock: The clock that decides local expiry.
+    ///   - wallClock: The check of the clock that decides local expiry, shared with the engine's other stores.
     ///   - ledger: Where drains waiting for work are parked.
     ///   - mirror: Receives every change of the store's read; `nil` for none.
-    init(clock: any SessionClock, ledger: ActivityLedger?, mirror: Mirror? = nil) {
-        self.wallClock = WallClockCheck(clock)
+    init(wallClock: WallClockCheck, ledger: ActivityLedger?, mirror: Mirror? = nil) {
+        self.wallClock = wallClock
         self.ledger = ledger
         self.mirror = mirror
     }
@@ -155,9 +155,14 @@ final class SessionStore: Sendable {
     var runningWorkCount: Int { state.withLock { $0.runningWork } }
 
     /// Installs what a step of the engine decided.
-    func install(_ snapshot: Snapshot) {
+    ///
+    /// - Returns: Whether the state changed, which the engine then publishes: the store holds the state as last
+    ///   published, so the engine keeps no copy of its own.
+    @discardableResult
+    func install(_ snapshot: Snapshot) -> Bool {
         let offset = snapshot.clockOffset.timeInterval
-        state.withLock { state in
+        return state.withLock { state in
+            let changed = state.state != snapshot.state
             state.state = snapshot.state
             if snapshot.shutDown {
                 state.access = .unavailable(.shutDown)
@@ -184,6 +189,7 @@ final class SessionStore: Sendable {
                 }
             }
             publishReadable(state.access)
+            return changed
         }
     }
 

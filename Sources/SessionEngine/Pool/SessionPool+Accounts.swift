@@ -131,7 +131,7 @@ extension SessionPool {
             }
             members.made += 1
             let serial = members.made
-            let engine = makeEngine(for: account, serial: serial, hooks: members.hooks, table: members.index.table)
+            let engine = makeEngine(for: account, serial: serial, hooks: members.hooks)
             let member = Member(account: account, engine: engine, serial: serial, use: use)
             var evicted: Member?
             if let cap = configuration.maximumAccounts, members.index.count >= cap {
@@ -165,28 +165,23 @@ extension SessionPool {
     }
 
     private func makeEngine(
-        for account: AccountID, serial: UInt64, hooks: [@Sendable (AccountChange) async -> Void], table: MemberTable
+        for account: AccountID, serial: UInt64, hooks: [@Sendable (AccountChange) async -> Void]
     ) -> SessionEngine {
-        let (broadcaster, observer) = (self.broadcaster, self.observer)
-        let hash = memberHasher.hash(account)
+        let link = MemberLink(account: account, serial: serial, hash: memberHasher.hash(account), outlets: outlets)
         // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
         // for ever. A configured seed stays reproducible: it is mixed with the account's name.
         let seed = configuration.session.randomSeed.map { seed in
             account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
         }
-        let engine = SessionEngine(
+        // Each closure captures the link alone, which then serves as its context.
+        return SessionEngine(
             shared: engineShared,
             randomSeed: seed,
-            observer: { event in
-                let event = SessionPoolEvent(account: account, kind: .session(event))
-                observer?(serial, event)
-                broadcaster.publish(event)
-            },
+            observer: { [link] event in link.publish(event) },
             latencyWindow: Self.accountLatencyWindow,
             hooks: hooks,
-            readMirror: { store, reading in table.mirror(store, of: account, hash: hash, reading) }
+            readMirror: { [link] store, reading in link.mirror(store, reading) }
         )
-        return engine
     }
 
     /// Removes the member, signs it out (hooks run) and shuts its engine down, reporting an eviction's reason.

@@ -85,6 +85,11 @@ public final class SessionPool: Sendable {
     let observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
     /// Opens once the pool has shut down.
     let stopped: Latch
+    /// How many serial executors the members' engines share (``SessionEngine/unownedExecutor``): enough that
+    /// accounts' steps run side by side on every core, few enough that they cost nothing an account.
+    static let executorCount = 16
+    /// Where the members' engines report to, which each member's link names.
+    let outlets: Outlets
 
     /// Creates a pool with no accounts.
     ///
@@ -144,8 +149,10 @@ public final class SessionPool: Sendable {
             })
         self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: configuration.session.taskExecutor)
         self.engineShared = SessionEngine.Shared(
-            configuration.session, fetcher: fetcher, clock: clock, ledger: ledger, budget: budget, timers: timers)
+            configuration.session, fetcher: fetcher, clock: clock, ledger: ledger, budget: budget, timers: timers,
+            executors: Self.executorCount)
         self.stopped = Latch(ledger: ledger)
+        self.outlets = Outlets(broadcaster: broadcaster, observer: observer, table: index.table)
     }
 
     // MARK: - Reading without an actor hop

@@ -49,22 +49,44 @@ struct SessionStateMachine: Sendable {
         var rejectionStreak = 0
         /// The monotonic time the last fetch started, for the minimum interval.
         var lastFetchStart: Duration?
-        /// The credential the service last rejected, so one credential is renewed at most once.
-        var rejectedSignature: String?
         /// Whether the installed credential was fetched because its predecessor was rejected.
         var renewedAfterRejection = false
         /// Why the session is `expired`, when it is.
         var expiredReason: ExpiredIdentity.Reason?
+        /// The credential the service last rejected, so one credential is renewed at most once.
+        var rejectedSignature: String? {
+            get { rare?.value.rejectedSignature }
+            set { updateRare { $0.rejectedSignature = newValue } }
+        }
         /// The monotonic time before which no fetch may start, because the backend asked for a delay (`Retry-After`).
-        var retryNotBefore: Duration?
+        var retryNotBefore: Duration? {
+            get { rare?.value.retryNotBefore }
+            set { updateRare { $0.retryNotBefore = newValue } }
+        }
         /// Why the last fetch failed, while no fetch has succeeded since: what a sign-in that runs out of time reports.
         var lastFailure: SessionError? {
-            get { lastFailureBox?.value }
-            set { lastFailureBox = newValue.map(OutOfLine.init) }
+            get { rare?.value.lastFailure }
+            set { updateRare { $0.lastFailure = newValue } }
         }
-        /// ``lastFailure``, out of line: an error is ten words, and an identified session, a pool's one per account,
-        /// usually holds none.
-        private var lastFailureBox: OutOfLine<SessionError>?
+        /// What a session holds only after a rejection, a `Retry-After` or a failure, out of line: together they are
+        /// sixteen words, and an identified session, a pool's one per account, usually holds none of them.
+        private var rare: OutOfLine<Rare>?
+
+        private struct Rare: Sendable, Hashable {
+            var rejectedSignature: String?
+            var retryNotBefore: Duration?
+            var lastFailure: SessionError?
+
+            var isEmpty: Bool { rejectedSignature == nil && retryNotBefore == nil && lastFailure == nil }
+        }
+
+        /// Changes the out-of-line fields, keeping no box when all of them are `nil`, so that equal sessions compare
+        /// equal however they got there.
+        private mutating func updateRare(_ change: (inout Rare) -> Void) {
+            var value = rare?.value ?? Rare()
+            change(&value)
+            rare = value.isEmpty ? nil : OutOfLine(value)
+        }
 
         init(account: AccountID, epoch: UInt64) {
             self.account = account

@@ -1,0 +1,52 @@
+extension SessionPool {
+    /// Where every member's engine reports to: the pool's event stream, its observer and the members' table. One per
+    /// pool, which each member's ``MemberLink`` names.
+    final class Outlets: Sendable {
+        let broadcaster: PoolEventBroadcaster
+        let observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
+        let table: MemberTable
+
+        init(
+            broadcaster: PoolEventBroadcaster,
+            observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?,
+            table: MemberTable
+        ) {
+            self.broadcaster = broadcaster
+            self.observer = observer
+            self.table = table
+        }
+    }
+
+    /// What a member's engine reports under: the account, the member's serial and the account's hash, and the pool's
+    /// outlets.
+    ///
+    /// The engine's observer and its store's mirror each capture this one object and nothing else, so neither needs a
+    /// closure context of its own: one allocation an account instead of two.
+    final class MemberLink: Sendable {
+        let account: AccountID
+        /// The member's ``Member/serial``.
+        let serial: UInt64
+        /// The account's hash in the members' table.
+        let hash: UInt64
+        let outlets: Outlets
+
+        init(account: AccountID, serial: UInt64, hash: UInt64, outlets: Outlets) {
+            self.account = account
+            self.serial = serial
+            self.hash = hash
+            self.outlets = outlets
+        }
+
+        /// Publishes one of the engine's events on the pool's stream, naming the account.
+        func publish(_ event: SessionEvent) {
+            let event = SessionPoolEvent(account: account, kind: .session(event))
+            outlets.observer?(serial, event)
+            outlets.broadcaster.publish(event)
+        }
+
+        /// Copies a change of the engine's read into the account's slot of the members' table.
+        func mirror(_ store: SessionStore, _ reading: SessionStore.Reading) {
+            outlets.table.mirror(store, of: account, hash: hash, reading)
+        }
+    }
+}
