@@ -125,7 +125,11 @@ final class Runner {
                 + "\(result.pruned) pruned, \(String(format: "%.1f", took)) s (\(rate)/s), up to \(result.maxSteps) "
                 + "jobs and \(result.maxChoicePoints) choice points a run; \(result.outcomeSummary)"
         )
-        if result.nondeterminism != nil { failures += 1 }
+        if let nondeterminism = result.nondeterminism {
+            // A failure of the program, not of a schedule: reported in a quiet run too.
+            failures += 1
+            report("FAILED \(program.name): the program differs between runs of one schedule (\(nondeterminism))")
+        }
         guard let failure = result.failures.first else {
             return result.nondeterminism == nil && sample(program)
         }

@@ -9,8 +9,13 @@ import Testing
     /// Members share one engine: the index looks only at their accounts and identities.
     private let engine = SessionEngine(fetcher: ScriptedCredentialFetcher())
 
+    /// Where the members' engines would report to; the index never uses it.
+    private let outlets = SessionPool.Outlets(
+        broadcaster: PoolEventBroadcaster(bufferLimit: 1), observer: nil, table: MemberTable(count: 16))
+
     private func member(_ account: AccountID) -> SessionPool.Member {
-        SessionPool.Member(account: account, engine: engine, serial: 1, use: 0)
+        let link = SessionPool.MemberLink(account: account, serial: 1, hash: 0, outlets: outlets)
+        return SessionPool.Member(link: link, engine: engine, use: 0)
     }
 
     private func index(seed: UInt64 = 0x5EED) -> MemberIndex {
@@ -121,8 +126,8 @@ import Testing
 
     /// A member with an engine, and so a store, of its own.
     private func memberOfItsOwn(_ account: AccountID) -> SessionPool.Member {
-        SessionPool.Member(
-            account: account, engine: SessionEngine(fetcher: ScriptedCredentialFetcher()), serial: 1, use: 0)
+        let link = SessionPool.MemberLink(account: account, serial: 1, hash: 0, outlets: outlets)
+        return SessionPool.Member(link: link, engine: SessionEngine(fetcher: ScriptedCredentialFetcher()), use: 0)
     }
 
     private func usable(_ email: String) throws -> SessionStore.Reading {

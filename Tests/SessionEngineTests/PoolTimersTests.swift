@@ -1,3 +1,4 @@
+import SessionEngineBackend
 import SessionEngineTestKit
 import Testing
 
@@ -119,5 +120,25 @@ import Testing
         #expect(harness.pool.timers.count == 0)
         #expect(harness.clock.sleeperCount == 0, "no timer is left to sleep for")
         await harness.pool.shutdown()
+    }
+
+    /// A pool dropped without shutting down takes its accounts' timers with it. The timers hold their engines, and
+    /// the engines the timers, so a pool that left them would leave its engines alive, renewing for ever.
+    @Test func aPoolDroppedWithoutShuttingDownFreesItsEngines() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_pool", secret: "pool-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { account in
+            try signer.sign(email: PoolHarness.email(for: account))
+        })
+        var pool: SessionPool? = SessionPool(fetcher: fetcher, clock: clock)
+        try await pool?.signIn("alice")
+        await pool?.waitUntilIdle()
+        weak let engine = pool?.member("alice")?.engine
+        let timers = try #require(pool?.timers)
+        #expect(engine != nil)
+        #expect(timers.count == 1, "the account's renewal timer holds its engine")
+        pool = nil
+        #expect(engine == nil, "the dropped pool's engine is freed")
+        #expect(timers.count == 0)
     }
 }

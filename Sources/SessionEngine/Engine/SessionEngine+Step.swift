@@ -112,9 +112,11 @@ extension SessionEngine {
             let previous = preparation
             let done = Latch(ledger: ledger)
             preparation = done
-            _ = startTask { [weak self] in
+            // The task holds the engine until the change is prepared, as the fetch task holds it until the fetch has
+            // ended: an engine's tasks reference it strongly, so no weak reference gives it a side table.
+            _ = startTask {
                 await previous?.wait()
-                await self?.prepare(epoch: epoch, signalledBy: done)
+                await self.prepare(epoch: epoch, signalledBy: done)
                 done.open()
             }
         case .refuseNewWork:
@@ -157,7 +159,7 @@ extension SessionEngine {
             return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
         }
         let maximumPause = configuration.maximumRetryAfter
-        let task = startTask { [weak self] in
+        let task = startTask {
             let result: Result<FetchedCredential, any Error>
             if let budget, let ticket, await !budget.acquire(ticket) {
                 // Cancelled while it waited for the pool's budget: it never reached the backend.
@@ -183,7 +185,7 @@ extension SessionEngine {
                     budget.release(ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled))
                 }
             }
-            await self?.fetchCompleted(request.id, result)
+            await self.fetchCompleted(request.id, result)
         }
         fetchTask = (request.id, task)
         fetchTicket = ticket

@@ -38,6 +38,9 @@ public actor SessionEngine {
     var stopped: Latch?
     /// Whether the engine has shut down: a caller that comes to wait then returns at once.
     var hasStopped = false
+    /// Which of its ``Shared``'s executors the engine runs on: chosen when it is made, by the order a pool makes its
+    /// members, so the same program shares executors the same way every time it runs.
+    nonisolated let executorIndex: UInt8
     var fetchTask: (id: FetchID, task: Task<Void, Never>)?
     /// The running fetch's claim on the pool's budget, which a caller that comes to wait for it promotes.
     var fetchTicket: FetchBudget.Ticket? {
@@ -75,7 +78,7 @@ public actor SessionEngine {
         /// its own.
         let timers: PoolTimers?
         /// The actors whose serial executors the engines run on (``SessionEngine/unownedExecutor``): one for an
-        /// engine of its own, a few for a pool's engines, each engine on one of them for its whole life.
+        /// engine of its own, a few for a pool's engines (at most 256), each engine on one of them for its whole life.
         let executors: [ExecutorActor]
 
         /// Creates what one engine, or every member of a pool, shares.
@@ -100,18 +103,7 @@ public actor SessionEngine {
             self.ledger = ledger
             self.budget = budget
             self.timers = timers
-            // A power of two, so that an engine finds its executor with a mask.
-            let count = 1 << (Int.bitWidth - max(1, executors).leadingZeroBitCount - 1)
-            self.executors = (0..<count).map { _ in ExecutorActor() }
-        }
-
-        /// The executor of the engine at `address`: the same one for the engine's whole life, engines spread over
-        /// the executors by their addresses.
-        @inline(__always)
-        func executor(for address: ObjectIdentifier) -> UnownedSerialExecutor {
-            // Objects are aligned to sixteen bytes: the bits above those choose the executor.
-            let bits = UInt(bitPattern: address.hashValue) >> 4
-            return executors[Int(bits & UInt(executors.count - 1))].unownedExecutor
+            self.executors = (0..<min(256, max(1, executors))).map { _ in ExecutorActor() }
         }
     }
 
@@ -123,7 +115,7 @@ public actor SessionEngine {
     /// engine's isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that
     /// share an executor take turns.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
-        shared.executor(for: ObjectIdentifier(self))
+        shared.executors[Int(executorIndex)].unownedExecutor
     }
 
     /// Gets credentials from the host's backend.
@@ -171,7 +163,7 @@ public actor SessionEngine {
         self.init(
             shared: Shared(configuration, fetcher: fetcher, clock: clock, ledger: ledger, budget: nil, timers: nil),
             randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],
-            readMirror: nil)
+            readMirror: nil, executor: 0)
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
@@ -184,14 +176,17 @@ public actor SessionEngine {
     ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
     ///   - readMirror: Receives every change of what ``identityHeaders()`` reads (``SessionStore/Mirror``).
+    ///   - executor: Which of `shared`'s executors the engine runs on, taken modulo their count.
     init(
         shared: Shared,
         randomSeed: UInt64?,
         observer: (@Sendable (SessionEvent) -> Void)?,
         latencyWindow: Int,
         hooks: [@Sendable (AccountChange) async -> Void],
-        readMirror: SessionStore.Mirror?
+        readMirror: SessionStore.Mirror?,
+        executor: UInt64
     ) {
+        self.executorIndex = UInt8(truncatingIfNeeded: executor % UInt64(shared.executors.count))
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
         self.hooks = hooks
         self.shared = shared

@@ -18,9 +18,13 @@ import Synchronization
 /// machine ignores a timer it has replaced or cancelled meanwhile, so a firing that races a replacement is harmless.
 final class PoolTimers: Sendable {
     /// A scheduled timer: its spec and the engine it belongs to.
+    ///
+    /// The entry holds its engine strongly, until the timer fires or is cancelled, or the timers close: a weak
+    /// reference would give every engine with a timer, a pool's one per account, a side table for its reference
+    /// counts, and slow every retain of it.
     private struct Entry {
         var spec: TimerSpec
-        weak var engine: SessionEngine?
+        var engine: SessionEngine
         /// Tells this scheduling apart from the engine's earlier and later ones.
         var generation: UInt64
     }
@@ -50,6 +54,8 @@ final class PoolTimers: Sendable {
         var offset: TimeInterval?
         /// Times the sleeper woke, for benchmarks.
         var wakeUps = 0
+        /// Whether the pool is gone: no timer is scheduled any more.
+        var closed = false
     }
 
     private let clock: any SessionClock
@@ -81,6 +87,7 @@ final class PoolTimers: Sendable {
     func schedule(_ spec: TimerSpec, for engine: SessionEngine) {
         let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
         let start = state.withLock { state -> (wait: Duration, id: UInt64)? in
+            guard !state.closed else { return nil }
             state.nextGeneration += 1
             let generation = state.nextGeneration
             let slot = Self.slot(of: engine, in: &state)
@@ -112,6 +119,22 @@ final class PoolTimers: Sendable {
         sleeper?.cancel()
     }
 
+    /// Drops every timer and schedules none from now on, for a pool that is gone without shutting down: the
+    /// entries hold their engines, and the engines these timers, so without it a dropped pool's engines would keep
+    /// each other, and their renewals, alive.
+    func close() {
+        let (sleeper, entries) = state.withLock { state -> (Task<Void, Never>?, [Entry?]) in
+            state.closed = true
+            let entries = state.entries
+            for case let entry? in entries { entry.engine.timerSlot.store(-1, ordering: .relaxed) }
+            defer { state = State(closed: true) }
+            return (state.sleeper?.task, entries)
+        }
+        sleeper?.cancel()
+        // The engines are released here, outside the lock: an engine freed now takes nothing of the timers.
+        _ = entries
+    }
+
     // MARK: - Under the lock
 
     /// `engine`'s slot, given one from the free slots or the end of the array when it has none.
@@ -130,12 +153,12 @@ final class PoolTimers: Sendable {
         return slot
     }
 
-    /// Frees `slot`, and takes it from `engine` unless the engine is gone.
-    private static func free(_ slot: Int, of engine: SessionEngine?, in state: inout State) {
+    /// Frees `slot`, and takes it from `engine`.
+    private static func free(_ slot: Int, of engine: SessionEngine, in state: inout State) {
         state.entries[slot] = nil
         state.freeSlots.append(slot)
         state.scheduled -= 1
-        engine?.timerSlot.store(-1, ordering: .relaxed)
+        engine.timerSlot.store(-1, ordering: .relaxed)
     }
 
     /// The wall clock minus the monotonic clock at `now`, in seconds.
@@ -224,10 +247,7 @@ final class PoolTimers: Sendable {
             while let key = state.heap.min, key.due <= now.uptime {
                 state.heap.removeMin()
                 guard let entry = state.entries[key.slot], entry.generation == key.generation else { continue }
-                guard let engine = entry.engine else {
-                    Self.free(key.slot, of: nil, in: &state)
-                    continue
-                }
+                let engine = entry.engine
                 if entry.spec.isDue(at: now) {
                     Self.free(key.slot, of: engine, in: &state)
                     due.append((engine, entry.spec.id))

@@ -131,8 +131,8 @@ extension SessionPool {
             }
             members.made += 1
             let serial = members.made
-            let engine = makeEngine(for: account, serial: serial, hooks: members.hooks)
-            let member = Member(account: account, engine: engine, serial: serial, use: use)
+            let link = MemberLink(account: account, serial: serial, hash: memberHasher.hash(account), outlets: outlets)
+            let member = Member(link: link, engine: makeEngine(for: link, hooks: members.hooks), use: use)
             var evicted: Member?
             if let cap = configuration.maximumAccounts, members.index.count >= cap {
                 evicted = Self.closeLeastRecentlyUsedIdle(members.index.lastUses())
@@ -164,10 +164,8 @@ extension SessionPool {
         }
     }
 
-    private func makeEngine(
-        for account: AccountID, serial: UInt64, hooks: [@Sendable (AccountChange) async -> Void]
-    ) -> SessionEngine {
-        let link = MemberLink(account: account, serial: serial, hash: memberHasher.hash(account), outlets: outlets)
+    private func makeEngine(for link: MemberLink, hooks: [@Sendable (AccountChange) async -> Void]) -> SessionEngine {
+        let account = link.account
         // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
         // for ever. A configured seed stays reproducible: it is mixed with the account's name.
         let seed = configuration.session.randomSeed.map { seed in
@@ -180,7 +178,8 @@ extension SessionPool {
             observer: { [link] event in link.publish(event) },
             latencyWindow: Self.accountLatencyWindow,
             hooks: hooks,
-            readMirror: { [link] store, reading in link.mirror(store, reading) }
+            readMirror: { [link] store, reading in link.mirror(store, reading) },
+            executor: link.serial
         )
     }
 

@@ -24,11 +24,9 @@ import Synchronization
 public final class SessionPool: Sendable {
     /// One account's engine and when it was last used.
     final class Member: Sendable {
-        let account: AccountID
+        /// The account, the member's serial and the pool's outlets, which the engine reports under.
+        let link: MemberLink
         let engine: SessionEngine
-        /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that
-        /// leaves and signs in again has a new member, with an engine and events of its own.
-        let serial: UInt64
         /// The engine's store, held here so that a read of a member without a slot in the members' table reaches the
         /// headers without touching the engine.
         let store: SessionStore
@@ -36,13 +34,18 @@ public final class SessionPool: Sendable {
         /// read that found it without a slot; a read through its slot stamps the slot (``MemberIndex/lastUses()``).
         let lastUsed: Atomic<Int64>
 
-        init(account: AccountID, engine: SessionEngine, serial: UInt64, use: Int64) {
-            self.account = account
+        init(link: MemberLink, engine: SessionEngine, use: Int64) {
+            self.link = link
             self.engine = engine
-            self.serial = serial
             self.store = engine.store
             self.lastUsed = Atomic(use)
         }
+
+        var account: AccountID { link.account }
+
+        /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that
+        /// leaves and signs in again has a new member, with an engine and events of its own.
+        var serial: UInt64 { link.serial }
 
         /// Marks the member used by the use whose serial is `use`, unless a later use has marked it already.
         @inline(__always)
@@ -153,6 +156,12 @@ public final class SessionPool: Sendable {
             executors: Self.executorCount)
         self.stopped = Latch(ledger: ledger)
         self.outlets = Outlets(broadcaster: broadcaster, observer: observer, table: index.table)
+    }
+
+    /// A pool dropped without shutting down leaves its accounts' timers: the timers hold their engines, and the
+    /// engines the timers, so they are dropped here and no engine of the pool renews again.
+    deinit {
+        timers.close()
     }
 
     // MARK: - Reading without an actor hop
