@@ -77,8 +77,8 @@ struct PoolHarness {
         #expect(throws: SessionError.self) { try harness.pool.identityHeaders(for: "dave") }
         #expect(Set(harness.pool.accounts) == Set(accounts))
         #expect(harness.pool.metrics.accounts == 3)
-        // Each sign-in waited for its credential; an identified member keeps none of that wait's storage.
-        for account in accounts { #expect(await harness.pool.member(account)?.engine.waiters.holdsStorage == false) }
+        // Each sign-in waited for its credential; an identified member keeps no waiters once the wait is over.
+        for account in accounts { #expect(harness.pool.member(account)?.engine.waitersIfAny == nil) }
         await harness.pool.shutdown()
     }
 

@@ -12,9 +12,12 @@ import Synchronization
 /// and the registration removes it from `slots` under the lock, and 10,000 waiters woken together should not pay for
 /// a check object each.
 final class OutcomeWaiters: Sendable {
-    /// A registered caller's claim on the next outcome of its epoch and kind.
+    /// A registered caller's claim on the next outcome of its epoch and kind, with the waiters it was registered with:
+    /// an engine drops its waiters once none is registered and makes new ones for the next caller, so a ticket is
+    /// waited on, and failed, through its own.
     struct Ticket: Sendable {
         fileprivate let id: UInt64
+        let waiters: OutcomeWaiters
     }
 
     /// What a deciding step gives a caller: the credential now, a ticket to wait on off the actor, or a failure.
@@ -115,6 +118,10 @@ final class OutcomeWaiters: Sendable {
     /// Whether the waiters' tables hold storage: only while a caller is registered.
     var holdsStorage: Bool { state.withLock { $0.slots.capacity > 0 || $0.order.capacity > 0 } }
 
+    /// Whether no caller is registered, waiting or holding an outcome it has not collected: the waiters can be
+    /// dropped, and no ticket of theirs is outstanding.
+    var isEmpty: Bool { state.withLock { $0.slots.isEmpty } }
+
     /// Registers a caller for the epoch's next outcome of the given kind; call it in the step that decided to wait.
     func register(epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> Ticket {
         state.withLock { state in
@@ -124,7 +131,7 @@ final class OutcomeWaiters: Sendable {
             state.slots[id] = .registered(epoch: epoch, kind: kind)
             state.order.append(id)
             state.awaiting += 1
-            return Ticket(id: id)
+            return Ticket(id: id, waiters: self)
         }
     }
 

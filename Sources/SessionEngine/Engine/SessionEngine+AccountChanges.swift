@@ -223,7 +223,9 @@ extension SessionEngine {
             if machine.isShutDown { throw SessionStateMachine.shutDownError }
             throw SessionError(.accountChanged, reason: "another account change superseded this one")
         }
-        _ = try await waiters.wait(epoch: epoch, kind: .identity)
+        let ticket = registerWaiter(epoch: epoch, kind: .identity)
+        defer { dropWaitersIfNone() }
+        _ = try await ticket.waiters.wait(ticket)
     }
 
     /// Waits for the identity of `epoch`, and for at most `timeout` when one is given, the change's preparation
@@ -244,7 +246,8 @@ extension SessionEngine {
             if machine.isShutDown { throw SessionStateMachine.shutDownError }
             throw SessionError(.accountChanged, reason: "another account change superseded this one")
         }
-        let ticket = waiters.register(epoch: epoch, kind: .identity)
+        let ticket = registerWaiter(epoch: epoch, kind: .identity)
+        defer { dropWaitersIfNone() }
         let clock = self.clock
         let deadline = timeout.map { timeout in
             startTask { [weak self] in
@@ -258,7 +261,7 @@ extension SessionEngine {
         }
         defer { deadline?.cancel() }
         do {
-            _ = try await waiters.wait(ticket)
+            _ = try await ticket.waiters.wait(ticket)
         } catch let error as SessionError where error.code == .signInTimedOut {
             throw error
         } catch {
@@ -284,7 +287,7 @@ extension SessionEngine {
         }
         log(.info, "sign-in timed out", ["account": account.rawValue, "timeout": timeout.readable])
         let failureClass = machine.epoch == epoch ? machine.activeSession?.lastFailure?.failureClass : nil
-        waiters.fail(
+        ticket.waiters.fail(
             ticket, with: SessionError(.signInTimedOut, reason: reason, isTransient: true, failureClass: failureClass))
     }
 }

@@ -20,7 +20,7 @@ extension SessionEngine {
         defer { ledger?.leave() }
         switch answer {
         case .now(let credential): return credential
-        case .wait(let ticket): return try await waiters.wait(ticket)
+        case .wait(let ticket): return try await ticket.waiters.wait(ticket)
         case .failed(let error): throw error
         }
     }
@@ -37,7 +37,7 @@ extension SessionEngine {
             // A caller now waits for the fetch: the pool's budget lets it go before proactive renewals.
             if let fetchTicket { budget?.promote(fetchTicket) }
             // Registered in the step that started the fetch, so no outcome of it can slip by.
-            return .wait(waiters.register(epoch: epoch, kind: .nextOutcome))
+            return .wait(registerWaiter(epoch: epoch, kind: .nextOutcome))
         }
     }
 
@@ -82,6 +82,8 @@ extension SessionEngine {
         guard let epoch = machine.rejectionRenewalEpoch(for: credential) else {
             throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
         }
-        return try await waiters.wait(epoch: epoch, kind: .nextOutcome)
+        let ticket = registerWaiter(epoch: epoch, kind: .nextOutcome)
+        defer { dropWaitersIfNone() }
+        return try await ticket.waiters.wait(ticket)
     }
 }

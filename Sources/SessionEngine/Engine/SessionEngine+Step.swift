@@ -70,6 +70,7 @@ extension SessionEngine {
             }
         }
         for (kind, epoch) in events { publish(kind, epoch: epoch, at: now) }
+        dropWaitersIfNone()
         if finishesShutdown {
             broadcaster.finish()
             hasStopped = true
@@ -105,9 +106,9 @@ extension SessionEngine {
             timerTask?.cancel()
             timerTask = nil
         case .resolveWaiters(let epoch, let kinds, let outcome):
-            waiters.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
+            waitersIfAny?.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
         case .failAllWaiters(let error):
-            waiters.failAll(error)
+            waitersIfAny?.failAll(error)
         case .prepareChange(let epoch):
             let previous = preparation
             let done = Latch(ledger: ledger)
@@ -155,7 +156,7 @@ extension SessionEngine {
         let recorder = self.recorder
         let budget = self.budget
         let ticket = budget.map { budget in
-            let (urgency, deadline) = machine.fetchUrgency(at: now, callersWaiting: waiters.count > 0)
+            let (urgency, deadline) = machine.fetchUrgency(at: now, callersWaiting: waitingCallers > 0)
             return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
         }
         let maximumPause = configuration.maximumRetryAfter

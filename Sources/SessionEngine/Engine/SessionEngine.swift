@@ -29,7 +29,9 @@ public actor SessionEngine {
     var machine: SessionStateMachine
     let store: SessionStore
     let broadcaster: EventBroadcaster
-    let waiters: OutcomeWaiters
+    /// The callers waiting for an outcome, made when the first registers and dropped by the step after the last has
+    /// gone (``dropWaitersIfNone()``): an identified engine nobody waits on, one per account in a pool, keeps none.
+    let waiterTable = Mutex<OutcomeWaiters?>(nil)
     let recorder: MetricsRecorder
     /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
     let observer: (@Sendable (SessionEvent) -> Void)?
@@ -199,7 +201,6 @@ public actor SessionEngine {
         let (clock, ledger) = (shared.clock, shared.ledger)
         self.machine = SessionStateMachine(configuration: shared.machine, seed: seed)
         self.store = SessionStore(wallClock: shared.wallClock, ledger: ledger, mirror: readMirror)
-        self.waiters = OutcomeWaiters(ledger: ledger)
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
         self.broadcaster = EventBroadcaster(
             initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),
@@ -212,8 +213,36 @@ public actor SessionEngine {
     ///
     /// - Returns: Whether the engine was closed; `false` leaves it as it was.
     package nonisolated func closeToWorkIfIdle() -> Bool {
-        guard waiters.count == 0 else { return false }
+        guard waitingCallers == 0 else { return false }
         return store.refuseNewWorkIfNoneRuns()
+    }
+
+    // MARK: - Waiting callers
+
+    /// The waiters, while any caller is registered with them.
+    nonisolated var waitersIfAny: OutcomeWaiters? { waiterTable.withLock { $0 } }
+
+    /// How many callers wait for an outcome.
+    nonisolated var waitingCallers: Int { waitersIfAny?.count ?? 0 }
+
+    /// Registers a caller for the epoch's next outcome of `kind`, making the waiters if none are kept; call it in the
+    /// step that decided to wait (``OutcomeWaiters/register(epoch:kind:)``).
+    func registerWaiter(epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> OutcomeWaiters.Ticket {
+        let waiters = waiterTable.withLock { table in
+            if let table { return table }
+            let made = OutcomeWaiters(ledger: ledger)
+            table = made
+            return made
+        }
+        return waiters.register(epoch: epoch, kind: kind)
+    }
+
+    /// Drops the waiters once no caller is registered with them; only the actor registers, so none can be
+    /// registered meanwhile, and a ticket already handed out holds its own waiters.
+    func dropWaitersIfNone() {
+        waiterTable.withLock { table in
+            if table?.isEmpty == true { table = nil }
+        }
     }
 
     // MARK: - Reading without an actor hop
@@ -267,7 +296,7 @@ public actor SessionEngine {
         var metrics = recorder.snapshot
         metrics.eventsDropped = broadcaster.droppedCount
         metrics.subscribers = broadcaster.subscriberCount
-        metrics.waiters = waiters.count
+        metrics.waiters = waitingCallers
         metrics.scopedWork = store.runningWorkCount
         // Scoped work's tasks are engine tasks as well; the store counts them.
         metrics.liveTasks += metrics.scopedWork
