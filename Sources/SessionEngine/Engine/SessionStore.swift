@@ -80,6 +80,32 @@ final class SessionStore: Sendable {
         var state: SessionState = .signedOut
         /// Work of epochs below this one has been cancelled; no new work may join them.
         var workFloor: UInt64 = 0
+        /// The scoped work's books, from the first piece of work on.
+        var books: WorkBooks?
+        /// A graceful shutdown began: no new work receives an identity.
+        var refusesWork = false
+
+        /// How many pieces of work run.
+        var runningWork: Int { books.map { $0.work.count - $0.freeSlots.count } ?? 0 }
+
+        func hasWork(before epoch: UInt64) -> Bool {
+            books?.workPerEpoch.contains { $0.epoch < epoch } ?? false
+        }
+
+        /// The books, made if no work has run yet.
+        mutating func openBooks() -> WorkBooks {
+            if let books { return books }
+            let made = WorkBooks()
+            books = made
+            return made
+        }
+    }
+
+    /// The running scoped work and the drains waiting for it, touched only under the store's lock.
+    ///
+    /// Made when the first piece of work starts and kept, with the arrays' capacity, for the store's life: an account
+    /// that never runs scoped work, as most of a pool's idle accounts, holds one word for them instead of four.
+    private final class WorkBooks {
         /// Running work, by slot; a finished piece's slot is reused. Cancelling walks the slots in order, so work
         /// started together is cancelled in the order it started: its tasks, created one after another, sit near each
         /// other in memory, and a walk in hash order would touch them at random.
@@ -90,15 +116,6 @@ final class SessionStore: Sendable {
         /// list serves without hashing.
         var workPerEpoch: [(epoch: UInt64, count: Int)] = []
         var drainWaiters: [DrainWaiter] = []
-        /// A graceful shutdown began: no new work receives an identity.
-        var refusesWork = false
-
-        /// How many pieces of work run.
-        var runningWork: Int { work.count - freeSlots.count }
-
-        func hasWork(before epoch: UInt64) -> Bool {
-            workPerEpoch.contains { $0.epoch < epoch }
-        }
     }
 
     /// What ``headers()`` reads, and all it reads: the usable credential's headers and expiry, or why there are none.
@@ -279,18 +296,19 @@ final class SessionStore: Sendable {
             else {
                 return .failure(Self.expiredError)
             }
-            let slot = state.freeSlots.popLast() ?? state.work.count
+            let books = state.openBooks()
+            let slot = books.freeSlots.popLast() ?? books.work.count
             let task = makeTask(credential, slot)
             let ticket = WorkTicket(epoch: epoch, task: task)
-            if slot == state.work.count {
-                state.work.append(ticket)
+            if slot == books.work.count {
+                books.work.append(ticket)
             } else {
-                state.work[slot] = ticket
+                books.work[slot] = ticket
             }
-            if let index = state.workPerEpoch.lastIndex(where: { $0.epoch == epoch }) {
-                state.workPerEpoch[index].count += 1
+            if let index = books.workPerEpoch.lastIndex(where: { $0.epoch == epoch }) {
+                books.workPerEpoch[index].count += 1
             } else {
-                state.workPerEpoch.append((epoch, 1))
+                books.workPerEpoch.append((epoch, 1))
             }
             return .success((credential, task, ticket))
         }
@@ -303,25 +321,25 @@ final class SessionStore: Sendable {
     func finishWork(_ slot: Int) {
         // The ticket comes out of the lock to be released after it.
         let (_, ready) = state.withLock { state -> (WorkTicket?, [CheckedContinuation<Void, Never>]) in
-            guard let work = state.work[slot].take() else { return (nil, []) }
-            if state.freeSlots.count + 1 == state.work.count {
+            guard let books = state.books, let work = books.work[slot].take() else { return (nil, []) }
+            if books.freeSlots.count + 1 == books.work.count {
                 // No work runs: the next work starts again from the first slot, in order.
-                state.work.removeAll(keepingCapacity: true)
-                state.freeSlots.removeAll(keepingCapacity: true)
+                books.work.removeAll(keepingCapacity: true)
+                books.freeSlots.removeAll(keepingCapacity: true)
             } else {
-                state.freeSlots.append(slot)
+                books.freeSlots.append(slot)
             }
-            guard let index = state.workPerEpoch.firstIndex(where: { $0.epoch == work.epoch }) else {
+            guard let index = books.workPerEpoch.firstIndex(where: { $0.epoch == work.epoch }) else {
                 return (work, [])
             }
-            state.workPerEpoch[index].count -= 1
+            books.workPerEpoch[index].count -= 1
             // Only an epoch's last piece can end a drain's wait.
-            guard state.workPerEpoch[index].count == 0 else { return (work, []) }
-            state.workPerEpoch.remove(at: index)
-            guard !state.drainWaiters.isEmpty else { return (work, []) }
-            let oldest = state.workPerEpoch.lazy.map(\.epoch).min() ?? .max
+            guard books.workPerEpoch[index].count == 0 else { return (work, []) }
+            books.workPerEpoch.remove(at: index)
+            guard !books.drainWaiters.isEmpty else { return (work, []) }
+            let oldest = books.workPerEpoch.lazy.map(\.epoch).min() ?? .max
             var ready: [CheckedContinuation<Void, Never>] = []
-            state.drainWaiters.removeAll { waiter in
+            books.drainWaiters.removeAll { waiter in
                 guard oldest >= waiter.epoch else { return false }
                 ready.append(waiter.continuation)
                 return true
@@ -343,7 +361,7 @@ final class SessionStore: Sendable {
             state.workFloor = max(state.workFloor, epoch)
             var cancelled: [WorkTicket] = []
             // Only this step, under the lock, sets the flag: a plain load and store suffice.
-            for case let work? in state.work
+            for case let work? in state.books?.work ?? []
             where work.epoch < epoch && !work.cancelledByEngine.load(ordering: .relaxed) {
                 work.cancelledByEngine.store(true, ordering: .relaxed)
                 cancelled.append(work)
@@ -360,7 +378,7 @@ final class SessionStore: Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let done = state.withLock { state -> Bool in
                 guard state.hasWork(before: epoch) else { return true }
-                state.drainWaiters.append(DrainWaiter(epoch: epoch, continuation: continuation))
+                state.openBooks().drainWaiters.append(DrainWaiter(epoch: epoch, continuation: continuation))
                 ledger?.park()
                 return false
             }

@@ -57,7 +57,8 @@ struct MemberIndex {
     }
 
     let hasher: Hasher
-    private var byAccount: [AccountID: SessionPool.Member] = [:]
+    /// Every member, found by its account (``SessionPool/AccountKey``).
+    private var byAccount = Set<SessionPool.AccountKey>()
     /// The members' table: at least two slots per member, a power of two. It has a lock of its own, so that a read
     /// takes that lock alone (``MemberTable``). The index owns it: a copy of the index would share it.
     let table: MemberTable
@@ -76,19 +77,23 @@ struct MemberIndex {
     var count: Int { byAccount.count }
 
     /// Every member.
-    var members: Dictionary<AccountID, SessionPool.Member>.Values { byAccount.values }
+    var members: LazyMapSequence<Set<SessionPool.AccountKey>, SessionPool.Member> {
+        // The set holds members only: probes look members up and are never inserted.
+        byAccount.lazy.map { unsafeDowncast($0, to: SessionPool.Member.self) }
+    }
 
     /// Every member's account.
-    var accounts: Dictionary<AccountID, SessionPool.Member>.Keys { byAccount.keys }
+    var accounts: LazyMapSequence<Set<SessionPool.AccountKey>, AccountID> { byAccount.lazy.map(\.account) }
 
     /// The member for `account`, whose table hash is `hash` (``Hasher/hash(_:)``).
     func member(_ account: AccountID, hash: UInt64) -> SessionPool.Member? {
-        table.member(account, hash: hash) ?? byAccount[account]
+        table.member(account, hash: hash) ?? memberWithoutTable(account)
     }
 
     /// The member for `account`, found without the table: for an account the table does not hold.
     func memberWithoutTable(_ account: AccountID) -> SessionPool.Member? {
-        byAccount[account]
+        guard let found = byAccount.firstIndex(of: SessionPool.AccountProbe(account)) else { return nil }
+        return unsafeDowncast(byAccount[found], to: SessionPool.Member.self)
     }
 
     /// The member for `account`.
@@ -100,7 +105,7 @@ struct MemberIndex {
     /// of a member without a slot) and the last read through its slot.
     func lastUses() -> [(member: SessionPool.Member, used: Int64)] {
         table.withLastReads { lastRead in
-            byAccount.values.map { member in
+            members.map { member in
                 (member, max(member.lastUsed.load(ordering: .relaxed), lastRead(member, hasher.hash(member.account))))
             }
         }
@@ -108,7 +113,7 @@ struct MemberIndex {
 
     /// Adds `member`, replacing any member of its account.
     mutating func insert(_ member: SessionPool.Member) {
-        if let replaced = byAccount.updateValue(member, forKey: member.account),
+        if let replaced = byAccount.update(with: member).map({ unsafeDowncast($0, to: SessionPool.Member.self) }),
             !table.clear(replaced, hash: hasher.hash(replaced.account))
         {
             withoutSlot -= 1
@@ -123,9 +128,9 @@ struct MemberIndex {
     /// Removes `member` if it is still its account's member; returns whether it was.
     @discardableResult
     mutating func remove(_ member: SessionPool.Member) -> Bool {
-        guard byAccount[member.account] === member else { return false }
+        guard let found = byAccount.firstIndex(of: member), byAccount[found] === member else { return false }
         if !table.clear(member, hash: hasher.hash(member.account)) { withoutSlot -= 1 }
-        byAccount[member.account] = nil
+        byAccount.remove(at: found)
         if slotCount > Self.minimumSlots && byAccount.count * 16 < slotCount {
             rebuild(slotCount: slotCount / 2)
         }
@@ -136,11 +141,11 @@ struct MemberIndex {
     mutating func removeAll() -> [SessionPool.Member] {
         rebuild(slotCount: Self.minimumSlots, members: [])
         defer { byAccount.removeAll() }
-        return Array(byAccount.values)
+        return Array(members)
     }
 
     private mutating func rebuild(slotCount: Int) {
-        rebuild(slotCount: slotCount, members: byAccount.values)
+        rebuild(slotCount: slotCount, members: members)
     }
 
     private mutating func rebuild(slotCount: Int, members: some Sequence<SessionPool.Member>) {

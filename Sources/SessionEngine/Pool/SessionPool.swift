@@ -22,8 +22,33 @@ import Synchronization
 /// let headers = try pool.identityHeaders(for: "agent-7")   // on every identified request, no actor hop
 /// ```
 public final class SessionPool: Sendable {
+    /// An account's key in the members' index (``MemberIndex``): a member, or a probe that looks one up by account.
+    ///
+    /// The index keeps its members in a set of these, one word a member, instead of a dictionary from each account to
+    /// its member, three words; a lookup by account hashes and compares a probe that names only the account.
+    /// Unchecked: the class holds nothing, and each subclass holds only constants and atomics.
+    class AccountKey: Hashable, @unchecked Sendable {
+        /// The account; each subclass names it.
+        var account: AccountID { preconditionFailure("each subclass names its account") }
+
+        static func == (lhs: AccountKey, rhs: AccountKey) -> Bool { lhs.account == rhs.account }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(account) }
+    }
+
+    /// A lookup's key in the members' index: an account, and no member.
+    final class AccountProbe: AccountKey, @unchecked Sendable {
+        private let probed: AccountID
+
+        init(_ account: AccountID) {
+            probed = account
+        }
+
+        override var account: AccountID { probed }
+    }
+
     /// One account's engine and when it was last used.
-    final class Member: Sendable {
+    final class Member: AccountKey, @unchecked Sendable {
         /// The account, the member's serial and the pool's outlets, which the engine reports under.
         let link: MemberLink
         let engine: SessionEngine
@@ -41,7 +66,7 @@ public final class SessionPool: Sendable {
             self.lastUsed = Atomic(use)
         }
 
-        var account: AccountID { link.account }
+        override var account: AccountID { link.account }
 
         /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that
         /// leaves and signs in again has a new member, with an engine and events of its own.
