@@ -1,17 +1,17 @@
 import Synchronization
 
-/// The pool's members by account: a dictionary, and in front of it an open-addressed table (``MemberTable``) that
-/// finds nearly every account with one cheap hash and one comparison, for the read every identified request makes.
+/// The pool's members by account: a set of the members, each found by its account (``SessionPool/AccountKey``), and in
+/// front of it an open-addressed table (``MemberTable``) that finds nearly every account with one cheap hash and one
+/// comparison, for the read every identified request makes.
 ///
-/// A `Dictionary` lookup hashes the account's `String` with the standard library's seeded SipHash, which costs more
-/// than the engine's whole read. The table hashes the account's UTF-8 bytes eight at a time with a per-pool random
-/// seed and keeps at most one member per slot, in one of ``MemberTable/probes`` slots from its hash's, so a lookup is
-/// that hash, a comparison of the hashes in those slots and one comparison of the account. Accounts crowded out of
-/// their slots, and every account a caller spells with other bytes than the member's
-/// (`AccountID` compares as `String` does, by canonical equivalence), are found in the dictionary. The table only
-/// ever answers with a member whose account equals the one asked for, so it cannot hand out another account's
-/// member, and keys crafted to collide only send their lookups to the dictionary: the worst case is the
-/// dictionary's.
+/// A `Set` or `Dictionary` lookup hashes the account's `String` with the standard library's seeded SipHash, which
+/// costs more than the engine's whole read. The table hashes the account's UTF-8 bytes eight at a time with a
+/// per-pool random seed and keeps at most one member per slot, in one of ``MemberTable/probes`` slots from its hash's,
+/// so a lookup is that hash, a comparison of the hashes in those slots and one comparison of the account. Accounts
+/// crowded out of their slots, and every account a caller spells with other bytes than the member's (`AccountID`
+/// compares as `String` does, by canonical equivalence), are found in the set. The table only ever answers with a
+/// member whose account equals the one asked for, so it cannot hand out another account's member, and keys crafted to
+/// collide only send their lookups to the set: the worst case is the set's.
 struct MemberIndex {
     /// The table's hash of an account's bytes, seeded once per pool.
     struct Hasher: Sendable {
@@ -36,17 +36,20 @@ struct MemberIndex {
                 state ^= state >> 31
                 offset += 8
             }
+            // The last bytes, four at once and then one by one, never in a load that overlaps bytes already mixed: a
+            // small string's bytes are a copy on the stack written as two words, and a load across the two cannot
+            // take its bytes from the pending writes (store-to-load forwarding fails, a stall of a dozen cycles).
             var tail: UInt64 = 0
-            if offset < bytes.count && bytes.count >= 8 {
-                // The last eight bytes in one load, overlapping bytes already mixed; the length is in the seed.
-                tail = bytes.loadUnaligned(fromByteOffset: bytes.count - 8, as: UInt64.self)
-            } else {
-                var shift: UInt64 = 0
-                while offset < bytes.count {
-                    tail |= UInt64(bytes[offset]) << shift
-                    shift += 8
-                    offset += 1
-                }
+            var shift: UInt64 = 0
+            if bytes.count - offset >= 4 {
+                tail = UInt64(bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
+                shift = 32
+                offset += 4
+            }
+            while offset < bytes.count {
+                tail |= UInt64(bytes[offset]) << shift
+                shift += 8
+                offset += 1
             }
             // SplitMix64's finalizer: every input bit reaches the low bits, which choose the slot.
             state ^= tail

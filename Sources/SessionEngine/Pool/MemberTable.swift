@@ -10,7 +10,7 @@ import Synchronization
 /// which at 100,000 accounts are each a cache miss.
 ///
 /// A member sits in one of ``probes`` slots from its hash's slot on. A member crowded out of all of them has no slot;
-/// `MemberIndex` finds it in its dictionary and reads its store.
+/// `MemberIndex` finds it in its set and reads its store.
 ///
 /// The table's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a leaf too.
 /// The pool's members' lock is taken before it (changes to the index), and so is a store's lock of its state (the
