@@ -70,8 +70,8 @@ public actor SessionEngine {
         let machine: SessionStateMachine.Configuration
         let fetcher: any CredentialFetcher
         let clock: any SessionClock
-        /// The check of `clock` against a credential's expiry that every engine's store makes.
-        let wallClock: WallClockCheck
+        /// The check of `clock` against a credential's expiry that every engine's store makes, held here once.
+        let wallClock: SharedWallClockCheck
         /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
         let ledger: ActivityLedger?
         /// The pool's budget toward the backend that the engines' fetches share; `nil` for an engine of its own.
@@ -101,7 +101,7 @@ public actor SessionEngine {
             machine = SessionStateMachine.Configuration(configuration)
             self.fetcher = fetcher
             self.clock = clock
-            self.wallClock = WallClockCheck(clock)
+            self.wallClock = SharedWallClockCheck(clock)
             self.ledger = ledger
             self.budget = budget
             self.timers = timers

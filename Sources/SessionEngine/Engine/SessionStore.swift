@@ -147,7 +147,8 @@ final class SessionStore: Sendable {
 
     private let state = Mutex(State())
     private let readable = Mutex(Readable.unavailable(.signedOut))
-    private let wallClock: WallClockCheck
+    /// The check of the clock that decides local expiry, which the store shares with its engine's other stores.
+    private let wallClock: SharedWallClockCheck
     /// The clock that decides local expiry, the one the check reads.
     private var clock: any SessionClock { wallClock.clock }
     private let ledger: ActivityLedger?
@@ -159,7 +160,7 @@ final class SessionStore: Sendable {
     ///   - wallClock: The check of the clock that decides local expiry, shared with the engine's other stores.
     ///   - ledger: Where drains waiting for work are parked.
     ///   - mirror: Receives every change of the store's read; `nil` for none.
-    init(wallClock: WallClockCheck, ledger: ActivityLedger?, mirror: Mirror? = nil) {
+    init(wallClock: SharedWallClockCheck, ledger: ActivityLedger?, mirror: Mirror? = nil) {
         self.wallClock = wallClock
         self.ledger = ledger
         self.mirror = mirror

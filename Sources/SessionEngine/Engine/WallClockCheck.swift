@@ -9,10 +9,7 @@ package import Foundation
 /// resolution and the guard band reaches the expiry does the check read the precise clock, as ``SystemClock/now``
 /// does, so a credential is never handed out at or after `expiresAt`: the fast answer is only ever "certainly
 /// before". Every other clock, and other platforms, read the clock's ``SessionClock/now``.
-///
-/// One check serves every store of an engine's ``SessionEngine/Shared``, and the pool's reads: a store holds a reference
-/// to it, one word instead of seven, which a pool's 100,000 stores would each pay.
-package final class WallClockCheck: Sendable {
+package struct WallClockCheck: Sendable {
     /// The clock checked.
     package let clock: any SessionClock
     /// How far before the expiry, in nanoseconds, the coarse time stops deciding alone; `nil` without a coarse clock.
@@ -74,5 +71,27 @@ package final class WallClockCheck: Sendable {
         #else
             return nil
         #endif
+    }
+}
+
+/// One ``WallClockCheck`` that many stores share by reference: every store of an engine's ``SessionEngine/Shared``, a
+/// word each instead of the check's seven, which a pool's 100,000 stores would each pay.
+///
+/// The store's read calls the check through this object's own methods, which read the check in place: a read of it
+/// through another object's stored property cost the engine's read a third more.
+final class SharedWallClockCheck: Sendable {
+    let check: WallClockCheck
+
+    init(_ clock: any SessionClock) {
+        check = WallClockCheck(clock)
+    }
+
+    /// The clock the check reads.
+    var clock: any SessionClock { check.clock }
+
+    /// ``WallClockCheck/isBefore(_:)``.
+    @inline(__always)
+    func isBefore(_ deadline: TimeInterval) -> Bool {
+        check.isBefore(deadline)
     }
 }
