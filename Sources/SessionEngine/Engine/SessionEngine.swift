@@ -109,13 +109,13 @@ public actor SessionEngine {
         }
     }
 
-    /// The serial executor the engine runs on: one of its ``Shared``'s actors', not a default actor's queue of its
-    /// own.
+    /// The serial executor the engine runs on: the executor of an actor that holds nothing, not a queue of the
+    /// engine's own.
     ///
-    /// An actor with a queue of its own carries twelve words for it; a pool holds one engine per account, so its
-    /// engines share a few executors instead, and an engine of its own runs on the one actor its `Shared` holds. The
-    /// engine's isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that
-    /// share an executor take turns.
+    /// An actor with a queue of its own carries twelve words for it, and a ``SessionPool`` holds one engine per
+    /// account, so a pool's engines share a few such executors; an engine of its own has one to itself. The engine's
+    /// isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that share an
+    /// executor take turns.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
         shared.executors[Int(executorIndex)].unownedExecutor
     }
