@@ -1,8 +1,9 @@
 extension SessionPool {
     /// Where every member's engine reports to: the pool's event stream, its observer and the members' table. One per
-    /// pool, which each member's ``MemberLink`` names.
+    /// pool, which each member's ``MemberLink`` names, and through which the pool publishes its own events too.
     final class Outlets: Sendable {
         let broadcaster: PoolEventBroadcaster
+        /// Receives every event of the pool, with the serial of the member it is about, before any subscriber does.
         let observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
         let table: MemberTable
 
@@ -14,6 +15,13 @@ extension SessionPool {
             self.broadcaster = broadcaster
             self.observer = observer
             self.table = table
+        }
+
+        /// Publishes an event of the pool: to the observer, with the serial of the member it is about (0 for the
+        /// pool's own), then on the pool's stream.
+        func publish(_ event: SessionPoolEvent, member: UInt64) {
+            observer?(member, event)
+            broadcaster.publish(event)
         }
     }
 
@@ -39,9 +47,7 @@ extension SessionPool {
 
         /// Publishes one of the engine's events on the pool's stream, naming the account.
         func publish(_ event: SessionEvent) {
-            let event = SessionPoolEvent(account: account, kind: .session(event))
-            outlets.observer?(serial, event)
-            outlets.broadcaster.publish(event)
+            outlets.publish(SessionPoolEvent(account: account, kind: .session(event)), member: serial)
         }
 
         /// Copies a change of the engine's read into the account's slot of the members' table.

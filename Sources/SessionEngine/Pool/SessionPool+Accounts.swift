@@ -196,8 +196,7 @@ extension SessionPool {
         await member.engine.shutdown()
         if let reason {
             let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))
-            observer?(member.serial, event)
-            broadcaster.publish(event)
+            outlets.publish(event, member: member.serial)
         }
     }
 

@@ -107,16 +107,16 @@ public final class SessionPool: Sendable {
     let memberHasher: MemberIndex.Hasher
     /// The members' index's table, which reads and finds members under a lock of its own.
     let table: MemberTable
-    let broadcaster: PoolEventBroadcaster
-    /// Receives every event of the pool, with the ``Member/serial`` of the member it is about, before any
-    /// subscriber does.
-    let observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
+    /// The pool's event stream.
+    var broadcaster: PoolEventBroadcaster { outlets.broadcaster }
     /// Opens once the pool has shut down.
     let stopped: Latch
     /// How many serial executors the members' engines share (``SessionEngine/unownedExecutor``): enough that
     /// accounts' steps run side by side on every core, few enough that they cost nothing an account.
     static let executorCount = 16
-    /// Where the members' engines report to, which each member's link names.
+    /// Where the pool's events go (its stream, and the observer that receives every event of the pool, with the
+    /// ``Member/serial`` of the member it is about, before any subscriber does) and where the members' engines report
+    /// to, which each member's link names.
     let outlets: Outlets
 
     /// Creates a pool with no accounts.
@@ -150,7 +150,6 @@ public final class SessionPool: Sendable {
         observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
     ) {
         self.fetcher = fetcher
-        self.observer = observer
         self.configuration = configuration
         self.clock = clock
         self.wallClock = WallClockCheck(clock)
@@ -161,8 +160,10 @@ public final class SessionPool: Sendable {
         self.members = Mutex(Members(index: index))
         let ledger = ActivityLedger.of(clock, attaching: fetcher)
         self.ledger = ledger
-        let broadcaster = PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit)
-        self.broadcaster = broadcaster
+        let outlets = Outlets(
+            broadcaster: PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit), observer: observer,
+            table: index.table)
+        self.outlets = outlets
         self.budget = FetchBudget(
             limits: configuration.budget, clock: clock, ledger: ledger,
             taskExecutor: configuration.session.taskExecutor,
@@ -172,15 +173,13 @@ public final class SessionPool: Sendable {
                     case .began(let account): SessionPoolEvent(account: account, kind: .outageBegan)
                     case .ended(let account): SessionPoolEvent(account: account, kind: .outageEnded)
                     }
-                observer?(0, event)
-                broadcaster.publish(event)
+                outlets.publish(event, member: 0)
             })
         self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: configuration.session.taskExecutor)
         self.engineShared = SessionEngine.Shared(
             configuration.session, fetcher: fetcher, clock: clock, ledger: ledger, budget: budget, timers: timers,
             executors: Self.executorCount)
         self.stopped = Latch(ledger: ledger)
-        self.outlets = Outlets(broadcaster: broadcaster, observer: observer, table: index.table)
     }
 
     /// A pool dropped without shutting down leaves its accounts' timers: the timers hold their engines, and the
