@@ -223,9 +223,7 @@ extension SessionEngine {
             if machine.isShutDown { throw SessionStateMachine.shutDownError }
             throw SessionError(.accountChanged, reason: "another account change superseded this one")
         }
-        let ticket = registerWaiter(epoch: epoch, kind: .identity)
-        defer { dropWaitersIfNone() }
-        _ = try await ticket.waiters.wait(ticket)
+        _ = try await waitForOutcome(epoch: epoch, kind: .identity)
     }
 
     /// Waits for the identity of `epoch`, and for at most `timeout` when one is given, the change's preparation

@@ -62,9 +62,12 @@ extension SessionEngine {
 
     /// Waits until the engine has shut down, making its latch if no caller has waited before.
     ///
+    /// The machine reaches `shutDown` only in the step whose `finishShutdown` opens the latch, so a caller that finds
+    /// it there has nothing to wait for.
+    ///
     /// - Parameter stopsOnCancellation: Whether cancelling the calling task ends the wait early.
     private func waitUntilStopped(stopsOnCancellation: Bool = false) async {
-        guard !hasStopped else { return }
+        guard !machine.isShutDown else { return }
         let latch = stopped ?? Latch(ledger: ledger)
         stopped = latch
         await latch.wait(stopsOnCancellation: stopsOnCancellation)

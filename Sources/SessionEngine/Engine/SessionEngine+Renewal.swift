@@ -82,8 +82,6 @@ extension SessionEngine {
         guard let epoch = machine.rejectionRenewalEpoch(for: credential) else {
             throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
         }
-        let ticket = registerWaiter(epoch: epoch, kind: .nextOutcome)
-        defer { dropWaitersIfNone() }
-        return try await ticket.waiters.wait(ticket)
+        return try await waitForOutcome(epoch: epoch, kind: .nextOutcome)
     }
 }

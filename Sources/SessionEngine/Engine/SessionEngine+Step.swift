@@ -73,7 +73,6 @@ extension SessionEngine {
         dropWaitersIfNone()
         if finishesShutdown {
             broadcaster.finish()
-            hasStopped = true
             stopped?.open()
         }
     }

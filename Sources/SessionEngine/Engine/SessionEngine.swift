@@ -38,8 +38,6 @@ public actor SessionEngine {
     /// Opens once the engine has shut down; made when a caller first waits for the shutdown
     /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps none.
     var stopped: Latch?
-    /// Whether the engine has shut down: a caller that comes to wait then returns at once.
-    var hasStopped = false
     /// Which of its ``Shared``'s executors the engine runs on: chosen when it is made, by the order a pool makes its
     /// members, so the same program shares executors the same way every time it runs.
     nonisolated let executorIndex: UInt8
@@ -235,6 +233,14 @@ public actor SessionEngine {
             return made
         }
         return waiters.register(epoch: epoch, kind: kind)
+    }
+
+    /// Waits for the epoch's next outcome of `kind`, registered in this step on the actor, and drops the waiters
+    /// afterwards if no caller is left.
+    func waitForOutcome(epoch: UInt64, kind: SessionStateMachine.WaiterKind) async throws -> IdentityCredential {
+        let ticket = registerWaiter(epoch: epoch, kind: kind)
+        defer { dropWaitersIfNone() }
+        return try await ticket.waiters.wait(ticket)
     }
 
     /// Drops the waiters once no caller is registered with them; only the actor registers, so none can be
