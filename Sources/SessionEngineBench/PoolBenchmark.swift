@@ -91,18 +91,18 @@ struct PoolBenchmark: Benchmark {
             guard round >= options.warmupRounds else { continue }
             for (key, value) in values { series[key, default: []].append(value) }
         }
+        func perRead(_ key: String, _ name: String) -> Measurement {
+            Measurement(name, .seconds, series[key]!.map { 1 / $0 })
+        }
         for threads in [1, 2] {
-            let pool = Summary(series["pool\(threads)"]!.map { 1e9 / $0 }).median
-            let engine = Summary(series["engine\(threads)"]!.map { 1e9 / $0 }).median
+            let pool = perRead("pool\(threads)", "").summary.median * 1e9
+            let engine = perRead("engine\(threads)", "").summary.median * 1e9
             progress(
                 "  pool: reads on \(threads) thread(s), \(String(format: "%.1f", pool)) ns against one engine's "
                     + "\(String(format: "%.1f", engine)) ns: \(String(format: "%.2f", pool / engine))×")
         }
         await pool.shutdown()
         await engine.shutdown()
-        func perRead(_ key: String, _ name: String) -> Measurement {
-            Measurement(name, .seconds, series[key]!.map { 1 / $0 })
-        }
         let atMostTwice = { (ratio: Double) in ratio <= 2 }
         var figures = [
             Figure(
