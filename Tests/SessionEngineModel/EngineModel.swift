@@ -94,8 +94,8 @@ package struct EngineModel {
     }
 
     /// Whether the engine installs a fetched credential, and with which clock offset applied: the pin, then the
-    /// clock cross-check of Design/state-machine.md (the `Date` header's clock when it makes the credential
-    /// plausible, else this host's, else a refusal).
+    /// clock cross-check of Design/state-machine.md (of the clocks that make the credential plausible, the one under
+    /// which it expires soonest; none, a refusal).
     ///
     /// - Parameters:
     ///   - credential: The fetched credential.
@@ -107,8 +107,10 @@ package struct EngineModel {
         let backend = measured ?? appliedOffset
         let magnitude = backend < .zero ? .zero - backend : backend
         let backendOffset = magnitude > Self.clockSkewTolerance ? backend : .zero
-        if Self.isPlausible(credential, offset: backendOffset, at: now) { return backendOffset }
-        if backendOffset != .zero, Self.isPlausible(credential, offset: .zero, at: now) { return .zero }
+        let onBackend = Self.isPlausible(credential, offset: backendOffset, at: now)
+        let onHost = Self.isPlausible(credential, offset: .zero, at: now)
+        if onBackend, backendOffset >= .zero || !onHost { return backendOffset }
+        if backendOffset != .zero, onHost { return .zero }
         return nil
     }
 

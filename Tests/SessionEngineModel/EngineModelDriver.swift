@@ -15,13 +15,19 @@ import Synchronization
 /// due fetches, and waits again, until nothing is due; then every subscriber has received every event. It never
 /// polls and never sleeps on real time.
 package final class EngineModelDriver {
-    package static let configuration = SessionConfiguration(
-        retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(60)),
-        // Misconfigurations (another user's credential, a malformed one) retry slower, within the same cap, so the
-        // liveness bounds hold for both.
-        misconfigurationRetry: RetryPolicy(initial: .seconds(10), multiplier: 2, cap: .seconds(60)),
-        minimumFetchInterval: .seconds(5)
-    )
+    package static let configuration = {
+        var configuration = SessionConfiguration(
+            retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(60)),
+            // Misconfigurations (another user's credential, a malformed one) retry slower, within the same cap, so
+            // the liveness bounds hold for both.
+            misconfigurationRetry: RetryPolicy(initial: .seconds(10), multiplier: 2, cap: .seconds(60)),
+            minimumFetchInterval: .seconds(5)
+        )
+        // The reference model knows no fetch deadline: its slow and hanging fetches outlast any program. The
+        // deadline is proven by the pool's model programs and by named tests (FetchDeadlineTests).
+        configuration.fetchTimeout = .seconds(7 * 86_400)
+        return configuration
+    }()
     package static let projectID = "proj_model"
     /// A bound on the steps of a teardown that cannot finish, so a broken engine fails its test instead of hanging.
     package static let teardownSteps = 10_000

@@ -9,8 +9,9 @@ import Testing
 
 /// Three clocks meet in every fetch: this host's, the backend's `Date` header and the signer's. Whatever they say,
 /// the engine never refuses credentials silently for ever: where one clock makes a credential plausible it is
-/// installed on that clock, and where none does every refusal is reported with the clocks that disagree and
-/// retried on the slow schedule.
+/// installed on that clock, where both do on the one under which it expires soonest, so no lying clock hands out a
+/// credential after another plausible clock says it has expired; and where none does every refusal is reported with
+/// the clocks that disagree and retried on the slow schedule.
 @Suite(.timeLimit(TimeLimits.minutes(1)))
 struct ClockSkewPropertyTests {
     static let host = Date(timeIntervalSince1970: 1_800_000_000)
@@ -79,7 +80,9 @@ struct ClockSkewPropertyTests {
                     throw PropertyFailure("\(label), round \(round): a plausible credential was refused")
                 }
                 let applied = machine.serverClockOffset
-                if onDate {
+                // Of the plausible clocks, the one whose time is latest says the credential expires soonest.
+                let onDateDecides = onDate && (effectiveDate >= 0 || !onHost)
+                if onDateDecides {
                     guard applied == .seconds(effectiveDate) else {
                         throw PropertyFailure("\(label): applied \(applied) instead of the Date header's offset")
                     }
@@ -88,7 +91,24 @@ struct ClockSkewPropertyTests {
                         throw PropertyFailure("\(label): the Date offset was not kept out and reported")
                     }
                 }
-                return onDate ? "date" : "host"
+                // Handed out only while every plausible clock says the credential has not expired: from the first
+                // second at which one of them says it has, the machine refuses it, whatever the others say.
+                let plausibleOffsets = (onHost ? [Int64(0)] : []) + (onDate ? [effectiveDate] : [])
+                let soonest = credential.expiresAt - plausibleOffsets.max()!
+                let expiredSomewhere = SessionInstant(
+                    wall: Date(timeIntervalSince1970: TimeInterval(soonest)),
+                    uptime: now.uptime + .seconds(max(0, soonest - hostNow)))
+                guard !machine.isValid(credential, at: expiredSomewhere) else {
+                    throw PropertyFailure(
+                        "\(label): handed out at \(soonest), after a plausible clock says it expired")
+                }
+                if onDate && onHost && effectiveDate != 0 {
+                    // The clocks disagree beyond the tolerance: reported, whichever decided.
+                    guard !reports.isEmpty || round > 1 else {
+                        throw PropertyFailure("\(label): two plausible clocks disagree and nothing says so")
+                    }
+                }
+                return onDateDecides ? "date" : "host"
             }
             // Refused: reported with the clocks that disagree, as a misconfiguration retried on the slow schedule.
             guard machine.usableCredential == nil else {

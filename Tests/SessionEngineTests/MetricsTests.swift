@@ -15,16 +15,15 @@ import Testing
         let fetcher = ScriptedCredentialFetcher()
         let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
         let published = Recorder<SessionEvent>()
-        let engine = SessionEngine(
-            fetcher: fetcher,
-            configuration: SessionConfiguration(
-                retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(4)),
-                minimumFetchInterval: .seconds(5),
-                randomSeed: 11
-            ),
-            clock: clock,
-            observer: { published.append($0) }
+        var configuration = SessionConfiguration(
+            retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(4)),
+            minimumFetchInterval: .seconds(5),
+            randomSeed: 11
         )
+        // The renewal below hangs until the credential has expired: its deadline lies past the expiry.
+        configuration.fetchTimeout = .seconds(3_600)
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: configuration, clock: clock, observer: { published.append($0) })
         func credential(lifetime: Int64) throws -> IdentityCredential {
             let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
             return try signer.sign(email: "alice@example.com", properties: nil, expiresAt: now + lifetime)

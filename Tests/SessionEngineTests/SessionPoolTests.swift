@@ -191,7 +191,10 @@ struct PoolHarness {
         _ = harness.fetcher.respond(to: probe, with: .success(harness.credential(for: probe.account)))
         await harness.pool.waitUntilIdle()
         #expect(!harness.pool.metrics.holdsForOutage)
-        #expect(harness.fetcher.pendingCount == 8, "as many as the budget allows in flight")
+        #expect(harness.fetcher.pendingCount == 1, "the bucket holds one start when the outage ends")
+        harness.clock.advance(by: .milliseconds(100))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.fetcher.pendingCount == 8, "then as many as the budget allows in flight, at its rate")
         for _ in 0..<3 where harness.fetcher.pendingCount > 0 {
             _ = await harness.answerPending()
             await harness.pool.waitUntilIdle()
@@ -389,7 +392,7 @@ struct PoolHarness {
 }
 
 /// The names of the fetches a budget admitted, in order.
-private final class Admitted: Sendable {
+final class Admitted: Sendable {
     private let names = Mutex<[String]>([])
 
     func append(_ name: String) { names.withLock { $0.append(name) } }
@@ -464,6 +467,7 @@ private final class Admitted: Sendable {
         budget.release(held, outcome: .answered)
         await clock.activityLedger.waitUntilIdle()
         #expect(!budget.snapshot.holdsForOutage && budget.snapshot.outages == 1)
+        #expect(budget.snapshot.inFlight == 1, "the bucket holds one start when the outage ends")
         #expect(admitted.all.last == "late", "the answer ends the outage and the held fetches go")
         budget.release(late, outcome: .answered)
         #expect(changes.withLock { $0 } == [.began("f"), .ended("held")])
@@ -569,19 +573,30 @@ private final class Admitted: Sendable {
         #expect(budget.snapshot.inFlight == 1)
     }
 
-    @Test func thePauseHoldsEveryFetchUntilItEnds() async {
+    @Test func thePauseHoldsEveryFetchUntilItEndsThenOneProbeGoesFirst() async {
         let clock = ManualClock()
         let budget = budget(inFlight: 10, clock: clock)
         let admitted = Admitted()
         budget.pause(for: .seconds(30))
-        await start(budget, .needed, clock: clock, admitted: admitted, name: "a")
+        let a = await start(budget, .needed, clock: clock, admitted: admitted, name: "a")
         await start(budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "b")
+        await start(budget, .proactive, deadline: .seconds(950), clock: clock, admitted: admitted, name: "c")
         clock.advance(by: .seconds(29))
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all.isEmpty)
         clock.advance(by: .seconds(1))
         await clock.activityLedger.waitUntilIdle()
-        #expect(Set(admitted.all) == ["a", "b"])
+        #expect(admitted.all == ["a"], "the first in urgency order goes alone, as an outage's probe does")
+        clock.advance(by: .seconds(60))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["a"], "the others wait for the backend's answer to it")
+        budget.release(a.ticket, outcome: .answered)
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["a", "b"], "one start in the bucket when the pause ends")
+        clock.advance(by: .milliseconds(1))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["a", "b", "c"], "then the budget's rate")
+        #expect(budget.snapshot.outages == 0 && !budget.snapshot.holdsForOutage, "a pause is no outage")
     }
 
     @Test func theHeapYieldsItsElementsInOrder() {

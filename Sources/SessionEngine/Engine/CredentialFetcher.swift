@@ -101,8 +101,12 @@ public struct FetchRequest: Sendable, Hashable, CustomStringConvertible {
     public let epoch: UInt64
     /// The attempt's number among consecutive fetches of the account session: 1 unless the previous ones failed.
     public let attempt: Int
-    /// The engine's wall-clock time when it started the fetch, read on the engine's own clock; `nil` when whoever
-    /// made the request did not say.
+    /// The engine's wall-clock time when the fetch left for the fetcher, read on the engine's own clock; `nil` when
+    /// whoever made the request did not say.
+    ///
+    /// For an account of a ``SessionPool`` it is when the pool's budget let the fetch go, not when the account asked:
+    /// time spent waiting for the budget (a full queue, an outage's hold, a `Retry-After` pause) is neither the
+    /// backend's clock offset nor its latency.
     ///
     /// A fetcher that estimates the backend's clock offset measures it against this time, so the offset is on the
     /// clock the engine applies it to, whatever clock the fetcher was given: ``HTTPCredentialFetcher`` compares the
@@ -134,6 +138,11 @@ public struct FetchRequest: Sendable, Hashable, CustomStringConvertible {
         self.epoch = epoch
         self.attempt = attempt
         self.startedAt = startedAt
+    }
+
+    /// The same request, leaving for the fetcher at `date` on the engine's clock.
+    func leaving(at date: Date) -> FetchRequest {
+        FetchRequest(id: id, account: account, epoch: epoch, attempt: attempt, startedAt: date)
     }
 
     /// `fetch #id for account, epoch E, attempt N`.

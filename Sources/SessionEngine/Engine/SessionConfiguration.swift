@@ -54,6 +54,23 @@ public struct SessionConfiguration: Sendable {
     /// The package's schedule explorer names its own executor, so that every hop of every engine task is a step it
     /// schedules. The preference reaches only the engine's tasks: a caller's own task keeps its own.
     public var taskExecutor: (any TaskExecutor)? = nil
+    /// How long the engine waits for the fetcher to answer one fetch before it abandons the fetch; 30 seconds by
+    /// default.
+    ///
+    /// Past it the engine cancels the fetcher's task, counts a transient failure with code
+    /// ``SessionError/Code/fetchTimedOut`` (an outage), logs it once at warning, frees the fetch's place in a
+    /// ``SessionPool``'s budget and retries with backoff, whether or not the fetcher has returned: a fetcher that
+    /// ignores cancellation can hold neither the account nor the pool. Its late answer is dropped. The deadline runs
+    /// on the engine's clock from the moment the fetch leaves (after any wait for a pool's budget).
+    ///
+    /// Keep it well under the renewal lead (``RenewalPolicy/minimumLead`` and the share of the lifetime left at
+    /// renewal) and above the fetcher's own timeout: ``HTTPCredentialFetcher``'s, 10 seconds by default, stays the
+    /// tighter one and reports the more precise failure. A value that is not positive becomes one second.
+    public var fetchTimeout: Duration {
+        get { fetchTimeoutValue }
+        set { fetchTimeoutValue = newValue > .zero ? newValue : .seconds(1) }
+    }
+    private var fetchTimeoutValue: Duration = .seconds(30)
 
     /// Creates a configuration.
     ///

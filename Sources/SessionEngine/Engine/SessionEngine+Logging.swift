@@ -30,9 +30,16 @@ extension SessionEngine {
             log(
                 .info, "credential rejected", ["account": report.account.rawValue, "renewing": "\(report.renewing)"])
         case .clockSkewSuspected(let report):
-            // No clock that makes the credential plausible is a misconfiguration someone must fix.
+            // No clock that makes the credential plausible is a misconfiguration someone must fix; clocks that
+            // disagree beyond the tolerance are worth a look; an offset back to none is routine.
+            let level: SessionLogRecord.Level =
+                switch report.finding {
+                case .noClockPlausible: .error
+                case .dateHeaderIgnored: .warning
+                default: report.serverClockOffset == nil ? .info : .warning
+                }
             log(
-                report.finding == .noClockPlausible ? .error : .info,
+                level,
                 report.finding == .noClockPlausible
                     ? "clocks disagree: no clock makes the credential plausible"
                     : "clock skew suspected",

@@ -154,13 +154,16 @@ extension SessionEngine {
         let fetcher = self.fetcher
         let recorder = self.recorder
         let budget = self.budget
+        let clock = self.clock
+        let ledger = self.ledger
         let ticket = budget.map { budget in
             let (urgency, deadline) = machine.fetchUrgency(at: now, callersWaiting: waitingCallers > 0)
             return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
         }
-        let maximumPause = configuration.maximumRetryAfter
+        let configuration = self.configuration
         let task = startTask {
             let result: Result<FetchedCredential, any Error>
+            var waited = Duration.zero
             if let budget, let ticket, await !budget.acquire(ticket) {
                 // Cancelled while it waited for the pool's budget: it never reached the backend.
                 result = .failure(CancellationError())
@@ -170,30 +173,52 @@ extension SessionEngine {
                 if let ticket { budget?.release(ticket, outcome: .neither) }
                 result = .failure(CancellationError())
             } else {
+                // The request leaves now: the time it waited for the budget is neither the backend's clock offset
+                // nor its latency, so the fetcher measures from here.
+                var admitted = request
+                if ticket != nil {
+                    waited = max(.zero, clock.uptime - now.uptime)
+                    admitted = request.leaving(at: clock.now)
+                }
                 // Counted here, in the step that calls the fetcher, so the count is of requests the backend can see.
                 recorder.fetchStarted()
-                do {
-                    result = .success(try await fetcher.fetch(request))
-                } catch {
-                    result = .failure(error)
+                let outcome = await FetchRace.run(
+                    admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock, ledger: ledger,
+                    taskExecutor: configuration.taskExecutor)
+                switch outcome {
+                case .finished(let finished): result = finished
+                case .timedOut: result = .failure(Self.fetchTimedOut(after: configuration.fetchTimeout))
+                case .cancelled: result = .failure(CancellationError())
                 }
                 if let budget, let ticket {
                     // A backend that asks for a pause speaks for every account of the pool.
                     if case .failure(let error as SessionError) = result, let pause = error.retryAfter {
-                        budget.pause(for: min(pause, maximumPause))
+                        budget.pause(for: min(pause, configuration.maximumRetryAfter))
                     }
-                    budget.release(ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled))
+                    // Released as soon as the race is decided: a fetcher that outlives its deadline or its account
+                    // session holds no slot of the budget.
+                    budget.release(
+                        ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled), waited: waited)
                 }
             }
-            await self.fetchCompleted(request.id, result)
+            await self.fetchCompleted(request.id, result, waited: waited)
         }
         fetchTask = (request.id, task)
         fetchTicket = ticket
         log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
     }
 
-    private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>) {
-        if fetchTask?.id == id {
+    /// The failure of a fetch whose fetcher had not answered by ``SessionConfiguration/fetchTimeout``: transient, an
+    /// outage.
+    static func fetchTimedOut(after timeout: Duration) -> SessionError {
+        SessionError(
+            .fetchTimedOut, reason: "the fetcher did not answer within \(timeout.readable); the fetch was abandoned",
+            isTransient: true)
+    }
+
+    private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>, waited: Duration) {
+        let current = fetchTask?.id == id
+        if current {
             fetchTask = nil
             fetchTicket = nil
         }
@@ -201,10 +226,17 @@ extension SessionEngine {
         case .success(let fetched):
             step { machine, now in
                 machine.fetchSucceeded(
-                    id, credential: fetched.credential, serverClockOffset: fetched.serverClockOffset, at: now)
+                    id, credential: fetched.credential, serverClockOffset: fetched.serverClockOffset, waited: waited,
+                    at: now)
             }
         case .failure(let error):
-            step { $0.fetchFailed(id, error: Self.classify(error), at: $1) }
+            if current, let error = error as? SessionError, error.code == .fetchTimedOut {
+                // Once per fetch: its late answer, if it ever comes, is dropped without another record.
+                log(
+                    .warning, "the fetcher outlived its deadline",
+                    ["account": machine.currentSession?.account.rawValue ?? "none", "fetch": "\(id)"])
+            }
+            step { $0.fetchFailed(id, error: Self.classify(error), waited: waited, at: $1) }
         }
     }
 

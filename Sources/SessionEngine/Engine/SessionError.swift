@@ -49,6 +49,10 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         /// before the account's first credential was installed. The account stays signed in and the engine keeps
         /// fetching in the background; the state becomes ``SessionState/identified(_:)`` once the backend answers.
         public static let signInTimedOut = Code("SIGN_IN_TIMED_OUT")
+        /// The fetcher had not answered when the fetch's deadline (``SessionConfiguration/fetchTimeout``) passed: the
+        /// engine abandoned the fetch, cancelled the fetcher's task, freed the fetch's place in a pool's budget and
+        /// retries with backoff, as after any outage. A late answer from that fetcher is dropped.
+        public static let fetchTimedOut = Code("FETCH_TIMED_OUT")
 
         /// The raw value.
         public var description: String { rawValue }
@@ -91,6 +95,7 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
             case .backendMisconfigured, .identityMismatch, .invalidCredential: .misconfiguration
             case .credentialExpiredOnArrival, .lifetimeTooLong: .misconfiguration
             case .fetchFailed: isTransient ? .outage : .misconfiguration
+            case .fetchTimedOut: .outage
             default: nil
             }
         }

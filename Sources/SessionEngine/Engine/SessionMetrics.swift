@@ -71,6 +71,10 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     /// The failed fetches over all error codes.
     public var fetchesFailedTotal: Int { fetchesFailed.values.reduce(0, +) }
 
+    /// The fetches the engine abandoned at their deadline (``SessionConfiguration/fetchTimeout``) because the fetcher
+    /// had not answered: each a fetcher that outlived its deadline, logged once at warning.
+    public var fetchesTimedOut: Int { fetchesFailed[.fetchTimedOut] ?? 0 }
+
     /// Creates a snapshot; engines make them, tests compare them.
     ///
     /// - Parameters:

@@ -20,15 +20,20 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// waits behind a stream of others for ever. The queue and the counters live behind one lock; a single task sleeps on
 /// the clock until the next token, the pause's end or the next probe, and none runs while nothing waits.
 ///
-/// After ``SessionPoolConfiguration/Budget/outageThreshold`` fetches in a row end as an outage
-/// (``release(_:outcome:)``), the budget holds every queued fetch but one probe at a time, the first in urgency
-/// order, admitted once ``SessionPoolConfiguration/Budget/outageProbeInterval`` has passed since the last probe
-/// failed. The first fetch the backend answers ends the outage.
+/// After ``SessionPoolConfiguration/Budget/outageThreshold`` fetches in a row, from at least
+/// ``SessionPoolConfiguration/Budget/outageAccounts`` accounts, end as an outage (``release(_:outcome:waited:)``),
+/// the budget holds every queued fetch but one probe at a time, the first in urgency order that is not of the
+/// account whose probe failed last, admitted once ``SessionPoolConfiguration/Budget/outageProbeInterval`` has passed
+/// since the last probe failed. A pause the backend asked for holds the same way, without counting as an outage: at
+/// its end one probe goes first. The first fetch the backend answers ends the hold, and the bucket holds at most one
+/// start then, so the held fetches go at the budget's rate.
 final class FetchBudget: Sendable {
     /// A queued fetch's place: its urgency, its deadline on the monotonic clock, and the order it queued in.
     struct Key: Sendable, Comparable {
         var deadline: Duration
         var order: UInt64
+        /// The account the fetch is for, so that an outage's probes go to accounts in turn.
+        var account: AccountID
 
         static func < (a: Key, b: Key) -> Bool {
             (a.deadline, a.order) < (b.deadline, b.order)
@@ -77,12 +82,18 @@ final class FetchBudget: Sendable {
         var holdsForOutage: Bool
         /// How many outages the budget has held fetches for.
         var outages: Int
+        /// How long admitted fetches waited for the budget, recently (the last ``LatencySummary/window``).
+        var waited: [Duration]
     }
 
-    /// An outage the budget holds fetches for: when the next probe may start, and the probe at the backend.
-    private struct Outage {
+    /// A hold on fetches, for an outage or for a pause the backend asked for: when the next probe may start, the
+    /// probe at the backend, and the account whose probe failed last, which the next probe avoids.
+    private struct Hold {
         var probeAt: Duration
         var probe: UInt64?
+        var lastProbeAccount: AccountID?
+        /// Whether the hold is an outage (reported and counted), not only a pause that ends with a probe.
+        var isOutage: Bool
     }
 
     private enum Start {
@@ -95,7 +106,6 @@ final class FetchBudget: Sendable {
         var inFlight = 0
         var tokens: Double
         var refilledAt: Duration
-        var pausedUntil: Duration = .zero
         var needed = Heap<Key>()
         var proactive = Heap<Key>()
         var parked: [UInt64: UnsafeContinuation<Bool, Never>] = [:]
@@ -124,10 +134,12 @@ final class FetchBudget: Sendable {
         var sleeping = false
         var waits = 0
         var admitted = 0
-        /// Admitted fetches that ended as an outage since the last one the backend answered.
+        /// Admitted fetches that ended as an outage since the last one the backend answered, and their accounts.
         var outageFailures = 0
-        var outage: Outage?
+        var outageAccounts: Set<AccountID> = []
+        var hold: Hold?
         var outages = 0
+        var waited = LatencyRing(capacity: LatencySummary.window)
     }
 
     private let limits: SessionPoolConfiguration.Budget
@@ -162,8 +174,9 @@ final class FetchBudget: Sendable {
                 queuedProactive: state.queuedProactive,
                 waits: state.waits,
                 admitted: state.admitted,
-                holdsForOutage: state.outage != nil,
-                outages: state.outages
+                holdsForOutage: state.hold?.isOutage == true,
+                outages: state.outages,
+                waited: state.waited.durations
             )
         }
     }
@@ -190,7 +203,7 @@ final class FetchBudget: Sendable {
             switch state.queued[ticket.order] {
             case .proactive?:
                 state.setQueued(ticket.order, .needed)
-                state.needed.insert(Key(deadline: ticket.deadline, order: ticket.order))
+                state.needed.insert(Key(deadline: ticket.deadline, order: ticket.order, account: ticket.account))
             case .needed?:
                 break
             case nil:
@@ -217,7 +230,7 @@ final class FetchBudget: Sendable {
                     refill(&state, at: now)
                     // Nothing queued ahead of it: start at once if the budget allows.
                     if state.queued.isEmpty, admit(&state, order, at: now) { return .now }
-                    let key = Key(deadline: deadline, order: order)
+                    let key = Key(deadline: deadline, order: order, account: ticket.account)
                     if urgency == .needed { state.needed.insert(key) } else { state.proactive.insert(key) }
                     state.setQueued(order, urgency)
                     state.parked[order] = continuation
@@ -253,33 +266,51 @@ final class FetchBudget: Sendable {
         }
     }
 
-    /// A fetch admitted by ``acquire(_:)`` for `ticket` has ended with `outcome`.
-    func release(_ ticket: Ticket, outcome: Outcome) {
+    /// A fetch admitted by ``acquire(_:)`` for `ticket`, after waiting `waited` for the budget, has ended with
+    /// `outcome`, or was abandoned (its deadline passed, its account session ended) whether or not its fetcher has
+    /// returned.
+    func release(_ ticket: Ticket, outcome: Outcome, waited: Duration = .zero) {
         let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
             state.inFlight -= 1
-            let wasProbe = state.outage?.probe == ticket.order
-            if wasProbe { state.outage?.probe = nil }
-            let held = state.outage != nil
+            state.waited.record(waited)
+            let wasProbe = state.hold?.probe == ticket.order
+            if wasProbe { state.hold?.probe = nil }
+            let held = state.hold?.isOutage == true
+            let now = clock.uptime
             switch outcome {
             case .answered:
                 state.outageFailures = 0
-                state.outage = nil
+                state.outageAccounts = []
+                if state.hold != nil {
+                    // The held fetches go at the budget's rate, not as one full bucket: one now, the rest as the
+                    // bucket refills.
+                    refill(&state, at: now)
+                    state.hold = nil
+                    state.tokens = min(state.tokens, 1)
+                }
             case .outage:
                 state.outageFailures += 1
-                let now = clock.uptime
+                state.outageAccounts.insert(ticket.account)
                 if wasProbe {
-                    state.outage?.probeAt = now + limits.outageProbeInterval
-                } else if state.outage == nil, let threshold = limits.outageThreshold,
-                    state.outageFailures >= threshold
+                    state.hold?.probeAt = now + limits.outageProbeInterval
+                    state.hold?.lastProbeAccount = ticket.account
+                }
+                if state.hold?.isOutage != true, let threshold = limits.outageThreshold,
+                    state.outageFailures >= threshold,
+                    state.outageAccounts.count >= min(threshold, limits.outageAccounts)
                 {
-                    state.outage = Outage(probeAt: now + limits.outageProbeInterval)
+                    if state.hold == nil {
+                        state.hold = Hold(probeAt: now + limits.outageProbeInterval, isOutage: true)
+                    } else {
+                        state.hold?.isOutage = true
+                    }
                     state.outages += 1
                 }
             case .neither:
                 break
             }
             let change: OutageChange? =
-                switch (held, state.outage != nil) {
+                switch (held, state.hold?.isOutage == true) {
                 case (false, true): .began(ticket.account)
                 case (true, false): .ended(ticket.account)
                 default: nil
@@ -293,11 +324,17 @@ final class FetchBudget: Sendable {
     }
 
     /// The backend asked to be left alone for `duration` (a 429 or 503 with `Retry-After`): no account's fetch
-    /// starts before it has passed.
+    /// starts before it has passed, and then one goes alone, as a probe, before the others follow at the budget's
+    /// rate.
     func pause(for duration: Duration) {
         guard duration > .zero else { return }
         state.withLock { state in
-            state.pausedUntil = max(state.pausedUntil, clock.uptime + duration)
+            let until = clock.uptime + duration
+            if let hold = state.hold {
+                state.hold?.probeAt = max(hold.probeAt, until)
+            } else {
+                state.hold = Hold(probeAt: until, isOutage: false)
+            }
         }
     }
 
@@ -310,15 +347,13 @@ final class FetchBudget: Sendable {
         state.refilledAt = now
     }
 
-    /// Takes a token and a slot for fetch `order` if both are free, the backend's pause is over and no outage holds
-    /// it: during an outage, only as the probe, when none is at the backend and the probe interval has passed.
+    /// Takes a token and a slot for fetch `order` if both are free and no hold keeps it: during an outage or after
+    /// the backend's pause, only as the probe, when none is at the backend and the probe's time has come.
     private func admit(_ state: inout State, _ order: UInt64, at now: Duration) -> Bool {
-        guard state.inFlight < limits.maximumInFlight, state.tokens >= 1, now >= state.pausedUntil else {
-            return false
-        }
-        if let outage = state.outage {
-            guard outage.probe == nil, now >= outage.probeAt else { return false }
-            state.outage?.probe = order
+        guard state.inFlight < limits.maximumInFlight, state.tokens >= 1 else { return false }
+        if let hold = state.hold {
+            guard hold.probe == nil, now >= hold.probeAt else { return false }
+            state.hold?.probe = order
         }
         state.tokens -= 1
         state.inFlight += 1
@@ -340,7 +375,7 @@ final class FetchBudget: Sendable {
     private func pump(_ state: inout State, at now: Duration) -> ([UnsafeContinuation<Bool, Never>], Duration?) {
         refill(&state, at: now)
         var ready: [UnsafeContinuation<Bool, Never>] = []
-        while let order = nextQueued(&state, at: now) {
+        while let order = nextQueued(&state, at: now, avoiding: state.hold?.lastProbeAccount) {
             guard admit(&state, order, at: now) else { break }
             removeQueued(&state, order)
             if let continuation = state.parked.removeValue(forKey: order) {
@@ -349,31 +384,43 @@ final class FetchBudget: Sendable {
             }
         }
         guard !state.queued.isEmpty, state.inFlight < limits.maximumInFlight, !state.sleeping,
-            state.outage?.probe == nil
+            state.hold?.probe == nil
         else {
             return (ready, nil)
         }
-        // Waiting on time, not on a fetch to end: the next token, the end of the backend's pause, or the next probe.
+        // Waiting on time, not on a fetch to end: the next token, or the next probe (the backend's pause's end).
         var wait = Duration.zero
         if state.tokens < 1 { wait = .seconds((1 - state.tokens) / limits.startsPerSecond) }
-        wait = max(wait, state.pausedUntil - now)
-        if let outage = state.outage { wait = max(wait, outage.probeAt - now) }
+        if let hold = state.hold { wait = max(wait, hold.probeAt - now) }
         state.sleeping = true
         return (ready, max(wait, .nanoseconds(1)))
     }
 
-    /// The queued fetch to admit next, dropping the keys of fetches cancelled meanwhile.
-    private func nextQueued(_ state: inout State, at now: Duration) -> UInt64? {
+    /// The queued fetch to admit next, dropping the keys of fetches cancelled meanwhile; while a hold chooses a
+    /// probe, not one of `avoiding` (the account whose probe failed last) if another account's fetch waits.
+    private func nextQueued(_ state: inout State, at now: Duration, avoiding: AccountID?) -> UInt64? {
+        guard let first = nextKey(&state, at: now) else { return nil }
+        guard let avoiding, first.account == avoiding else { return first.order }
+        // An account has at most one fetch queued, so the next key is another account's, if any.
+        let heapOfFirst = state.queued[first.order]
+        removeQueued(&state, first.order)
+        let second = nextKey(&state, at: now)
+        if heapOfFirst == .needed { state.needed.insert(first) } else { state.proactive.insert(first) }
+        return (second ?? first).order
+    }
+
+    /// The key of the queued fetch that goes first, dropping the keys of fetches cancelled meanwhile.
+    private func nextKey(_ state: inout State, at now: Duration) -> Key? {
         // A key is stale once its fetch was admitted or cancelled, or (in the proactive heap) promoted.
         while let key = state.needed.min, state.queued[key.order] != .needed { state.needed.removeMin() }
         while let key = state.proactive.min, state.queued[key.order] != .proactive { state.proactive.removeMin() }
         switch (state.needed.min, state.proactive.min) {
         case (nil, nil): return nil
-        case (let needed?, nil): return needed.order
-        case (nil, let proactive?): return proactive.order
+        case (let needed?, nil): return needed
+        case (nil, let proactive?): return proactive
         case (let needed?, let proactive?):
             // A proactive renewal past its deadline is needed now; the earlier deadline goes first.
-            return proactive.deadline <= now && proactive < needed ? proactive.order : needed.order
+            return proactive.deadline <= now && proactive < needed ? proactive : needed
         }
     }
 

@@ -239,11 +239,13 @@ public final class SessionPool: Sendable {
     public var metrics: SessionPoolMetrics {
         let (accounts, evictions) = members.withLock { ($0.index.count, $0.evictions) }
         let budget = budget.snapshot
-        return SessionPoolMetrics(
+        var metrics = SessionPoolMetrics(
             accounts: accounts, fetchesInFlight: budget.inFlight, queuedNeeded: budget.queuedNeeded,
             queuedProactive: budget.queuedProactive, budgetWaits: budget.waits, fetchesAdmitted: budget.admitted,
             evictions: evictions, timers: timers.count, holdsForOutage: budget.holdsForOutage,
             outages: budget.outages)
+        metrics.budgetWait = LatencySummary(of: budget.waited)
+        return metrics
     }
 
     /// The serial number of the account's member (see ``init(fetcher:configuration:clock:observer:)``); `nil` for an

@@ -3,18 +3,34 @@ public struct SessionPoolConfiguration: Sendable {
     /// The one budget toward the backend that every account's fetches share.
     ///
     /// A fetch starts only while fewer than ``maximumInFlight`` are in flight and the token bucket holds a start
-    /// (``startsPerSecond`` refill it, up to ``burst``). A fetch that must wait queues by urgency: a caller waiting or
-    /// an identity that is not usable (a sign-in, an expired or rejected credential) before a proactive renewal,
-    /// earlier deadlines first; a proactive renewal whose credential has expired meanwhile counts as needed. A `429` or
-    /// `503` with `Retry-After` pauses every account's fetches, not only the one that received it. Each account's own
-    /// minimum fetch interval and backoff still hold.
+    /// (``startsPerSecond`` refill it, up to ``burst``). So in any one second at most `burst + startsPerSecond`
+    /// fetches start (a full bucket, then what refills during that second), and over any span of `T` seconds at most
+    /// `burst + startsPerSecond × T`; the defaults allow 200 in one second and 100 a second after that. A fetch that
+    /// must wait queues by urgency: a caller waiting or an identity that is not usable (a sign-in, an expired or
+    /// rejected credential) before a proactive renewal, earlier deadlines first; a proactive renewal whose credential
+    /// has expired meanwhile counts as needed. Each account's own minimum fetch interval and backoff still hold, and a
+    /// fetch holds its place in flight at most ``SessionConfiguration/fetchTimeout``, whatever its fetcher does.
     ///
-    /// When ``outageThreshold`` fetches in a row fail as an outage (``SessionError/FailureClass/outage``: the backend
-    /// unreachable, timing out, or failing without a `Retry-After`), the pool stops sending its accounts' fetches to
-    /// the backend and holds them in the queue, letting one through every ``outageProbeInterval`` as a probe. The first
-    /// fetch the backend answers (a credential, or a refusal that is not an outage) ends the outage, and the held
-    /// fetches go in urgency order at the budget's rate. A held fetch is one the account's machine had already started
+    /// A `429` or `503` with `Retry-After` pauses every account's fetches, not only the one that received it; when the
+    /// pause ends, one fetch goes first as a probe, and the others follow at the budget's rate once the backend
+    /// answers it.
+    ///
+    /// When ``outageThreshold`` fetches in a row, from at least ``outageAccounts`` different accounts, fail as an
+    /// outage (``SessionError/FailureClass/outage``: the backend unreachable, timing out, or failing without a
+    /// `Retry-After`), the pool stops sending its accounts' fetches to the backend and holds them in the queue,
+    /// letting one through every ``outageProbeInterval`` as a probe, each probe of another account than the last
+    /// failed one when another waits. The first fetch the backend answers (a credential, or a refusal that is not an
+    /// outage) ends the outage, and the held fetches go in urgency order at the budget's rate: the bucket holds
+    /// at most one start then, so the end of an outage is no burst. A held fetch is one the account's machine had already started
     /// after its own backoff, so holding only ever delays a fetch, never starts one sooner.
+    ///
+    /// Size the budget for the renewals it owes: `N` accounts with credentials of lifetime `L`, renewed at about two
+    /// thirds of it (``RenewalPolicy``), need about `N / (2L/3)` fetches a second, and a backend answering in `d`
+    /// seconds serves at most `maximumInFlight / d` a second. Keep ``startsPerSecond`` and `maximumInFlight / d` both
+    /// at least twice that need, so the pool catches up after an outage: 10,000 accounts with 15-minute credentials
+    /// need about 18.5 fetches a second, so with a backend answering in 0.5 s, `maximumInFlight` of 32 (64 a second)
+    /// and the default rate leave room, while a backend answering in 5 s would need a `maximumInFlight` of at least
+    /// 185.
     public struct Budget: Sendable, Hashable {
         /// At most this many fetches in flight across the pool; at least 1.
         public var maximumInFlight: Int
@@ -29,6 +45,18 @@ public struct SessionPoolConfiguration: Sendable {
         /// How long the pool waits, while it holds fetches for an outage, from one probe's failure to the next probe;
         /// at least 10 ms.
         public var outageProbeInterval: Duration
+        /// How many different accounts the ``outageThreshold`` failures in a row must come from before the pool
+        /// holds its fetches; 3 by default, at most ``outageThreshold``, at least 1.
+        ///
+        /// One account whose backend session is broken fails every fetch, however healthy the backend: counted alone,
+        /// it would put every other account on hold. A real outage fails every account's fetches, so the failures of
+        /// three accounts in a row, with none answered between them, say the backend is down. A pool with fewer
+        /// accounts fetching never holds; each account's own backoff bounds its load.
+        public var outageAccounts: Int {
+            get { outageAccountsValue }
+            set { outageAccountsValue = max(1, newValue) }
+        }
+        private var outageAccountsValue = 3
 
         /// Creates a budget.
         ///

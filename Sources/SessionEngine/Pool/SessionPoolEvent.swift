@@ -131,11 +131,19 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     public var holdsForOutage: Bool
     /// How many outages the pool has held its fetches for, over its life.
     public var outages: Int
+    /// How long the last fetches the budget let start (at most ``LatencySummary/window``) had waited for it: a full
+    /// queue, an outage's hold or a `Retry-After` pause.
+    ///
+    /// This wait is the pool's, not the backend's: it counts neither in an account's
+    /// ``SessionMetrics/fetchLatency`` nor toward the backend's clock offset, which are measured from the moment a
+    /// fetch leaves.
+    public var budgetWait = LatencySummary()
 
     /// The pool's counters on one line.
     public var description: String {
         "accounts \(accounts), in flight \(fetchesInFlight), queued \(queuedNeeded) needed and \(queuedProactive) "
             + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions), "
-            + "timers \(timers), outage \(holdsForOutage ? "held" : "none") (\(outages) over the pool's life)"
+            + "timers \(timers), outage \(holdsForOutage ? "held" : "none") (\(outages) over the pool's life), "
+            + "budget wait [\(budgetWait)]"
     }
 }

@@ -5,11 +5,14 @@ import Foundation
 /// Two clocks can judge a fresh credential: this host's wall clock, and the backend's clock as its `Date` header
 /// says (the measured offset, or the one applied since an earlier response when a fetch measures none). The signer's
 /// clock is the third, seen only through the credential's `expiresAt`. A credential is plausible on a clock when it
-/// has not expired there and lives at most 24 hours (plus the tolerance) from there. The `Date` header's clock is
-/// preferred whenever it makes the credential plausible; an offset that would make it implausible while the host's
-/// clock finds it plausible is kept out (the credential is installed on the host's clock and the disagreement
-/// reported) until a response agrees again; a credential that no clock makes plausible is refused, with a report of
-/// which clocks disagree and by how much, as a misconfiguration retried on the slow schedule.
+/// has not expired there and lives at most 24 hours (plus the tolerance) from there. Where both clocks find the
+/// credential plausible, the one under which it expires sooner decides: a backend clock ahead of this host's is
+/// applied, one behind it is kept out, so no lying clock can postpone expiry (at worst a renewal comes early). Where
+/// only one clock finds it plausible, that one decides: an offset that would make it implausible while the host's
+/// clock finds it plausible is kept out too, and a backend clock that alone finds it plausible is applied. Every
+/// disagreement beyond the tolerance is reported (an event, a metric, a log record at warning). A credential that no
+/// clock makes plausible is refused, with a report of which clocks disagree and by how much, as a misconfiguration
+/// retried on the slow schedule.
 extension SessionStateMachine {
     /// How a fetched credential fares on one clock.
     enum Plausibility: Sendable, Hashable {
@@ -56,14 +59,17 @@ extension SessionStateMachine {
         let backend = measured ?? serverClockOffset
         let backendOffset = Self.magnitude(backend) > tolerance ? backend : Duration.zero
         let onBackend = plausibility(of: credential, offset: backendOffset, at: now)
-        if onBackend == .plausible {
+        let onHost = plausibility(of: credential, offset: .zero, at: now)
+        // Both clocks plausible: the backend's decides only if the credential expires sooner on it (its clock is
+        // ahead); a clock that lags would keep handing the credential out after it expired on this host's.
+        if onBackend == .plausible, backendOffset >= .zero || onHost != .plausible {
             return .apply(
                 offset: backendOffset, offsetChangeReport(to: backendOffset, measured: measured, for: session, at: now))
         }
-        let onHost = plausibility(of: credential, offset: .zero, at: now)
         if backendOffset != .zero, onHost == .plausible {
-            // The Date header's clock would refuse what this host's clock accepts: the signer agrees with the host.
-            // The credential is installed on the host's clock and the offset kept out until a response agrees.
+            // The Date header's clock lags this host's, or would refuse what this host's clock accepts: the
+            // credential is installed on the host's clock, under which it expires sooner, and the offset kept out
+            // until a response agrees.
             let report = ClockSkewReport(
                 account: session.account,
                 localTime: Int64(now.wall.timeIntervalSince1970.rounded(.down)),

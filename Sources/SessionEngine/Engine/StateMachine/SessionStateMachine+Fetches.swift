@@ -13,6 +13,7 @@ extension SessionStateMachine {
         _ id: FetchID,
         credential: IdentityCredential,
         serverClockOffset measured: Duration? = nil,
+        waited: Duration = .zero,
         at now: SessionInstant
     ) -> [Action] {
         guard var session = activeSession, case .inFlight(id, let reason) = session.fetch else {
@@ -20,7 +21,7 @@ extension SessionStateMachine {
             return []
         }
         if let pinned = session.pinnedEmail, !pinned.utf8.elementsEqual(credential.email.utf8) {
-            return fail(&session, reason: reason, error: Self.identityMismatch, at: now)
+            return fail(&session, reason: reason, error: Self.identityMismatch, waited: waited, at: now)
         }
         let actions: [Action]
         switch clockDecision(for: credential, measured: measured, for: session, at: now) {
@@ -28,11 +29,11 @@ extension SessionStateMachine {
             serverClockOffset = offset
             actions = reports
         case .refuse(let error, let reports):
-            return reports + fail(&session, reason: reason, error: error, at: now)
+            return reports + fail(&session, reason: reason, error: error, waited: waited, at: now)
         }
         let fetch = FetchAttempt(
             number: session.failures + 1,
-            duration: fetchDuration(session, at: now),
+            duration: fetchDuration(session, waited: waited, at: now),
             serverClockOffset: measured
         )
         return actions + install(credential, into: &session, reason: reason, fetch: fetch, at: now)
@@ -154,13 +155,15 @@ extension SessionStateMachine {
         reason: "the credential was handed over for an account the engine is not signed in to; it was not installed"
     )
 
-    /// A fetch failed.
-    mutating func fetchFailed(_ id: FetchID, error: SessionError, at now: SessionInstant) -> [Action] {
+    /// A fetch failed, after waiting `waited` for a pool's budget before it left.
+    mutating func fetchFailed(
+        _ id: FetchID, error: SessionError, waited: Duration = .zero, at now: SessionInstant
+    ) -> [Action] {
         guard var session = activeSession, case .inFlight(id, let reason) = session.fetch else {
             // A failure of a cancelled fetch or an earlier epoch: it must not change anything.
             return []
         }
-        return fail(&session, reason: reason, error: error, at: now)
+        return fail(&session, reason: reason, error: error, waited: waited, at: now)
     }
 
     /// Why a fetched credential must not be installed, if it must not.
@@ -195,10 +198,11 @@ extension SessionStateMachine {
         _ session: inout AccountSession,
         reason: FetchReason,
         error: SessionError,
+        waited: Duration = .zero,
         at now: SessionInstant
     ) -> [Action] {
         session.failures += 1
-        let fetch = FetchAttempt(number: session.failures, duration: fetchDuration(session, at: now))
+        let fetch = FetchAttempt(number: session.failures, duration: fetchDuration(session, waited: waited, at: now))
         guard error.isTransient else {
             // The backend ended the session: sign out in this same step, so the ended session's credential is never
             // handed out again and its work is cancelled at once. The sign-out runs the hooks like any other.

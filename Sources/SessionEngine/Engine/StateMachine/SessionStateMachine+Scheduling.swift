@@ -2,9 +2,10 @@ import Foundation
 
 /// Scheduling: when fetches start, the timer the state needs, renewal times and backoff.
 extension SessionStateMachine {
-    /// How long the running fetch has taken by `now`.
-    func fetchDuration(_ session: AccountSession, at now: SessionInstant) -> Duration {
-        session.lastFetchStart.map { max(.zero, now.uptime - $0) } ?? .zero
+    /// How long the running fetch has taken by `now` since it left, after waiting `waited` for a pool's budget: the
+    /// wait is the budget's, not the backend's latency.
+    func fetchDuration(_ session: AccountSession, waited: Duration = .zero, at now: SessionInstant) -> Duration {
+        session.lastFetchStart.map { max(.zero, now.uptime - $0 - waited) } ?? .zero
     }
 
     /// Starts a fetch now, or plans it for when the minimum interval since the last start, and any delay the backend

@@ -1,0 +1,118 @@
+import Synchronization
+
+/// One fetch at the fetcher, raced against its deadline (``SessionConfiguration/fetchTimeout``) and against the
+/// cancellation of the task that waits for it: the first of the three to happen decides, and the waiting task goes on
+/// at once, whether or not the fetcher has returned.
+///
+/// The fetcher runs in a task of its own, so a fetcher that ignores cancellation holds neither the engine's fetch
+/// task nor the pool's budget slot: the fetch task releases the slot as soon as the race is decided. A result that
+/// arrives after the deadline or the cancellation is dropped here, as the machine drops any stale result.
+final class FetchRace: Sendable {
+    /// How the race was decided.
+    enum Outcome: Sendable {
+        /// The fetcher returned or threw before the deadline.
+        case finished(Result<FetchedCredential, any Error>)
+        /// The deadline passed first; the fetcher had not returned.
+        case timedOut
+        /// The waiting task was cancelled first (an account change, a sign-out, shutdown).
+        case cancelled
+    }
+
+    private enum State {
+        case running
+        case waiting(UnsafeContinuation<Outcome, Never>)
+        case decided(Outcome)
+        case taken
+    }
+
+    private let state = Mutex(State.running)
+    private let ledger: ActivityLedger?
+
+    private init(ledger: ActivityLedger?) {
+        self.ledger = ledger
+    }
+
+    /// Runs `request` on `fetcher` and waits for the first of its result, its deadline `timeout` on `clock`, and the
+    /// calling task's cancellation.
+    ///
+    /// - Parameters:
+    ///   - request: The fetch, as the budget admitted it.
+    ///   - fetcher: The host's backend.
+    ///   - timeout: How long the fetcher may take.
+    ///   - clock: The engine's clock, which the deadline sleeps on.
+    ///   - ledger: The clock's activity ledger, on which the two tasks count and the waiting task parks.
+    ///   - taskExecutor: The executor the two tasks prefer.
+    /// - Returns: What decided the race.
+    static func run(
+        _ request: FetchRequest,
+        on fetcher: any CredentialFetcher,
+        timeout: Duration,
+        clock: any SessionClock,
+        ledger: ActivityLedger?,
+        taskExecutor: (any TaskExecutor)?
+    ) async -> Outcome {
+        let race = FetchRace(ledger: ledger)
+        ledger?.begin(count: 2)
+        let fetch = Task(executorPreference: taskExecutor) {
+            defer { ledger?.end() }
+            let result: Result<FetchedCredential, any Error>
+            do {
+                result = .success(try await fetcher.fetch(request))
+            } catch {
+                result = .failure(error)
+            }
+            race.decide(.finished(result))
+        }
+        let deadline = Task(executorPreference: taskExecutor) {
+            defer { ledger?.end() }
+            guard (try? await clock.sleep(for: timeout)) != nil else { return }
+            race.decide(.timedOut)
+        }
+        let outcome = await withTaskCancellationHandler {
+            await race.wait()
+        } onCancel: {
+            race.decide(.cancelled)
+        }
+        deadline.cancel()
+        if case .finished = outcome {} else { fetch.cancel() }
+        return outcome
+    }
+
+    /// Records the first outcome and wakes the waiting task; a later one is dropped.
+    private func decide(_ outcome: Outcome) {
+        let waiter = state.withLock { state -> UnsafeContinuation<Outcome, Never>? in
+            switch state {
+            case .running:
+                state = .decided(outcome)
+                return nil
+            case .waiting(let continuation):
+                state = .taken
+                ledger?.unpark()
+                return continuation
+            case .decided, .taken:
+                return nil
+            }
+        }
+        waiter?.resume(returning: outcome)
+    }
+
+    /// Waits for the first outcome, parked on the ledger until it comes.
+    private func wait() async -> Outcome {
+        await withUnsafeContinuation { continuation in
+            let decided = state.withLock { state -> Outcome? in
+                switch state {
+                case .decided(let outcome):
+                    state = .taken
+                    return outcome
+                case .running:
+                    state = .waiting(continuation)
+                    ledger?.park()
+                    return nil
+                case .waiting, .taken:
+                    preconditionFailure("a fetch's race is waited for once")
+                }
+            }
+            if let decided { continuation.resume(returning: decided) }
+        }
+    }
+}

@@ -1,0 +1,230 @@
+import Foundation
+import SessionEngineBackend
+import SessionEngineTestKit
+import Synchronization
+import Testing
+
+@testable import SessionEngine
+
+/// A fetcher whose listed accounts never answer and ignore cancellation (a backend call stuck in a kernel, a
+/// fetcher without a timeout), and whose other accounts answer at once; it records every request as it arrives.
+private final class HangingFetcher: CredentialFetcher {
+    let clock: ManualClock
+    let signer: IdentitySigner
+    let hanging: Mutex<Set<AccountID>>
+    let failing: Mutex<Set<AccountID>>
+    /// Each request as it reached the fetcher, with the clock's wall time at its arrival.
+    let arrivals = Mutex<[(request: FetchRequest, wall: Date)]>([])
+
+    init(clock: ManualClock, hanging: Set<AccountID> = [], failing: Set<AccountID> = []) {
+        self.clock = clock
+        self.signer = try! IdentitySigner(projectID: "proj_faults", secret: "faults-secret", clock: clock)
+        self.hanging = Mutex(hanging)
+        self.failing = Mutex(failing)
+    }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        try await fetchCredential(FetchRequest(id: 0, account: account, epoch: 0, attempt: 1))
+    }
+
+    func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
+        arrivals.withLock { $0.append((request, clock.now)) }
+        if hanging.withLock({ $0.contains(request.account) }) {
+            // A year on the manual clock: only the engine's deadline or a cancellation ends the wait for it.
+            await clock.sleepIgnoringCancellation(for: .seconds(365 * 86_400))
+        }
+        if failing.withLock({ $0.contains(request.account) }) {
+            throw SessionError(.fetchFailed, reason: "the backend answered 503 for this user", isTransient: true)
+        }
+        return try signer.sign(email: "\(request.account.rawValue)@example.com")
+    }
+
+    func requests(for account: AccountID) -> Int {
+        arrivals.withLock { $0.filter { $0.request.account == account }.count }
+    }
+}
+
+/// Faults stay where they start: a fetch has a deadline the engine enforces, a hung or failing account holds no
+/// other account of a pool, and the time a fetch waits for the pool's budget is neither clock skew nor latency.
+@Suite struct FaultIsolationTests {
+    @Test func aHungFetchIsAbandonedAtItsDeadlineLoggedOnceAndRetried() async throws {
+        let clock = ManualClock()
+        let fetcher = HangingFetcher(clock: clock, hanging: ["alice"])
+        let records = Mutex<[SessionLogRecord]>([])
+        var configuration = SessionConfiguration(
+            randomSeed: 3, log: { record in records.withLock { $0.append(record) } })
+        configuration.fetchTimeout = .seconds(20)
+        let engine = SessionEngine(fetcher: fetcher, configuration: configuration, clock: clock)
+        let signIn = await engine.startCall { try await $0.signIn("alice", timeout: .seconds(300)) }
+        await engine.waitUntilIdle()
+        clock.advance(by: .seconds(19))
+        await engine.waitUntilIdle()
+        #expect(engine.metrics.fetchesTimedOut == 0, "the deadline has not passed")
+        clock.advance(by: .seconds(1))
+        await engine.waitUntilIdle()
+        #expect(engine.metrics.fetchesTimedOut == 1)
+        #expect(engine.metrics.fetchesFailed == [.fetchTimedOut: 1])
+        #expect(engine.metrics.liveTasks <= 2, "the abandoned fetch holds no task of the engine but its timer")
+        let warnings = records.withLock { $0.filter { $0.level == .warning && $0.metadata["fetch"] != nil } }
+        #expect(warnings.count == 1, "the fetcher that outlived its deadline is logged once")
+        // The account recovers: the backend answers the retry.
+        fetcher.hanging.withLock { $0 = [] }
+        for _ in 0..<10 where !engine.state.isIdentified {
+            clock.advanceToNextDeadline()
+            await engine.waitUntilIdle()
+        }
+        try await signIn.value
+        #expect(engine.state.isIdentified)
+        #expect(fetcher.requests(for: "alice") >= 2)
+        await engine.shutdown()
+    }
+
+    @Test func aPoolWithTwoHungAccountsStillSignsAThirdIn() async throws {
+        let clock = ManualClock()
+        let fetcher = HangingFetcher(clock: clock, hanging: ["hung-1", "hung-2"])
+        var session = SessionConfiguration(randomSeed: 5)
+        session.fetchTimeout = .seconds(20)
+        let pool = SessionPool(
+            fetcher: fetcher,
+            configuration: SessionPoolConfiguration(
+                session: session, budget: .init(maximumInFlight: 2, startsPerSecond: 100)),
+            clock: clock)
+        let hung = await pool.startCalls(2) { pool, index in try await pool.signIn(AccountID("hung-\(index + 1)")) }
+        #expect(pool.metrics.fetchesInFlight == 2)
+        let third = await pool.startCall { try await $0.signIn("third", timeout: .seconds(60)) }
+        #expect(pool.metrics.queuedNeeded == 1, "both slots are held by fetches that never answer")
+        // Signing a hung account out frees its slot at once, though its fetcher ignores the cancellation.
+        await pool.signOut("hung-1")
+        await pool.waitUntilIdle()
+        try await third.value
+        #expect(pool.state(of: "third").isIdentified)
+        #expect(pool.metrics.fetchesInFlight == 1, "only the other hung fetch holds a slot")
+
+        // The deadline frees the other slot: a fourth account signs in once it has passed, not never.
+        let fourthOnItsWay = await pool.startCall { try await $0.signIn("fourth", timeout: .seconds(60)) }
+        #expect(pool.state(of: "fourth").isIdentified, "a free slot admits the fourth at once")
+        try await fourthOnItsWay.value
+        clock.advance(by: .seconds(20))
+        await pool.waitUntilIdle()
+        #expect(pool.metrics.fetchesInFlight == 0, "the hung fetch's slot is free at its deadline")
+        #expect(pool.metrics(for: "hung-2")?.fetchesTimedOut == 1)
+        for call in hung { call.cancel() }
+        await pool.shutdown()
+    }
+
+    @Test func oneFailingAccountAmongTenNeverStartsAnOutage() async throws {
+        let clock = ManualClock()
+        let fetcher = HangingFetcher(clock: clock, failing: ["broken"])
+        // A retry policy as fast as the engine allows: the failing account fetches every few seconds.
+        let session = SessionConfiguration(
+            retry: RetryPolicy(initial: .milliseconds(50), multiplier: 1, cap: .milliseconds(50)),
+            minimumFetchInterval: .seconds(1), randomSeed: 9)
+        let pool = SessionPool(
+            fetcher: fetcher,
+            configuration: SessionPoolConfiguration(session: session, budget: .init(outageThreshold: 8)),
+            clock: clock)
+        let events = pool.events(bufferLimit: 100_000)
+        let healthy = PoolHarness.accounts(10)
+        let signIns = await pool.startCalls(10) { pool, index in try await pool.signIn(healthy[index]) }
+        for call in signIns { try await call.value }
+        _ = await pool.startCall { try? await $0.signIn("broken") }
+        // Two minutes in which the broken account fails some hundred times and every healthy account renews.
+        for _ in 0..<240 {
+            clock.advance(by: .milliseconds(500))
+            await pool.waitUntilIdle()
+        }
+        #expect(fetcher.requests(for: "broken") > 50, "the broken account kept failing")
+        #expect(pool.metrics.outages == 0 && !pool.metrics.holdsForOutage, "one account is no outage")
+        let renewal = await pool.startCall { try await $0.renew(for: healthy[0]) }
+        _ = try await renewal.value
+        #expect(healthy.allSatisfy { pool.state(of: $0).isIdentified })
+        await pool.shutdown()
+        for await event in events {
+            if case .outageBegan = event.kind { Issue.record("the pool began an outage for \(event.account)") }
+        }
+    }
+
+    @Test func aFetchThatWaitedForTheBudgetIsMeasuredFromWhenItLeft() async throws {
+        let clock = ManualClock()
+        let fetcher = HangingFetcher(clock: clock)
+        let pool = SessionPool(
+            fetcher: fetcher,
+            configuration: SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 4)),
+            clock: clock)
+        // The backend asked for 90 s of quiet: a sign-in waits for the budget that long before it leaves.
+        pool.budget.pause(for: .seconds(90))
+        let asked = clock.now
+        let signIn = await pool.startCall { try await $0.signIn("alice") }
+        clock.advance(by: .seconds(90))
+        await pool.waitUntilIdle()
+        try await signIn.value
+        let arrival = try #require(fetcher.arrivals.withLock { $0.first })
+        #expect(arrival.request.startedAt == arrival.wall, "the request says when it left, not when it was asked")
+        #expect(arrival.wall.timeIntervalSince(asked) >= 90)
+        let metrics = try #require(pool.metrics(for: "alice"))
+        #expect(metrics.fetchLatency.max == .zero, "the budget's wait is not the backend's latency")
+        #expect(pool.metrics.budgetWait.max >= .seconds(90), "it is the budget's own metric")
+        await pool.shutdown()
+    }
+
+    @Test func probesGoToAccountsInTurn() async {
+        let clock = ManualClock()
+        let budget = FetchBudget(
+            limits: .init(
+                maximumInFlight: 4, startsPerSecond: 1000, outageThreshold: 3, outageProbeInterval: .seconds(5)),
+            clock: clock, ledger: clock.activityLedger, taskExecutor: nil)
+        // Three accounts fail in a row: an outage.
+        for name in ["a", "b", "c"] {
+            let ticket = budget.ticket(urgency: .needed, deadline: .zero, account: AccountID(name))
+            #expect(await budget.acquire(ticket))
+            budget.release(ticket, outcome: .outage)
+        }
+        #expect(budget.snapshot.holdsForOutage)
+        let admitted = Admitted()
+        @Sendable func queue(_ name: String, deadline: Duration) async -> FetchBudget.Ticket {
+            let ticket = budget.ticket(urgency: .needed, deadline: deadline, account: AccountID(name))
+            clock.activityLedger.begin()
+            Task {
+                defer { clock.activityLedger.end() }
+                if await budget.acquire(ticket) { admitted.append(name) }
+            }
+            await clock.activityLedger.waitUntilIdle()
+            return ticket
+        }
+        // The failing account's retry is always first in urgency order; the healthy one waits behind it.
+        var failing = await queue("failing", deadline: .zero)
+        let healthy = await queue("healthy", deadline: .seconds(1))
+        clock.advance(by: .seconds(5))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["failing"])
+        budget.release(failing, outcome: .outage)
+        failing = await queue("failing", deadline: .zero)
+        clock.advance(by: .seconds(5))
+        await clock.activityLedger.waitUntilIdle()
+        #expect(
+            admitted.all == ["failing", "healthy"],
+            "the next probe is another account's, though the failing account's retry comes first")
+        budget.release(healthy, outcome: .answered)
+        await clock.activityLedger.waitUntilIdle()
+        #expect(!budget.snapshot.holdsForOutage)
+        #expect(admitted.all == ["failing", "healthy", "failing"])
+        budget.release(failing, outcome: .answered)
+    }
+
+    @Test func failuresOfOneOrTwoAccountsNeverBeginAnOutageButOfThreeDo() async {
+        let clock = ManualClock()
+        let budget = FetchBudget(
+            limits: .init(maximumInFlight: 100, startsPerSecond: 1000, outageThreshold: 4),
+            clock: clock, ledger: nil, taskExecutor: nil)
+        func fail(_ name: String) async {
+            let ticket = budget.ticket(urgency: .needed, deadline: .zero, account: AccountID(name))
+            #expect(await budget.acquire(ticket))
+            budget.release(ticket, outcome: .outage)
+        }
+        for _ in 0..<20 { await fail("x") }
+        for _ in 0..<20 { await fail("y") }
+        #expect(!budget.snapshot.holdsForOutage, "forty failures in a row from two accounts")
+        await fail("z")
+        #expect(budget.snapshot.holdsForOutage, "a third account's failure makes it the backend's")
+    }
+}
