@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Type-checks the Swift blocks of README.md and Design/*.md against the package; see Scripts/check-snippets.sh.
+"""Type-checks the Swift blocks of README.md, Design/*.md and the DocC catalog's articles
+(Sources/SessionEngine/SessionEngine.docc/**/*.md) against the package; see Scripts/check-snippets.sh.
 
 The helper reads every fenced block whose info string is exactly `swift` (and `c` blocks that declare a module),
 with the HTML comment on the last non-blank lines before the fence, if any:
@@ -8,8 +9,8 @@ with the HTML comment on the last non-blank lines before the fence, if any:
 - `<!-- snippet-prelude: SWIFT -->`, on one line or several: SWIFT declares the host-side names the block assumes
   and is compiled in front of it, at its own lines of the document.
 - `<!-- snippet-manifest -->`: the block is a host's Package.swift. Its `.package(url: ".../swift-session-engine.git",
-  from: ...)` is pointed at this checkout, and SwiftPM must load the package graph: a wrong `package:` or product
-  name fails.
+  from: ...)` (or `branch:`, `exact:`, `revision:`) is pointed at this checkout, and SwiftPM must load the package
+  graph: a wrong `package:` or product name fails.
 - `<!-- snippet-c-module: NAME -->` before a ```c block: the block is the header of a C target NAME (compiled with
   -Wall -Wextra -Werror), a dependency of each Swift block that imports NAME.
 
@@ -53,8 +54,13 @@ COMMENT_MANIFEST = re.compile(r"^<!--\s*snippet-manifest\s*-->$")
 COMMENT_C_MODULE = re.compile(r"^<!--\s*snippet-c-module:\s*(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*-->$")
 # The manifest block's dependency on this package, which the check points at the checkout.
 PACKAGE_URL_DEPENDENCY = re.compile(
-    r'\.package\(\s*url:\s*"[^"]*/' + re.escape(PACKAGE_IDENTITY) + r'(?:\.git)?"\s*,\s*from:\s*"[^"]*"\s*\)'
+    r'\.package\(\s*url:\s*"[^"]*/'
+    + re.escape(PACKAGE_IDENTITY)
+    + r'(?:\.git)?"\s*,\s*(?:from|branch|exact|revision):\s*"[^"]*"\s*\)'
 )
+# The documents whose blocks are checked, relative to the package root: the README, the design notes, and every
+# article of the DocC catalog, which readers copy from as much as from the README.
+DOCC_CATALOG = "Sources/SessionEngine/SessionEngine.docc"
 DIAGNOSTIC = re.compile(
     r"^(?P<path>/[^:]*|[^\s:\[][^:]*):(?P<line>\d+):(?:(?P<column>\d+):)?\s*(?P<kind>error|warning|note):"
 )
@@ -500,7 +506,7 @@ def check_manifest(block: Block, root: Path, scratch: Path, deadline: float) -> 
     if source is None:
         return (
             f'the manifest must start with "// swift-tools-version:" and depend on .package(url: '
-            f'".../{PACKAGE_IDENTITY}.git", from: "...")'
+            f'".../{PACKAGE_IDENTITY}.git", from: "...") (or branch: "...")'
         )
     directory = scratch / "Manifest"
     write_if_changed(directory / "Package.swift", source)
@@ -522,7 +528,9 @@ def check_manifest(block: Block, root: Path, scratch: Path, deadline: float) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="Type-checks the Swift blocks of README.md and Design/*.md.")
+    parser = argparse.ArgumentParser(
+        description="Type-checks the Swift blocks of README.md, Design/*.md and the DocC catalog's articles."
+    )
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--scratch", type=Path, help="the scratch directory (default: ROOT/.build/snippets)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds for the whole check (default: 1200)")
@@ -533,7 +541,11 @@ def main() -> int:
     started = time.monotonic()
     deadline = started + options.timeout
 
-    documents = ["README.md"] + sorted(str(p.relative_to(root)) for p in (root / "Design").glob("*.md"))
+    documents = (
+        ["README.md"]
+        + sorted(str(p.relative_to(root)) for p in (root / "Design").glob("*.md"))
+        + sorted(str(p.relative_to(root)) for p in (root / DOCC_CATALOG).rglob("*.md"))
+    )
     blocks = [block for document in documents for block in parse_document(root, document)]
     counters: dict[str, int] = {}
     for block in blocks:

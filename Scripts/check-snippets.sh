@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Type-checks every ```swift block of README.md and Design/*.md against the package, so the docs' code stays true.
+# Type-checks every ```swift block of README.md, Design/*.md and the DocC articles (every .md under
+# Sources/SessionEngine/SessionEngine.docc) against the package, so the docs' code stays true.
 #
 # Each block is compiled on its own, as the main.swift of an executable target (top-level code, Swift 6 language
 # mode), or as a test target when it imports Testing, in a scratch package under .build/snippets/ that depends on
@@ -18,9 +19,10 @@
 #                                                 location and reason are printed. Keep fragments rare.
 #
 #   <!-- snippet-manifest -->                     The block is a host's Package.swift. Its
-#                                                 `.package(url: "…/swift-session-engine.git", from: …)` is pointed
-#                                                 at this checkout and SwiftPM loads the package graph, so a wrong
-#                                                 `package:` identity or product name fails.
+#                                                 `.package(url: "…/swift-session-engine.git", from: …)` (or
+#                                                 `branch:`, `exact:`, `revision:`) is pointed at this checkout and
+#                                                 SwiftPM loads the package graph, so a wrong `package:` identity or
+#                                                 product name fails.
 #
 #   <!-- snippet-c-module: NAME -->               Before a ```c block: the block is the header of a C target NAME
 #                                                 (-Wall -Wextra -Werror), a dependency of each Swift block that

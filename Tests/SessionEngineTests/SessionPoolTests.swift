@@ -389,6 +389,26 @@ struct PoolHarness {
         for await _ in events { count += 1 }
         #expect(count > 0)
     }
+
+    @Test(.timeLimit(TimeLimits.minutes(1)))
+    func runReturnsOnShutdownAndOnCancellation() async throws {
+        // A shutdown() from elsewhere ends run(): a run() that outlived it would hang here to the time limit.
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice")
+        let running = Task { try await harness.pool.run() }
+        await harness.pool.shutdown()
+        try await running.value
+        #expect(harness.pool.accounts.isEmpty)
+
+        // Cancelling the task that runs it shuts the pool down.
+        let other = PoolHarness()
+        try await other.pool.signIn("bob")
+        let cancelled = Task { try await other.pool.run() }
+        cancelled.cancel()
+        try await cancelled.value
+        #expect(other.pool.accounts.isEmpty)
+        await #expect(throws: SessionError.self) { try await other.pool.signIn("carol") }
+    }
 }
 
 /// The names of the fetches a budget admitted, in order.

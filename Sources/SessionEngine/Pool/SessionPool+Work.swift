@@ -44,7 +44,12 @@ extension SessionPool {
         await member.engine.credentialRejected(credential)
     }
 
-    /// Keeps the pool running until the calling task is cancelled, then shuts it down as ``shutdown()`` does.
+    /// Keeps the pool running until ``shutdown()`` is called or the calling task is cancelled, and returns once every
+    /// account has shut down.
+    ///
+    /// Own the pool's lifetime with it in your service: a ``shutdown()`` from anywhere (a signal handler, a service
+    /// group's graceful shutdown) makes it return, and cancelling the task that runs it shuts the pool down as
+    /// ``shutdown()`` does.
     ///
     /// - Throws: Never at present; the signature leaves room for start-up failures.
     public func run() async throws {

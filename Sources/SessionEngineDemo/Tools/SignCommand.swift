@@ -19,9 +19,12 @@ enum SignCommand {
           --expires-at UNIX    an explicit expiry in Unix seconds, at most 24 hours from now
           --batch              read JSON lines {"projectId"?, "email", "expiresAt"?, "properties"?} from standard
                                input and write one line per input, in order: the credential
-                               {"email","expiresAt","signature","properties"?} or {"error": "<reason>"}
+                               {"email","expiresAt","signature","properties"?} or {"error": "<reason>"}; a
+                               line longer than \(InputLines.maximumLength) bytes is answered with an error and
+                               not shown
 
-        Exit status: 0 when every credential was issued, 1 when any input broke a rule, 2 for a usage error.
+        Exit status: 0 when every credential was issued, 1 when any input broke a rule, 2 for a usage error or
+        unreadable input.
         """
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -83,11 +86,25 @@ enum SignCommand {
         }
     }
 
+    /// Signs standard input line by line as it arrives, holding one line at a time; a line over the bound is
+    /// answered with an error that does not show it.
     private static func runBatch(defaultProjectID: String?, signers: inout Signers) -> Int32 {
         var failed = false
-        while let line = readLine(strippingNewline: true) {
-            guard !line.allSatisfy(\.isWhitespace) else { continue }
+        var input = InputLines()
+        while true {
+            let line: InputLines.Line
             do {
+                guard let next = try input.next() else { break }
+                line = next
+            } catch {
+                FileHandle.standardError.write(Data("error: \(error.describedReason)\n".utf8))
+                return 2
+            }
+            do {
+                guard case .text(let line) = line else {
+                    throw InputProblem(describedReason: "lineTooLong: \(InputLines.tooLongReason)")
+                }
+                guard !line.allSatisfy(\.isWhitespace) else { continue }
                 let request = try JSONDecoder().decode(SignRequest.self, from: Data(line.utf8))
                 guard let projectID = request.projectId ?? defaultProjectID else {
                     throw InputProblem(

@@ -9,7 +9,8 @@ enum VerifyCommand {
 
         Checks credentials {"email","expiresAt","signature","properties"?} as the service does, with the secret in
         APPNORTH_IDENTITY_SECRET (read only from the environment, never printed) and the project in --project-id or
-        APPNORTH_PROJECT_ID. Reads one credential per line from standard input, or one from --credential.
+        APPNORTH_PROJECT_ID. Reads one credential per line from standard input, or one from --credential. A line
+        longer than \(InputLines.maximumLength) bytes is reported as malformed without being shown.
 
           --credential JSON    the credential to check instead of standard input
           --now UNIX           check expiry at this Unix time (0 to 253402300799) instead of now
@@ -24,7 +25,7 @@ enum VerifyCommand {
 
     static func run(_ arguments: [String]) -> Int32 {
         let verifier: IdentityVerifier
-        let inputs: [String]
+        let credential: String?
         let now: Int64
         do {
             let options = try Options(command: arguments, valued: ["credential", "project-id", "now"], flags: [])
@@ -44,31 +45,69 @@ enum VerifyCommand {
             } catch {
                 throw Options.UsageError(description: error.description)
             }
-            if let credential = options["credential"] {
-                inputs = [credential]
-            } else {
-                var lines: [String] = []
-                while let line = readLine(strippingNewline: true) {
-                    if !line.allSatisfy(\.isWhitespace) { lines.append(line) }
-                }
-                guard !lines.isEmpty else {
-                    throw Options.UsageError(description: "no credential on standard input")
-                }
-                inputs = lines
-            }
+            credential = options["credential"]
         } catch {
-            FileHandle.standardError.write(
-                Data("error: \(error)\nRun SessionEngineDemo verify --help for usage.\n".utf8))
-            return 2
+            return usageFailure(error)
         }
+        if let credential {
+            let lines = report(credential, verifier: verifier, now: now)
+            print(lines.text.joined(separator: "\n"))
+            return lines.valid ? 0 : 1
+        }
+        do {
+            return try verifyStandardInput(verifier: verifier, now: now)
+        } catch {
+            return usageFailure(error)
+        }
+    }
+
+    /// Verifies standard input line by line as it arrives, holding one line at a time.
+    ///
+    /// Each report is prefixed with its line number (`line 7: `) when the input holds more than one credential, so
+    /// the first report waits for a second credential or the end of the input. Blank lines are skipped.
+    private static func verifyStandardInput(verifier: IdentityVerifier, now: Int64) throws -> Int32 {
+        var input = InputLines()
+        var lineNumber = 0
+        var first: (number: Int, valid: Bool, text: [String])?
+        var reported = 0
         var allValid = true
-        for (index, input) in inputs.enumerated() {
-            let prefix = inputs.count > 1 ? "line \(index + 1): " : ""
-            let lines = report(input, verifier: verifier, now: now)
-            allValid = allValid && lines.valid
-            print(prefix + lines.text.joined(separator: "\n" + String(repeating: " ", count: prefix.count)))
+        func emit(_ number: Int, _ text: [String], prefixed: Bool) {
+            let prefix = prefixed ? "line \(number): " : ""
+            print(prefix + text.joined(separator: "\n" + String(repeating: " ", count: prefix.count)))
         }
+        while let line = try input.next() {
+            lineNumber += 1
+            let outcome: (valid: Bool, text: [String])
+            switch line {
+            case .text(let text):
+                if text.allSatisfy(\.isWhitespace) { continue }
+                outcome = report(text, verifier: verifier, now: now)
+            case .tooLong:
+                outcome = (false, ["invalid (malformed): \(InputLines.tooLongReason)"])
+            }
+            allValid = allValid && outcome.valid
+            reported += 1
+            if reported == 1 {
+                first = (lineNumber, outcome.valid, outcome.text)
+                continue
+            }
+            if let held = first {
+                emit(held.number, held.text, prefixed: true)
+                first = nil
+            }
+            emit(lineNumber, outcome.text, prefixed: true)
+        }
+        guard reported > 0 else {
+            throw Options.UsageError(description: "no credential on standard input")
+        }
+        if let held = first { emit(held.number, held.text, prefixed: false) }
         return allValid ? 0 : 1
+    }
+
+    private static func usageFailure(_ error: any Error) -> Int32 {
+        let reason = (error as? InputProblem)?.describedReason ?? "\(error)"
+        FileHandle.standardError.write(Data("error: \(reason)\nRun SessionEngineDemo verify --help for usage.\n".utf8))
+        return 2
     }
 
     /// The latest `--now` accepted: the last second of the year 9999.

@@ -155,10 +155,11 @@ final class NginxFront: Sendable {
     }
 
     /// The access log's lines so far, once at least `count` are there (nginx writes a line just after it has sent
-    /// the response, so the last one may lag the fetch a little).
+    /// the response, so the last one may lag the fetch a little), or those there after 30 s (a bound that only a
+    /// missing line reaches, however busy the machine).
     func accessLog(atLeast count: Int) async throws -> [String] {
         let path = directory.appendingPathComponent("logs/access.log").path
-        let deadline = ContinuousClock.now + .seconds(5)
+        let deadline = ContinuousClock.now + .seconds(30)
         while true {
             let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
             let lines = text.split(separator: "\n").map(String.init)

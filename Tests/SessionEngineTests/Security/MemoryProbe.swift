@@ -17,6 +17,18 @@ enum MemoryProbe {
         return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
     }
 
+    /// The most another running process has held resident since it started (`VmHWM` in `/proc/PID/status`), in
+    /// bytes; nil once it has exited or where `/proc` cannot be read.
+    static func peakResidentBytes(ofProcess pid: pid_t) -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        for line in text.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            guard fields.count > 1, let kibibytes = Int(fields[1]) else { return nil }
+            return kibibytes * 1024
+        }
+        return nil
+    }
+
     /// Runs `body` and returns its result with the largest resident-memory growth seen while it ran.
     static func peakGrowth<T: Sendable>(during body: () async -> T) async -> (T, growth: Int) {
         let baseline = residentBytes() ?? 0

@@ -160,6 +160,16 @@ final class ChildProcess: Sendable {
         _ = try await channel.wait(for: .line(line), within: limit)
     }
 
+    /// Waits until the child has printed at least `count` lines on standard output.
+    ///
+    /// - Parameters:
+    ///   - count: How many newlines standard output must hold.
+    ///   - limit: How long to wait before the child is killed and this throws.
+    /// - Throws: As ``firstLine(within:)``.
+    func printedLines(_ count: Int, within limit: Duration) async throws {
+        _ = try await channel.wait(for: .lines(count), within: limit)
+    }
+
     /// Waits until the child has exited and closed its output, and returns how it ended.
     ///
     /// - Parameter limit: How long to wait before the child is killed and this throws.
@@ -170,6 +180,14 @@ final class ChildProcess: Sendable {
         let snapshot = try await channel.wait(for: .exit, within: limit)
         guard let exit = snapshot.exit else { preconditionFailure("a finished child without an exit") }
         return Outcome(status: exit.status, reason: exit.reason, output: snapshot.output, error: snapshot.error)
+    }
+
+    /// The child's process ID: the leader of its process group, and the program itself when `/bin/sh` `exec`s it.
+    var processIdentifier: pid_t { process.processIdentifier }
+
+    /// Writes `data` to the child's standard input after what is still pending; nothing once the input is closed.
+    func sendInput(_ data: Data) {
+        channel.appendInput(data)
     }
 
     /// Closes the child's standard input once what was given at launch is written.
@@ -201,6 +219,8 @@ extension ChildProcess {
     fileprivate enum Goal {
         /// A line on standard output: any line, or the given one.
         case line(String?)
+        /// At least this many lines on standard output.
+        case lines(Int)
         /// The child's exit, with both its output pipes at their end.
         case exit
     }
@@ -299,6 +319,9 @@ extension ChildProcess {
                     return .success(snapshot)
                 }
                 if !outputOpen { return .failure(failure(.closedOutputBeforeALine)) }
+            case .lines(let count):
+                if output.lazy.filter({ $0 == UInt8(ascii: "\n") }).count >= count { return .success(snapshot) }
+                if !outputOpen { return .failure(failure(.closedOutputBeforeALine)) }
             case .exit:
                 // The child is gone and everything it wrote is read.
                 if exit != nil, !outputOpen, !errorOpen { return .success(snapshot) }
@@ -369,6 +392,8 @@ extension ChildProcess {
             case .timedOut(.line(let text), let limit):
                 let line = text.map { "the line \"\($0)\"" } ?? "a line"
                 what = "did not print \(line) within \(limit), so it was killed"
+            case .timedOut(.lines(let count), let limit):
+                what = "did not print \(count) lines within \(limit), so it was killed"
             case .timedOut(.exit, let limit): what = "did not exit within \(limit), so it was killed"
             case .tooMuchOutput(let limit): what = "wrote more than \(limit) bytes, so it was killed"
             case .closedOutputBeforeALine: what = "closed its standard output before printing a line"
@@ -431,6 +456,13 @@ extension ChildProcess {
 
         func closeInput() {
             state.withLock { $0.closesInput = true }
+            wake()
+        }
+
+        func appendInput(_ data: Data) {
+            state.withLock { state in
+                if state.inputOpen { state.pendingInput.append(data) }
+            }
             wake()
         }
 

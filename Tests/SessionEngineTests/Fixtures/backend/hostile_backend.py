@@ -10,7 +10,8 @@ bounded memory growth. Each path is one attack:
     /gzip-bomb     200 OK, Content-Encoding: gzip, a 1 MB gzip body that expands to 1 GiB of zeros.
     /trickle       200 OK, Content-Length: 200, then one byte per second. With ?arrival=TAG it first prints the line
                    "arrived TAG" on standard output, so that a test knows the request reached the server.
-    /slow-headers  the status line, then one header byte per second, never finishing the head.
+    /slow-headers  the status line, then one header byte per second, never finishing the head; ?arrival=TAG as for
+                   /trickle.
     /big-chunk     200 OK, chunked, one chunk that declares 1 TiB.
     /ok            a small, valid-looking JSON body (not a valid credential), for a control measurement.
 
@@ -149,6 +150,7 @@ class Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 time.sleep(1)
         elif path == "/slow-headers":
+            self.report_arrival()
             self.wfile.write(b"HTTP/1.1 200 OK\r\n")
             self.wfile.flush()
             while True:
