@@ -228,3 +228,56 @@ private final class HangingFetcher: CredentialFetcher {
         #expect(budget.snapshot.holdsForOutage, "a third account's failure makes it the backend's")
     }
 }
+
+/// An account ID is input from outside: checked at every call that signs an account in, never echoed raw.
+@Suite struct AccountIDCheckTests {
+    static let hostile: [(String, String)] = [
+        ("", "empty"),
+        ("evil\nlevel=error msg=\"forged\"", "a line feed"),
+        ("evil\r", "a carriage return"),
+        ("evil\u{1B}[31m", "an escape"),
+        ("evil\u{0}", "a NUL"),
+        ("evil\u{2028}", "a line separator"),
+        (String(repeating: "a", count: 257), "one byte over the bound"),
+        (String(repeating: "é", count: 129), "two-byte characters over the bound"),
+    ]
+
+    @Test func anEngineAndAPoolRefuseIDsThatCannotNameAnAccount() async throws {
+        let clock = ManualClock()
+        let fetcher = HangingFetcher(clock: clock)
+        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 1), clock: clock)
+        let pool = SessionPool(fetcher: fetcher, clock: clock)
+        for (raw, what) in Self.hostile {
+            let account = AccountID(raw)
+            for call in [
+                { try await engine.signIn(account) }, { try await engine.switchAccount(to: account) },
+                { try await engine.signIn(account, timeout: .seconds(1)) }, { try await pool.signIn(account) },
+                { try await pool.signIn(account, timeout: .seconds(1)) },
+            ] as [@Sendable () async throws -> Void] {
+                do {
+                    try await call()
+                    Issue.record("an ID with \(what) was signed in")
+                } catch let error as SessionError {
+                    #expect(error.code == .invalidAccount, "\(what)")
+                    #expect(error.reason.utf8.count < 200, "the reason does not grow with the ID")
+                    #expect(!error.reason.contains("evil"), "the reason never repeats the ID")
+                }
+            }
+        }
+        #expect(engine.state == .signedOut)
+        #expect(pool.accounts.isEmpty, "a refused ID takes no place in the pool")
+        #expect(fetcher.arrivals.withLock { $0.isEmpty }, "nothing reached the backend")
+        // The bound itself is an ID.
+        try AccountID(String(repeating: "a", count: AccountID.maximumLength)).validate()
+        await engine.shutdown()
+        await pool.shutdown()
+    }
+
+    @Test func aDescriptionNeverCarriesAControlCharacterOrAHugeID() {
+        #expect(AccountID("evil\nlevel=error").description == "evil\\u{A}level=error")
+        #expect(AccountID("plain-user").description == "plain-user")
+        let huge = AccountID(String(repeating: "x", count: 1 << 20)).description
+        #expect(huge.utf8.count < 100 && huge.hasSuffix("(1048576 bytes)"))
+        #expect(!SessionPool.notHeld(AccountID("a\u{1B}b")).reason.contains("\u{1B}"))
+    }
+}

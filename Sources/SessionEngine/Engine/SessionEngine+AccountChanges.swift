@@ -14,9 +14,11 @@ extension SessionEngine {
     /// sign-in. Signing in to the account that is already current returns once it is identified.
     ///
     /// - Parameter account: The account to sign in.
-    /// - Throws: ``SessionError`` with ``SessionError/Code/backendSessionEnded`` when the backend refuses the account
-    ///   (the engine is then signed out), ``SessionError/Code/accountChanged`` when another change superseded this
-    ///   one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was cancelled.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidAccount`` for an ID that fails
+    ///   ``AccountID/validate()`` (nothing changes), ``SessionError/Code/backendSessionEnded`` when the backend
+    ///   refuses the account (the engine is then signed out), ``SessionError/Code/accountChanged`` when another change
+    ///   superseded this one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was
+    ///   cancelled.
     public func signIn(_ account: AccountID) async throws {
         ledger?.enter()
         defer { ledger?.leave() }
@@ -160,6 +162,7 @@ extension SessionEngine {
         pushing credential: IdentityCredential? = nil,
         timeout: Duration? = nil
     ) async throws {
+        try target?.validate()
         let decision = step(
             announcing: { decision in
                 guard case .began(let epoch, _) = decision else { return }

@@ -53,6 +53,9 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
         /// engine abandoned the fetch, cancelled the fetcher's task, freed the fetch's place in a pool's budget and
         /// retries with backoff, as after any outage. A late answer from that fetcher is dropped.
         public static let fetchTimedOut = Code("FETCH_TIMED_OUT")
+        /// An account ID that cannot name an account (``AccountID/validate()``): empty, longer than
+        /// ``AccountID/maximumLength`` bytes, or with a control character. Nothing was signed in or changed.
+        public static let invalidAccount = Code("INVALID_ACCOUNT")
 
         /// The raw value.
         public var description: String { rawValue }

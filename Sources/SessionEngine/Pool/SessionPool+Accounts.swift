@@ -101,6 +101,8 @@ extension SessionPool {
     /// Runs `call` on the account's engine, making the member first (and evicting one over the cap). A sign-out or
     /// eviction that shut the engine down under the call is retried once on a fresh member.
     private func withMember(_ account: AccountID, _ call: (SessionEngine) async throws -> Void) async throws {
+        // Checked before the pool makes a member, so an ID that cannot name an account takes no place in the pool.
+        try account.validate()
         try await counted { try await withMemberCounted(account, call) }
     }
 
