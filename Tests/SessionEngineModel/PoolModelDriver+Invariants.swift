@@ -171,6 +171,11 @@ extension PoolModelDriver {
         if metrics.eventsPublished != probe.eventCount {
             return "it counted \(metrics.eventsPublished) events and published \(probe.eventCount)"
         }
+        // The backend's clock agrees with the pool's: time a fetch waited for the budget (a full queue, an outage's
+        // hold, a pause) must never be taken for a clock offset.
+        if let applied = metrics.appliedClockOffset {
+            return "it applied a clock offset of \(applied) while the clocks agree"
+        }
         return nil
     }
 

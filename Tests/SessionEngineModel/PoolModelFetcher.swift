@@ -79,6 +79,20 @@ package final class PoolModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
         try await script.fetchCredential(for: account)
     }
 
+    /// Measures the backend's clock offset as ``HTTPCredentialFetcher`` does, on a backend whose clock agrees with
+    /// the pool's: its `Date` at the answer minus the request's `startedAt` plus the time that passed since the call.
+    /// A request that says when it was asked instead of when it left reports the budget's wait as an offset, which the
+    /// pool's invariants catch. No offset is reported across a jump of the wall clock, which is a real disagreement.
+    package func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
+        let (calledAt, jumps) = (clock.uptime, wallOffsets.withLock { $0.count })
+        let credential = try await fetchCredential(request)
+        guard let startedAt = request.startedAt, wallOffsets.withLock({ $0.count }) == jumps else {
+            return FetchedCredential(credential)
+        }
+        let sentAt = startedAt.addingTimeInterval((clock.uptime - calledAt).timeInterval)
+        return FetchedCredential(credential, serverClockOffset: .seconds(clock.now.timeIntervalSince(sentAt)))
+    }
+
     package func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
         let member = memberOf.withLock { $0 }?(request.account)
         let arrival = clock.uptime
