@@ -281,3 +281,46 @@ private final class HangingFetcher: CredentialFetcher {
         #expect(!SessionPool.notHeld(AccountID("a\u{1B}b")).reason.contains("\u{1B}"))
     }
 }
+
+/// A host that knows which user an account is says so, and a first credential for another user is refused, not
+/// pinned.
+@Suite struct ExpectedUserTests {
+    @Test func aFirstCredentialForAnotherUserIsRefusedNotPinned() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { _ in try signer.sign(email: "mallory@example.com") })
+        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        let signIn = await engine.startCall {
+            try await $0.signIn("alice", expecting: "  Alice@Example.com ", timeout: .seconds(3_600))
+        }
+        await engine.waitUntilIdle()
+        #expect(engine.metrics.fetchesFailed[.identityMismatch] == 1, "another user's credential is refused")
+        #expect(engine.state.isExpired)
+        #expect(throws: SessionError.self) { try engine.identityHeaders() }
+        // The backend is fixed: the account's own user is installed, since nothing was pinned to the other one.
+        fetcher.setResponder { _ in try signer.sign(email: "alice@example.com") }
+        for _ in 0..<10 where !engine.state.isIdentified {
+            clock.advanceToNextDeadline()
+            await engine.waitUntilIdle()
+        }
+        try await signIn.value
+        #expect(try engine.identityHeaders().credential().email == "alice@example.com")
+        await #expect(throws: SessionError.self) { try await engine.signIn("alice", expecting: "bob@example.com") }
+        await #expect(throws: SessionError.self) { try await engine.signIn("carol", expecting: " \u{7} ") }
+        await engine.shutdown()
+    }
+
+    @Test func aPoolPinsTheExpectedUserToo() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { _ in try signer.sign(email: "mallory@example.com") })
+        let pool = SessionPool(fetcher: fetcher, clock: clock)
+        let signIn = await pool.startCall { try await $0.signIn("alice", expecting: "alice@example.com") }
+        await pool.waitUntilIdle()
+        signIn.cancel()
+        await #expect(throws: CancellationError.self) { try await signIn.value }
+        #expect(pool.metrics(for: "alice")?.fetchesFailed[.identityMismatch] ?? 0 >= 1)
+        #expect(!pool.state(of: "alice").isIdentified)
+        await pool.shutdown()
+    }
+}

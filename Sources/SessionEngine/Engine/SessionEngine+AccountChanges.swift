@@ -48,6 +48,42 @@ extension SessionEngine {
         try await changeAccount(to: account, timeout: max(.zero, timeout))
     }
 
+    /// Signs an account in that the host knows to be a given user, and waits for its first credential.
+    ///
+    /// This is ``signIn(_:)`` or, with a `timeout`, ``signIn(_:timeout:)``, with the account session pinned to
+    /// `email` from the start: a first credential that names another user is refused with
+    /// ``SessionError/Code/identityMismatch`` (a misconfiguration, retried on the slow schedule) instead of pinning
+    /// the account to that user until it signs out. Without an expectation the first credential's user is the one
+    /// every later credential must name. Signing in to the account that is already current checks the expectation
+    /// against the user it is pinned to.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - email: The user the host's backend session is for; normalized as the backend signs it (trimmed,
+    ///     lowercased).
+    ///   - timeout: How long to wait for the first credential, on the engine's clock; `nil` waits as long as it takes.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidAccount`` for an ID that fails
+    ///   ``AccountID/validate()`` or an email that is empty or has a control character,
+    ///   ``SessionError/Code/identityMismatch`` when the current account is pinned to another user; otherwise as
+    ///   ``signIn(_:)`` and ``signIn(_:timeout:)``.
+    public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
+        ledger?.enter()
+        defer { ledger?.leave() }
+        try await changeAccount(
+            to: account, expecting: try Self.expectedEmail(email), timeout: timeout.map { max(.zero, $0) })
+    }
+
+    /// The email a host expects, normalized as the backend signs it, or an error for one no credential can carry.
+    static func expectedEmail(_ email: String) throws(SessionError) -> String {
+        let normalized = IdentityEmail.normalize(email)
+        do {
+            try IdentityEmail.validateNormalized(normalized)
+        } catch {
+            throw SessionError(.invalidAccount, reason: "the expected user's email is unusable: \(error.reason)")
+        }
+        return normalized
+    }
+
     /// Signs an account in with a credential the host already holds, such as one its login response carried.
     ///
     /// The credential is validated exactly like a fetched one, as the account session's first: not expired on
@@ -160,6 +196,7 @@ extension SessionEngine {
     private func changeAccount(
         to target: AccountID?,
         pushing credential: IdentityCredential? = nil,
+        expecting expected: String? = nil,
         timeout: Duration? = nil
     ) async throws {
         try target?.validate()
@@ -168,7 +205,7 @@ extension SessionEngine {
                 guard case .began(let epoch, _) = decision else { return }
                 self.log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
             },
-            { $0.changeAccount(to: target, pushing: credential, at: $1) }
+            { $0.changeAccount(to: target, pushing: credential, expecting: expected, at: $1) }
         )
         switch decision {
         case .shutDown:
@@ -180,6 +217,10 @@ extension SessionEngine {
                 // A sign-out may still be draining its work: return once it is done, as the first caller does.
                 await preparation?.wait()
                 return
+            }
+            if let expected, let pinned = machine.currentSession?.pinnedEmail, pinned != expected {
+                throw SessionError(
+                    .identityMismatch, reason: "the account is signed in as another user than the one expected")
             }
             if let credential { try push(credential, for: target) }
             if let timeout {

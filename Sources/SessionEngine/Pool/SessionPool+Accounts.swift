@@ -28,6 +28,19 @@ extension SessionPool {
         try await withMember(account) { try await $0.signIn(account, timeout: timeout) }
     }
 
+    /// Signs an account in that the host knows to be a given user, as ``SessionEngine/signIn(_:expecting:timeout:)``
+    /// does: a first credential for another user is refused, not pinned.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - email: The user the host's backend session is for.
+    ///   - timeout: How long to wait, on the pool's clock; `nil` waits as long as it takes.
+    /// - Throws: As ``SessionEngine/signIn(_:expecting:timeout:)``.
+    public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
+        let expected = try SessionEngine.expectedEmail(email)
+        try await withMember(account) { try await $0.signIn(account, expecting: expected, timeout: timeout) }
+    }
+
     /// Signs an account in with a credential the host already holds, as ``SessionEngine/signIn(_:with:)`` does.
     ///
     /// - Parameters:

@@ -13,6 +13,7 @@ extension SessionStateMachine {
     mutating func changeAccount(
         to target: AccountID?,
         pushing pushed: IdentityCredential? = nil,
+        expecting expected: String? = nil,
         at now: SessionInstant
     ) -> ChangeDecision {
         if gracefulShutdown, !isShutDown {
@@ -36,14 +37,18 @@ extension SessionStateMachine {
         }
         if let pushed, let target {
             // Validate the handed-over credential as the new account session's first: a refusal changes nothing.
-            let fresh = AccountSession(account: target, epoch: epoch)
+            var fresh = AccountSession(account: target, epoch: epoch)
+            fresh.pinnedEmail = expected
             if let refusal = refusal(of: pushed, for: fresh, at: now) {
                 return .refused(refusal, skewReport(of: pushed, refusal: refusal, for: fresh, at: now))
             }
         }
         let actions = beginChange(to: target, shutsDown: false, waitersFail: Self.accountChanged)
-        if let pushed, case .switching(var change) = state {
+        if pushed != nil || expected != nil, case .switching(var change) = state {
             change.pushed = pushed
+            // The host said which user the account is: the account session is pinned to it before its first
+            // credential, which is refused, not pinned, when it names another user.
+            change.target?.pinnedEmail = expected
             state = .switching(change)
         }
         return .began(epoch: epoch, actions)
