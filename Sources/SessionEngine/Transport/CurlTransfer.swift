@@ -74,7 +74,9 @@ enum CurlTransfer {
         case SE_CURL_STOPPED:
             return SessionError.fetchFailed("the transfer was stopped")
         case SE_CURL_SETUP_FAILED:
-            return SessionError.fetchFailed("the transfer could not be set up (libcurl refused an option)")
+            return SessionError.backendMisconfigured(
+                "the transfer could not be set up: libcurl refused an option (the trusted authorities, the proxy "
+                    + "setting or the request)")
         case 0: return SessionError.fetchFailed("the backend's answer is not an HTTP response")
         case 1: return SessionError(.fetchFailed, reason: "the endpoint's scheme is not spoken", isTransient: false)
         case 6, 5: return SessionError.fetchFailed("the backend's host name could not be resolved")
@@ -86,7 +88,12 @@ enum CurlTransfer {
                 "the backend's certificate was not trusted: \(untrusted(outcome.ssl_verify_result)) "
                     + "(libcurl error 60, verification result \(outcome.ssl_verify_result))"
             )
-        case 35, 53, 54, 58, 59, 64, 66, 77, 80, 82, 83, 90, 91, 98:
+        case 77:
+            return SessionError.backendMisconfigured(
+                "the trusted certificate authorities could not be loaded: the TLS library refused them "
+                    + "(libcurl error 77); see CertificateTrust"
+            )
+        case 35, 53, 54, 58, 59, 64, 66, 80, 82, 83, 90, 91, 98:
             return SessionError.fetchFailed(
                 "the secure connection to the backend failed: its certificate was not trusted or TLS failed "
                     + "(libcurl error \(code))"
@@ -192,7 +199,7 @@ enum CurlTransfer {
                     Unmanaged<ResponseReader>.fromOpaque(context!).takeRetainedValue().complete(outcome.pointee)
                 }
             )
-            let authorities = trust.isSystem ? nil : trust.pem
+            let authorities = trust.bundle
             let code = request.url.withCString { url in
                 request.method.withCString { method in
                     lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in

@@ -231,6 +231,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 isTransient: false
             )
         }
+        if !isPlain, let problem = trust.problem {
+            throw SessionError.backendMisconfigured("the fetcher's certificate trust cannot be used: \(problem.reason)")
+        }
         // The local time of sending: the engine's time of asking plus what `authenticate` took, or the fetcher's clock.
         let sending = clock.uptime
         let sentAt = startedAt.map { $0.addingTimeInterval((sending - asked).timeInterval) } ?? clock.now
