@@ -77,6 +77,7 @@ enum {
     SE_CURLINFO_CAINFO = 0x10003D,  // libcurl 7.84 and later: the built-in CA bundle's path
     SE_CURLINFO_SSL_VERIFYRESULT = 0x20000D,
     SE_CURLINFO_HTTP_CONNECTCODE = 0x200016,
+    SE_CURLINFO_PROXY_SSL_VERIFYRESULT = 0x20002F,  // libcurl 7.52 and later
     SE_CURLINFO_PROXY_ERROR = 0x20003B,  // libcurl 7.73 and later
     // libcurl's CURL_MAX_INPUT_LENGTH: the largest string or blob an option takes.
     SE_CURL_MAX_INPUT_LENGTH = 8000000,
@@ -418,6 +419,10 @@ static void finish(transfer *item, int code) {
     if (code > 0) {
         api.easy_getinfo(item->handle, SE_CURLINFO_SSL_VERIFYRESULT, &outcome.ssl_verify_result);
         api.easy_getinfo(item->handle, SE_CURLINFO_HTTP_CONNECTCODE, &outcome.connect_code);
+        if (api.easy_getinfo(item->handle, SE_CURLINFO_PROXY_SSL_VERIFYRESULT, &outcome.proxy_ssl_verify_result)
+            != SE_CURLE_OK) {
+            outcome.proxy_ssl_verify_result = 0;
+        }
         if (api.easy_getinfo(item->handle, SE_CURLINFO_PROXY_ERROR, &outcome.proxy_error) != SE_CURLE_OK) {
             outcome.proxy_error = 0;
         }

@@ -59,6 +59,9 @@ typedef struct se_curl_outcome {
     long connect_code;
     /// libcurl's detail of a proxy failure (`CURLINFO_PROXY_ERROR`, a `CURLproxycode`), 0 when there was none.
     long proxy_error;
+    /// The verification result of an `https` proxy's certificate (`CURLINFO_PROXY_SSL_VERIFYRESULT`); 0 when it
+    /// passed or did not run.
+    long proxy_ssl_verify_result;
 } se_curl_outcome;
 
 /// Where the response goes. Every callback runs on the transfers' thread. `header`, `body` and `proceed` return

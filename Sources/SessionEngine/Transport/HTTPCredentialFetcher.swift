@@ -275,7 +275,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         let result: HTTPTransferResult
         if CurlTransfer.isAvailable && transfer != .urlSession {
             // The proxy decided for this URL, or none (then libcurl does not read the environment either).
-            let proxy = request.url.flatMap { self.proxy.proxy(for: $0) }
+            let proxy = try request.url.flatMap { url throws(SessionError) in try self.proxy.checkedProxy(for: url) }
             result = try await CurlTransfer.perform(
                 try CheckedHTTPRequest(request),
                 timeout: timeout,
