@@ -34,7 +34,7 @@ import Foundation
 /// ```
 ///
 /// The description says how many certificates there are, never what they hold.
-public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertible {
+public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The largest PEM text read: 8 MiB, far more than a system's whole bundle (about 200 KiB).
     public static let maximumPEMSize = 8 << 20
 
@@ -108,6 +108,11 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
     /// `CertificateAuthorities(N certificates)`.
     public var description: String {
         "CertificateAuthorities(\(count) certificate\(count == 1 ? "" : "s"))"
+    }
+
+    /// A mirror with how many certificates there are, instead of their bytes.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["count": count], displayStyle: .struct)
     }
 
     // MARK: - Reading

@@ -24,7 +24,7 @@ import Synchronization
 ///
 /// Environment variables such as `SSL_CERT_FILE` or `CURL_CA_BUNDLE` change nothing: libcurl, unlike the `curl`
 /// command, does not read them, and the fetcher does not either.
-public struct CertificateTrust: Sendable, Hashable, CustomStringConvertible {
+public struct CertificateTrust: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The authorities trusted besides or instead of the system's.
     public let authorities: [CertificateAuthorities]
     /// Whether the system's authorities are trusted too.
@@ -116,6 +116,16 @@ public struct CertificateTrust: Sendable, Hashable, CustomStringConvertible {
         guard !isSystem else { return "system" }
         let count = authorities.reduce(0) { $0 + $1.count }
         return "\(count) certificate\(count == 1 ? "" : "s")" + (includesSystem ? " and the system's" : " only")
+    }
+
+    /// A mirror with how many certificates are given and whether the system's are included, instead of the bundle's
+    /// bytes.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: ["certificates": authorities.reduce(0) { $0 + $1.count }, "includesSystem": includesSystem],
+            displayStyle: .struct
+        )
     }
 
     /// Two trusts are equal when they trust the same given authorities and both include the system's or neither.

@@ -15,7 +15,7 @@ public import Foundation
 /// `includingLoopback: true`: a sidecar on the same machine is never sent through a proxy by accident. The proxy's
 /// URL takes libcurl's forms: `http://host:port` (the default scheme), `https://host:port` (its certificate checked
 /// against the system's authorities), `socks5h://host:port`; credentials in it (`http://user:password@host:port`)
-/// are sent to the proxy only and never appear in a description or an error.
+/// are sent to the proxy only and never appear in a description, a mirror (what `dump` prints) or an error.
 ///
 /// What waiting cannot fix is a misconfiguration (``SessionError/Code/backendMisconfigured``) that names the proxy,
 /// never its address or credentials: a proxy setting that is not such a URL (checked before any connection: a
@@ -27,7 +27,7 @@ public import Foundation
 ///
 /// On Linux the fetcher's libcurl transfer applies it. On Apple platforms the fetcher's `URLSession` follows the
 /// system's proxy settings instead, and this value is not applied.
-public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
+public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     private enum Kind: Hashable {
         case environment([String: String]?)
         case none
@@ -160,6 +160,22 @@ public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
             let port = url.port.map { ":\($0)" } ?? ""
             return "proxy at \(url.host ?? "?")\(port)" + loopback
         }
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror with the same fields as ``description``: the setting without credentials, and whether it applies to
+    /// loopback endpoints. The environment's variables and the URL's user and password are left out.
+    public var customMirror: Mirror {
+        let setting: String =
+            switch kind {
+            case .environment: "environment"
+            case .none: "none"
+            case .url(let url): "proxy at \(url.host ?? "?")" + (url.port.map { ":\($0)" } ?? "")
+            }
+        return Mirror(
+            self, children: ["setting": setting, "includesLoopback": includesLoopback], displayStyle: .struct)
     }
 }
 

@@ -62,6 +62,14 @@ import Testing
         #expect(!String(describing: fetcher).contains("secret-password"))
         #expect(String(describing: fetcher).contains("proxy: proxy at proxy.internal:3128"))
         #expect(HTTPProxy.environment.description == "environment")
+        // The mirror, what dump prints, shows what the description shows.
+        var dumped = ""
+        dump(proxy, to: &dumped)
+        #expect(!dumped.contains("secret-password") && dumped.contains("proxy at proxy.internal:3128"), "\(dumped)")
+        dumped = ""
+        dump(HTTPProxy.environment(["https_proxy": "http://u:secret-password@p:1"]), to: &dumped)
+        #expect(!dumped.contains("secret-password"), "\(dumped)")
+        #expect(Mirror(reflecting: proxy).children.map(\.label) == ["setting", "includesLoopback"])
     }
 }
 
