@@ -137,13 +137,14 @@ struct CertificateTrustTests {
             #expect(tooLarge?.code == .tooLarge)
             #expect(
                 tooLarge?.reason.contains("libcurl takes at most 8000000") == true, "\(String(describing: tooLarge))")
-            // 7.9 MB fits alone, beside the backend's certificate, and not with the system's bundle.
+            // 7.9 MB fits alone, beside the backend's certificate, and not with the system's bundle. (No fetch trusts
+            // it here: libcurl parses a bundle for each new connection, about 2 s for this one, on the one thread
+            // every transfer of the process shares, which would hold up the other suites' fetches.)
             let large = try CertificateAuthorities(
                 pem: Data(String(repeating: block, count: 7_900_000 / block.utf8.count).utf8))
             let pinned = try CertificateTrust(authorities: [large, selfSigned])
-            #expect(pinned.bundle?.count ?? 0 <= CertificateTrust.maximumBundleSize)
-            let credential = try await backend.fetcher(trust: pinned, clock: clock).fetchCredential(for: "bob")
-            #expect(try backend.verifier(clock: clock).verify(credential).isValid)
+            #expect(pinned.bundle?.count ?? .max <= CertificateTrust.maximumBundleSize)
+            #expect(pinned.bundle?.count ?? 0 > 7_800_000)
             let withSystem = refusal {
                 _ = try CertificateTrust(authorities: [large, selfSigned], includingSystem: true)
             }
