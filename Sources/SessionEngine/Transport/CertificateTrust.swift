@@ -114,6 +114,9 @@ public struct CertificateTrust: Sendable, Hashable, CustomStringConvertible, Cus
     /// Every given certificate, in DER.
     package var certificates: [[UInt8]] { authorities.flatMap(\.certificates) }
 
+    /// Every given certificate as one PEM text, without the system's bundle.
+    package var pem: [UInt8] { authorities.flatMap(\.pem) }
+
     /// `system`, or how many certificates are trusted and whether the system's are too; never what they hold.
     public var description: String {
         guard !isSystem else { return "system" }
