@@ -46,6 +46,9 @@ final class ClosingServer: Sendable {
                 let client = accept(descriptor, nil, nil)
                 if client < 0 {
                     if errno == EINTR { continue }
+                    // Shut down: the thread closes the descriptor itself, so no other thread's new descriptor can
+                    // take its number while it still accepts on it.
+                    close(descriptor)
                     return
                 }
                 accepted.withLock { $0 += 1 }
@@ -55,9 +58,8 @@ final class ClosingServer: Sendable {
         thread.start()
     }
 
-    /// Stops accepting: the accepting thread ends, and new connections are refused.
+    /// Stops accepting: the accepting thread's `accept` fails, and the thread closes the socket and ends.
     func stop() {
         shutdown(descriptor, Int32(SHUT_RDWR))
-        close(descriptor)
     }
 }
