@@ -77,7 +77,10 @@ enum {
     SE_CURLINFO_CAINFO = 0x10003D,  // libcurl 7.84 and later: the built-in CA bundle's path
     SE_CURLINFO_SSL_VERIFYRESULT = 0x20000D,
     SE_CURLINFO_HTTP_CONNECTCODE = 0x200016,
+    SE_CURLINFO_PROXY_SSL_VERIFYRESULT = 0x20002F,  // libcurl 7.52 and later
     SE_CURLINFO_PROXY_ERROR = 0x20003B,  // libcurl 7.73 and later
+    // libcurl's CURL_MAX_INPUT_LENGTH: the largest string or blob an option takes.
+    SE_CURL_MAX_INPUT_LENGTH = 8000000,
 };
 
 /// libcurl's `struct curl_blob`.
@@ -110,6 +113,8 @@ typedef int (*curl_multi_perform_f)(CURLM *multi, int *running);
 typedef se_curl_message *(*curl_multi_info_read_f)(CURLM *multi, int *left);
 typedef int (*curl_multi_poll_f)(CURLM *multi, void *extra, unsigned count, int timeout_ms, int *ready);
 typedef int (*curl_multi_wakeup_f)(CURLM *multi);
+typedef void *(*d2i_X509_f)(void **certificate, const unsigned char **input, long length);
+typedef void (*X509_free_f)(void *certificate);
 
 static struct {
     int loaded;
@@ -127,6 +132,12 @@ static struct {
     curl_multi_poll_f multi_poll;
     curl_multi_wakeup_f multi_wakeup;
 } api;
+
+/// OpenSSL's certificate decoder, when the libcurl in the process uses OpenSSL (it is loaded with it).
+static struct {
+    d2i_X509_f d2i_X509;
+    X509_free_f X509_free;
+} crypto;
 
 /// One transfer: its easy handle, the header list libcurl reads from (it does not copy it) and the caller's
 /// callbacks. It is in exactly one of the driver's lists, pending or running, until it is reported done.
@@ -169,6 +180,16 @@ static void load(void) {
     // uses libcurl, which `pthread_once` gives within this package.
     if (!complete || global_init(SE_CURL_GLOBAL_ALL) != SE_CURLE_OK) {
         return;
+    }
+    // The libcrypto libcurl loaded, if it uses OpenSSL: the parser it will read the authorities with. It is not
+    // loaded here when libcurl uses another TLS library.
+    static const char *const cryptos[] = {"libcrypto.so.3", "libcrypto.so.1.1", NULL};
+    for (size_t index = 0; cryptos[index] != NULL && crypto.X509_free == NULL; index++) {
+        void *openssl = dlopen(cryptos[index], RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+        if (openssl != NULL) {
+            crypto.d2i_X509 = (d2i_X509_f)dlsym(openssl, "d2i_X509");
+            crypto.X509_free = crypto.d2i_X509 != NULL ? (X509_free_f)dlsym(openssl, "X509_free") : NULL;
+        }
     }
     driver.multi = api.multi_init();
     if (driver.multi == NULL) {
@@ -237,38 +258,64 @@ static int append_file(const char *path, unsigned char **buffer, size_t *length)
     return failed;
 }
 
-/// Trusts the request's authorities: instead of the system's (no bundle, no directory), or beside them (the PEM
-/// followed by the system's bundle, whose path libcurl knows, and libcurl's directory left as it is). libcurl copies
-/// the blob. 0 on success.
+/// Trusts the request's authorities: instead of the system's (no bundle, no directory), or beside them (the blob
+/// already holds the system's bundle, read once when the trust was made, since a blob replaces libcurl's bundle file;
+/// libcurl's directory is left as it is). libcurl copies the blob. 0 on success.
 static int trust_authorities(CURL *handle, const se_curl_request *request) {
-    if (!request->ca_include_system) {
-        se_curl_blob blob = {(void *)request->ca_pem, request->ca_pem_length, SE_CURL_BLOB_COPY};
-        int failed = api.easy_setopt(handle, SE_CURLOPT_CAINFO_BLOB, &blob);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_CAINFO, (char *)NULL);
-        failed |= api.easy_setopt(handle, SE_CURLOPT_CAPATH, (char *)NULL);
-        return failed;
-    }
-    // A blob replaces libcurl's bundle file, so the system's bundle goes into the blob after the given authorities.
-    size_t length = request->ca_pem_length + 1;
-    unsigned char *combined = malloc(length);
-    if (combined == NULL) {
+    if (request->ca_pem_length > SE_CURL_MAX_INPUT_LENGTH) {
         return 1;
     }
-    memcpy(combined, request->ca_pem, request->ca_pem_length);
-    combined[request->ca_pem_length] = '\n';
-    char *bundle = NULL;
+    se_curl_blob blob = {(void *)request->ca_pem, request->ca_pem_length, SE_CURL_BLOB_COPY};
+    int failed = api.easy_setopt(handle, SE_CURLOPT_CAINFO_BLOB, &blob);
+    if (!request->ca_include_system) {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_CAINFO, (char *)NULL);
+        failed |= api.easy_setopt(handle, SE_CURLOPT_CAPATH, (char *)NULL);
+    }
+    return failed;
+}
+
+int se_curl_read_system_bundle(unsigned char **bytes, size_t *length) {
+    *bytes = NULL;
+    *length = 0;
+    if (!se_curl_is_available()) {
+        return 1;
+    }
     int read = 1;
-    if (api.easy_getinfo(handle, SE_CURLINFO_CAINFO, &bundle) == SE_CURLE_OK && bundle != NULL) {
-        read = append_file(bundle, &combined, &length);
+    CURL *handle = api.easy_init();
+    if (handle != NULL) {
+        char *bundle = NULL;
+        if (api.easy_getinfo(handle, SE_CURLINFO_CAINFO, &bundle) == SE_CURLE_OK && bundle != NULL) {
+            read = append_file(bundle, bytes, length);
+        }
+        api.easy_cleanup(handle);
     }
     for (size_t index = 0; read != 0 && system_bundles[index] != NULL; index++) {
-        read = append_file(system_bundles[index], &combined, &length);
+        free(*bytes);
+        *bytes = NULL;
+        *length = 0;
+        read = append_file(system_bundles[index], bytes, length);
     }
-    // Without a readable bundle the system's authorities are those of libcurl's directory, if it has one.
-    se_curl_blob blob = {combined, length, SE_CURL_BLOB_COPY};
-    int failed = api.easy_setopt(handle, SE_CURLOPT_CAINFO_BLOB, &blob);
-    free(combined);
-    return failed;
+    if (read != 0) {
+        free(*bytes);
+        *bytes = NULL;
+        *length = 0;
+    }
+    return read;
+}
+
+void se_curl_free(void *bytes) { free(bytes); }
+
+int se_curl_check_certificate(const unsigned char *der, size_t length) {
+    if (!se_curl_is_available() || crypto.d2i_X509 == NULL || length > 0x7FFFFFFF) {
+        return -1;
+    }
+    const unsigned char *input = der;
+    void *certificate = crypto.d2i_X509(NULL, &input, (long)length);
+    if (certificate == NULL) {
+        return 0;
+    }
+    crypto.X509_free(certificate);
+    return input == der + length;
 }
 
 static void release(transfer *item) {
@@ -372,6 +419,10 @@ static void finish(transfer *item, int code) {
     if (code > 0) {
         api.easy_getinfo(item->handle, SE_CURLINFO_SSL_VERIFYRESULT, &outcome.ssl_verify_result);
         api.easy_getinfo(item->handle, SE_CURLINFO_HTTP_CONNECTCODE, &outcome.connect_code);
+        if (api.easy_getinfo(item->handle, SE_CURLINFO_PROXY_SSL_VERIFYRESULT, &outcome.proxy_ssl_verify_result)
+            != SE_CURLE_OK) {
+            outcome.proxy_ssl_verify_result = 0;
+        }
         if (api.easy_getinfo(item->handle, SE_CURLINFO_PROXY_ERROR, &outcome.proxy_error) != SE_CURLE_OK) {
             outcome.proxy_error = 0;
         }
@@ -467,5 +518,19 @@ int se_curl_start(const se_curl_request *request, const se_curl_callbacks *callb
 }
 
 void se_curl_wake(void) {}
+
+int se_curl_read_system_bundle(unsigned char **bytes, size_t *length) {
+    *bytes = NULL;
+    *length = 0;
+    return 1;
+}
+
+void se_curl_free(void *bytes) { (void)bytes; }
+
+int se_curl_check_certificate(const unsigned char *der, size_t length) {
+    (void)der;
+    (void)length;
+    return -1;
+}
 
 #endif

@@ -1,3 +1,4 @@
+import CSessionEngineCurl
 import Foundation
 import SessionEngineTestKit
 import Testing
@@ -30,6 +31,38 @@ struct MisconfigurationTests {
         #expect(custom.failureClass == .misconfiguration)
         #expect(SessionEngine.classify(custom).failureClass == .misconfiguration)
         #expect(SessionError.FailureClass.misconfiguration.rawValue == "misconfiguration")
+    }
+
+    /// What waiting cannot fix in a libcurl transfer is a misconfiguration; what may pass is an outage; a proxy's
+    /// failure before its tunnel opened is the proxy's. Each of these is also met against a real server in
+    /// `CertificateTrustTests` and `ProxyTests`; this pins the classes of the codes no server there produces.
+    @Test func libcurlFailuresAreClassedByWhatTheyAskOfTheHost() {
+        func outcome(_ code: Int32, connect: Int = 0, proxyVerify: Int = 0) -> se_curl_outcome {
+            se_curl_outcome(
+                code: code, ssl_verify_result: 0, connect_code: connect, proxy_error: 0,
+                proxy_ssl_verify_result: proxyVerify)
+        }
+        let cases: [(se_curl_outcome, Bool, SessionError.FailureClass, String)] = [
+            (outcome(SE_CURL_SETUP_FAILED), false, .misconfiguration, "the transfer could not be set up"),
+            (outcome(SE_CURL_SETUP_FAILED), true, .misconfiguration, "the transfer could not be set up"),
+            (outcome(77), false, .misconfiguration, "the trusted certificate authorities could not be loaded"),
+            (outcome(7), false, .outage, "the backend could not be reached"),
+            (outcome(56, connect: 407), true, .misconfiguration, "the proxy requires authentication"),
+            (outcome(56, connect: 403), true, .misconfiguration, "the proxy refused the tunnel"),
+            (outcome(56, connect: 502), true, .outage, "the proxy could not reach the backend"),
+            (outcome(56), true, .outage, "the proxy closed the connection"),
+            (outcome(52), true, .outage, "the proxy closed the connection"),
+            (outcome(56, connect: 200), true, .outage, "the connection to the backend failed"),
+            (outcome(60, proxyVerify: 10), true, .misconfiguration, "the proxy's certificate was not trusted"),
+            (outcome(35), true, .outage, "the secure connection to the proxy failed"),
+            (outcome(35, connect: 200), true, .outage, "the secure connection to the backend failed"),
+        ]
+        for (outcome, throughProxy, failureClass, reason) in cases {
+            let error = CurlTransfer.failure(outcome, throughProxy: throughProxy)
+            #expect(error.failureClass == failureClass, "\(outcome.code) \(outcome.connect_code): \(error)")
+            #expect(error.reason.hasPrefix(reason), "\(outcome.code) \(outcome.connect_code): \(error)")
+            #expect(SessionEngine.classify(error).failureClass == failureClass)
+        }
     }
 
     /// `HTTPCredentialFetcher` refuses plain http to a remote host before any connection: the engine reports

@@ -31,11 +31,13 @@ typedef struct se_curl_request {
     /// A backstop for the whole transfer, in milliseconds; the caller's own deadline normally ends it first.
     long timeout_ms;
     /// PEM text of the certificate authorities to trust, or NULL for the system's (libcurl's built-in bundle and
-    /// directory). It is copied before ``se_curl_start`` returns.
+    /// directory). With `ca_include_system` it must hold the system's bundle too (``se_curl_read_system_bundle``):
+    /// it replaces libcurl's bundle file. It is copied before ``se_curl_start`` returns.
     const unsigned char *_Nullable ca_pem;
-    /// The length of `ca_pem`.
+    /// The length of `ca_pem`, at most 8,000,000 (libcurl's `CURL_MAX_INPUT_LENGTH`); a longer one fails
+    /// the setup.
     size_t ca_pem_length;
-    /// With `ca_pem`: non-zero to trust the system's authorities as well, zero to trust only `ca_pem`.
+    /// With `ca_pem`: non-zero to keep libcurl's directory of authorities as well, zero to trust only `ca_pem`.
     int ca_include_system;
     /// The proxy to tunnel the request through, a URL as libcurl's `CURLOPT_PROXY` takes it; the empty string for
     /// none, whatever the environment says; NULL to let libcurl read the environment's proxy variables itself.
@@ -57,6 +59,9 @@ typedef struct se_curl_outcome {
     long connect_code;
     /// libcurl's detail of a proxy failure (`CURLINFO_PROXY_ERROR`, a `CURLproxycode`), 0 when there was none.
     long proxy_error;
+    /// The verification result of an `https` proxy's certificate (`CURLINFO_PROXY_SSL_VERIFYRESULT`); 0 when it
+    /// passed or did not run.
+    long proxy_ssl_verify_result;
 } se_curl_outcome;
 
 /// Where the response goes. Every callback runs on the transfers' thread. `header`, `body` and `proceed` return
@@ -99,6 +104,22 @@ int se_curl_start(const se_curl_request *_Nonnull request, const se_curl_callbac
 /// Asks the transfer thread to call `proceed` for every running transfer, now, and to stop those that answer zero.
 /// Call it when a transfer was decided elsewhere (a deadline, a cancellation), so that an idle one ends at once.
 void se_curl_wake(void);
+
+/// Reads the system's CA bundle, the file libcurl was built to read (or the first of the common distributions'
+/// bundles when libcurl is too old to say), into `*bytes`, which the caller frees with ``se_curl_free``.
+///
+/// - Returns: 0 when it was read; non-zero, with `*bytes` NULL and `*length` 0, when there is none to read.
+int se_curl_read_system_bundle(unsigned char *_Nullable *_Nonnull bytes, size_t *_Nonnull length);
+
+/// Frees what ``se_curl_read_system_bundle`` allocated.
+void se_curl_free(void *_Nullable bytes);
+
+/// Decodes a DER certificate with the parser libcurl reads authorities with, OpenSSL's `d2i_X509`, when the libcurl
+/// in the process uses OpenSSL.
+///
+/// - Returns: 1 when it decodes and fills `length` exactly, 0 when it does not, -1 when there is no such parser to
+///   ask (libcurl is not there, or uses another TLS library).
+int se_curl_check_certificate(const unsigned char *_Nonnull der, size_t length);
 
 #ifdef __cplusplus
 }

@@ -1,3 +1,4 @@
+import CSessionEngineCurl
 import Foundation
 
 #if canImport(Glibc)
@@ -11,12 +12,19 @@ import Foundation
 /// Certificate authorities read from PEM, as curl's `--cacert` reads them: one or more
 /// `-----BEGIN CERTIFICATE-----` blocks, each an X.509 certificate in DER, base64-encoded.
 ///
-/// Everything is checked when the value is made, so a fetcher never starts with a trust it cannot use: the text must
-/// hold at least one certificate, every block must be a well-formed `CERTIFICATE` block whose DER has the shape of a
-/// certificate, and a private key anywhere refuses the whole text (a key does not belong in a trust file, and a
-/// fetcher must not carry it). Text outside the blocks, such as the comments of a system bundle or the output of
-/// `openssl x509 -text`, is ignored. The certificates are kept as DER; a self-signed server certificate works as
-/// its own authority.
+/// Everything that can be checked is checked when the value is made, so a fetcher does not start with a trust it
+/// cannot use: the text must hold at least one certificate; every block must be a well-formed `CERTIFICATE` block;
+/// its DER must have the structure of an X.509 certificate (a signed part holding, in order, an optional version, a
+/// serial number, an algorithm, an issuer, a validity of two times, a subject and a public key, then the signature's
+/// algorithm and the signature); where the libcurl in the process uses OpenSSL (Debian's and Ubuntu's do), OpenSSL's
+/// parser, the one libcurl reads authorities with, must decode it; and a private key anywhere refuses the whole text
+/// (a key does not belong in a trust file, and a fetcher must not carry it). The certificates written as PEM must
+/// also fit in what libcurl takes (``CertificateTrust/maximumBundleSize``). Where OpenSSL cannot be asked (libcurl
+/// built on another TLS library, Apple platforms), a certificate with that structure but content its TLS library
+/// refuses passes here; a fetch then fails with ``SessionError/Code/backendMisconfigured``. Signatures, validity
+/// dates and whether a certificate may act as an authority are checked when a server's chain is verified, not here.
+/// Text outside the blocks, such as the comments of a system bundle or the output of `openssl x509 -text`, is
+/// ignored. The certificates are kept as DER; a self-signed server certificate works as its own authority.
 ///
 /// ```swift
 /// let authorities = try CertificateAuthorities(pemFile: "/etc/myapp/private-ca.pem")
@@ -26,7 +34,7 @@ import Foundation
 /// ```
 ///
 /// The description says how many certificates there are, never what they hold.
-public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertible {
+public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The largest PEM text read: 8 MiB, far more than a system's whole bundle (about 200 KiB).
     public static let maximumPEMSize = 8 << 20
 
@@ -39,8 +47,9 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
     /// Reads the authorities from PEM text.
     ///
     /// - Parameter pem: The PEM text: one or more `CERTIFICATE` blocks, with any text between them.
-    /// - Throws: ``CertificateTrustError`` when the text is too large, holds no certificate, a block is malformed,
-    ///   is not a certificate, or is a private key. The error never quotes the text.
+    /// - Throws: ``CertificateTrustError`` when the text is too large, or its certificates as PEM are larger than
+    ///   libcurl takes; when it holds no certificate, a block is malformed, is not a certificate, or is a private
+    ///   key. The error never quotes the text.
     public init(pem: some Sequence<UInt8>) throws(CertificateTrustError) {
         let bytes = Array(pem)
         guard bytes.count <= Self.maximumPEMSize else {
@@ -48,6 +57,19 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
                 .tooLarge, reason: "the PEM text is larger than \(Self.maximumPEMSize >> 20) MiB")
         }
         certificates = try Self.parse(bytes)
+        let size = certificates.reduce(0) { $0 + Self.pemSize(of: $1) }
+        guard size <= CertificateTrust.maximumBundleSize else {
+            throw CertificateTrustError(
+                .tooLarge,
+                reason: "the certificates take \(size) bytes as PEM; libcurl takes at most "
+                    + "\(CertificateTrust.maximumBundleSize)"
+            )
+        }
+    }
+
+    /// Authorities taken as they are, unchecked; for tests of what a transfer does with ones its TLS library refuses.
+    package init(unchecked certificates: [[UInt8]]) {
+        self.certificates = certificates
     }
 
     /// Reads the authorities from a PEM file, as curl's `--cacert` does.
@@ -76,9 +98,21 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
         return Array(text.utf8)
     }
 
+    /// How many bytes ``pem`` writes for one certificate.
+    private static func pemSize(of certificate: [UInt8]) -> Int {
+        let encoded = (certificate.count + 2) / 3 * 4
+        let lines = (encoded + 63) / 64
+        return "-----BEGIN CERTIFICATE-----\n".utf8.count + encoded + lines + "-----END CERTIFICATE-----\n".utf8.count
+    }
+
     /// `CertificateAuthorities(N certificates)`.
     public var description: String {
         "CertificateAuthorities(\(count) certificate\(count == 1 ? "" : "s"))"
+    }
+
+    /// A mirror with how many certificates there are, instead of their bytes.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["count": count], displayStyle: .struct)
     }
 
     // MARK: - Reading
@@ -154,6 +188,12 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
                 throw CertificateTrustError(
                     .notACertificate, reason: "block \(block) of the PEM text does not hold an X.509 certificate")
             }
+            guard certificate.withUnsafeBufferPointer({ se_curl_check_certificate($0.baseAddress!, $0.count) }) != 0
+            else {
+                throw CertificateTrustError(
+                    .notACertificate,
+                    reason: "block \(block) of the PEM text does not hold an X.509 certificate OpenSSL can decode")
+            }
             certificates.append(certificate)
         }
         guard !certificates.isEmpty else {
@@ -172,23 +212,42 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
 
     // MARK: - DER
 
-    /// Whether DER has the shape of an X.509 certificate: a SEQUENCE of exactly a SEQUENCE (the signed part, which
-    /// starts with its version or serial number), a SEQUENCE (the algorithm) and a BIT STRING (the signature).
+    /// Whether DER has the structure of an X.509 certificate (RFC 5280, section 4.1): a SEQUENCE of exactly the
+    /// signed part, a SEQUENCE (the signature's algorithm) and a BIT STRING (the signature); the signed part a
+    /// SEQUENCE of an optional `[0]` version, an INTEGER serial number, the SEQUENCEs of the algorithm, the issuer,
+    /// the validity (two times), the subject and the public key, and then only the optional `[1]`, `[2]` and `[3]`.
     package static func isCertificate(_ der: [UInt8]) -> Bool {
-        guard let outer = element(der, at: 0), outer.tag == 0x30, outer.end == der.count else { return false }
-        var offset = outer.contentStart
-        var tags: [UInt8] = []
-        while offset < outer.end {
-            guard let inner = element(der, at: offset), inner.end <= outer.end else { return false }
-            if tags.isEmpty {
-                guard inner.contentStart < inner.end, [0xA0, 0x02].contains(der[inner.contentStart]) else {
-                    return false
-                }
-            }
-            tags.append(inner.tag)
+        guard let outer = element(der, at: 0), outer.tag == 0x30, outer.end == der.count,
+            let parts = children(der, outer), parts.map(\.tag) == [0x30, 0x30, 0x03],
+            let signed = children(der, parts[0])
+        else { return false }
+        var fields = signed[...]
+        if fields.first?.tag == 0xA0 { fields.removeFirst() }
+        guard fields.count >= 6, fields.prefix(6).map(\.tag) == [0x02, 0x30, 0x30, 0x30, 0x30, 0x30],
+            fields[fields.startIndex].contentStart < fields[fields.startIndex].end,
+            let validity = children(der, fields[fields.startIndex + 3]), validity.count == 2,
+            validity.allSatisfy({ $0.tag == 0x17 || $0.tag == 0x18 })
+        else { return false }
+        var last: UInt8 = 0xA0
+        for field in fields.dropFirst(6) {
+            guard [0xA1, 0xA2, 0xA3].contains(field.tag), field.tag > last else { return false }
+            last = field.tag
+        }
+        return true
+    }
+
+    /// The elements inside a constructed element, which must fill it exactly; `nil` when they do not.
+    private static func children(_ der: [UInt8], _ parent: (tag: UInt8, contentStart: Int, end: Int))
+        -> [(tag: UInt8, contentStart: Int, end: Int)]?
+    {
+        var offset = parent.contentStart
+        var elements: [(tag: UInt8, contentStart: Int, end: Int)] = []
+        while offset < parent.end {
+            guard let inner = element(der, at: offset), inner.end <= parent.end else { return nil }
+            elements.append(inner)
             offset = inner.end
         }
-        return tags == [0x30, 0x30, 0x03]
+        return elements
     }
 
     /// One DER element at `offset`: its tag, where its content starts and where it ends; `nil` when it does not fit.

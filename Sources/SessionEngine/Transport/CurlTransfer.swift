@@ -61,6 +61,11 @@ enum CurlTransfer {
 
     /// The error for a transfer that ended as `outcome` says; the reason says whether the proxy or the backend failed
     /// and names the class of failure and libcurl's code, never the URL, the proxy's or anything either sent.
+    ///
+    /// What waiting cannot fix is a misconfiguration (``SessionError/backendMisconfigured(_:)``): authorities
+    /// libcurl cannot load (error 77), an option it refuses, a certificate it does not trust, a proxy that asks for
+    /// credentials or refuses the tunnel. A proxy's failure before the tunnel opened (it closed the connection, its
+    /// certificate was not trusted, its TLS failed) is reported as the proxy's, never the backend's.
     static func failure(_ outcome: se_curl_outcome, throughProxy: Bool = false) -> SessionError {
         let code = outcome.code
         if throughProxy, let failure = proxyFailure(outcome) { return failure }
@@ -74,7 +79,9 @@ enum CurlTransfer {
         case SE_CURL_STOPPED:
             return SessionError.fetchFailed("the transfer was stopped")
         case SE_CURL_SETUP_FAILED:
-            return SessionError.fetchFailed("the transfer could not be set up (libcurl refused an option)")
+            return SessionError.backendMisconfigured(
+                "the transfer could not be set up: libcurl refused an option (the trusted authorities, the proxy "
+                    + "setting or the request)")
         case 0: return SessionError.fetchFailed("the backend's answer is not an HTTP response")
         case 1: return SessionError(.fetchFailed, reason: "the endpoint's scheme is not spoken", isTransient: false)
         case 6, 5: return SessionError.fetchFailed("the backend's host name could not be resolved")
@@ -83,10 +90,15 @@ enum CurlTransfer {
         case 52: return SessionError.fetchFailed("the backend closed the connection without answering")
         case 60:
             return SessionError.backendMisconfigured(
-                "the backend's certificate was not trusted: \(untrusted(outcome.ssl_verify_result)) "
+                "the backend's certificate was not trusted: \(untrusted(outcome.ssl_verify_result, of: "endpoint")) "
                     + "(libcurl error 60, verification result \(outcome.ssl_verify_result))"
             )
-        case 35, 53, 54, 58, 59, 64, 66, 77, 80, 82, 83, 90, 91, 98:
+        case 77:
+            return SessionError.backendMisconfigured(
+                "the trusted certificate authorities could not be loaded: the TLS library refused them "
+                    + "(libcurl error 77); see CertificateTrust"
+            )
+        case 35, 53, 54, 58, 59, 64, 66, 80, 82, 83, 90, 91, 98:
             return SessionError.fetchFailed(
                 "the secure connection to the backend failed: its certificate was not trusted or TLS failed "
                     + "(libcurl error \(code))"
@@ -97,52 +109,89 @@ enum CurlTransfer {
 
     /// The outcome of a transfer that could not start.
     private static func outcome(_ code: Int32) -> se_curl_outcome {
-        se_curl_outcome(code: code, ssl_verify_result: 0, connect_code: 0, proxy_error: 0)
+        se_curl_outcome(code: code, ssl_verify_result: 0, connect_code: 0, proxy_error: 0, proxy_ssl_verify_result: 0)
     }
 
-    /// Why certificate verification failed, from OpenSSL's verification result.
-    private static func untrusted(_ result: Int) -> String {
+    /// Why certificate verification failed, from OpenSSL's verification result; `host` names whose host the
+    /// certificate must name (`endpoint` or `proxy`); the endpoint's is checked against ``CertificateTrust``, the
+    /// proxy's against the system's authorities.
+    private static func untrusted(_ result: Int, of host: String) -> String {
         switch result {
         case 2, 18, 19, 20, 21:
-            "it is not signed by an authority the fetcher trusts (see CertificateTrust)"
+            host == "proxy"
+                ? "it is not signed by an authority the system trusts"
+                : "it is not signed by an authority the fetcher trusts (see CertificateTrust)"
         case 9, 10:
             "it is not valid at this time (expired or not yet valid)"
         case 62, 64:
-            "it does not name the endpoint's host"
+            "it does not name the \(host)'s host"
         case 0, 1:
             // libcurl checks the name itself once the chain has verified, and reports 0 or 1 when it does not match.
-            "its chain verified, but it does not name the endpoint's host"
+            "its chain verified, but it does not name the \(host)'s host"
         default:
             "its chain did not verify"
         }
     }
 
-    /// The error for a failure of the proxy rather than the backend, or `nil` when the backend failed.
+    /// The error for a failure of the proxy rather than the backend, or `nil` when the backend failed: anything
+    /// before the proxy answered `CONNECT` with 2xx is the proxy's.
     private static func proxyFailure(_ outcome: se_curl_outcome) -> SessionError? {
         let code = outcome.code
         let connect = outcome.connect_code
-        if code == 5 {
-            return SessionError.fetchFailed("the proxy's host name could not be resolved (libcurl error 5)")
-        }
-        if code == 7 && connect == 0 {
-            return SessionError.fetchFailed("the proxy could not be reached (connection failed, libcurl error 7)")
-        }
         switch connect {
-        case 0, 200...299: break
-        case 407:
-            return SessionError.fetchFailed("the proxy requires authentication: it answered CONNECT with 407")
+        case 200...299:
+            // The tunnel was open: what failed after it is the backend's, unless libcurl says the proxy failed.
+            if code == 97 || outcome.proxy_error != 0 {
+                return SessionError.fetchFailed(
+                    "the proxy failed (libcurl error \(code), proxy error \(outcome.proxy_error))")
+            }
+            return nil
+        case 0:
+            break
+        case 401, 407:
+            // 407 is the proxy's status for it; some proxies (tinyproxy among them) answer CONNECT with 401.
+            return SessionError.backendMisconfigured(
+                "the proxy requires authentication: it answered CONNECT with \(connect) (give the proxy's "
+                    + "credentials in its URL, or check them)")
         case 500...599:
             return SessionError.fetchFailed(
                 "the proxy could not reach the backend: it answered CONNECT with \(connect)")
         default:
-            return SessionError.fetchFailed(
+            return SessionError.backendMisconfigured(
                 "the proxy refused the tunnel to the backend: it answered CONNECT with \(connect)")
         }
-        if code == 97 || outcome.proxy_error != 0 {
+        // No answer to CONNECT: the proxy failed before the tunnel opened, whatever the code says.
+        switch code {
+        case 3:
+            return SessionError.backendMisconfigured(
+                "the proxy setting is not a URL libcurl can use (libcurl error 3)")
+        case 5:
+            return SessionError.fetchFailed("the proxy's host name could not be resolved (libcurl error 5)")
+        case 7:
+            return SessionError.fetchFailed("the proxy could not be reached (connection failed, libcurl error 7)")
+        case 18, 52, 55, 56:
+            return SessionError.fetchFailed(
+                "the proxy closed the connection before the tunnel to the backend opened (libcurl error \(code))")
+        case 60:
+            let result = outcome.proxy_ssl_verify_result
+            return SessionError.backendMisconfigured(
+                "the proxy's certificate was not trusted: \(untrusted(result, of: "proxy")) (libcurl error 60, the "
+                    + "proxy's verification result \(result)); an https proxy is checked against the system's "
+                    + "authorities")
+        case 35, 53, 54, 58, 59, 64, 66, 80, 82, 83, 90, 91, 98:
+            return SessionError.fetchFailed(
+                "the secure connection to the proxy failed (libcurl error \(code), the proxy's verification result "
+                    + "\(outcome.proxy_ssl_verify_result))")
+        case 97:
             return SessionError.fetchFailed(
                 "the proxy failed (libcurl error \(code), proxy error \(outcome.proxy_error))")
+        default:
+            if outcome.proxy_error != 0 {
+                return SessionError.fetchFailed(
+                    "the proxy failed (libcurl error \(code), proxy error \(outcome.proxy_error))")
+            }
+            return nil
         }
-        return nil
     }
 
     /// Reads one response on the transfers' thread: collects the head line by line, checks it, and keeps the body
@@ -192,7 +241,7 @@ enum CurlTransfer {
                     Unmanaged<ResponseReader>.fromOpaque(context!).takeRetainedValue().complete(outcome.pointee)
                 }
             )
-            let authorities = trust.isSystem ? nil : trust.pem
+            let authorities = trust.bundle
             let code = request.url.withCString { url in
                 request.method.withCString { method in
                     lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in

@@ -29,7 +29,9 @@ public import Foundation
 /// (``SessionError/Code/fetchFailed``, retried with backoff). A 429 or 503 with `Retry-After` (delay-seconds or an
 /// HTTP date) carries the delay in ``SessionError/retryAfter``, and the engine waits at least that long. What waiting
 /// cannot fix fails with ``SessionError/Code/backendMisconfigured`` (retried on the slower misconfiguration
-/// schedule): an untrusted certificate, a redirect, a 2xx without `no-store`, a compressed body. A response
+/// schedule): an untrusted certificate, a redirect, a 2xx without `no-store`, a compressed body, and faults of the
+/// fetcher's own setup: trusted authorities libcurl cannot load or take (see ``CertificateTrust``), a proxy setting
+/// it cannot use, a proxy that asks for credentials or refuses the tunnel (see ``HTTPProxy``). A response
 /// that is not a valid credential fails with ``SessionError/Code/invalidCredential``. No error, log or description
 /// ever holds the response body, the credential, the URL or the host's authentication.
 ///
@@ -183,7 +185,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     ///   neither `https` nor allowed plain `http`, before any connection; ``SessionError/Code/backendSessionEnded``
     ///   when the ``classifier`` says the session ended (401, or a 403 saying so); ``SessionError/Code/fetchFailed``
     ///   for other statuses (with ``SessionError/retryAfter`` on a 429 or 503 that sent one), a missing `no-store`, a
-    ///   compressed or oversized body, a timeout or a connection failure; ``SessionError/Code/invalidCredential`` for
+    ///   compressed or oversized body, a timeout or a connection failure; ``SessionError/Code/backendMisconfigured``
+    ///   for what waiting cannot fix (an untrusted certificate, a redirect, authorities or a proxy setting libcurl
+    ///   cannot use, a proxy's 407 or 403); ``SessionError/Code/invalidCredential`` for
     ///   a body that is not a valid credential; what `authenticate` throws; `CancellationError` when the calling
     ///   task is cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
@@ -231,6 +235,9 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 isTransient: false
             )
         }
+        if !isPlain, let problem = trust.problem {
+            throw SessionError.backendMisconfigured("the fetcher's certificate trust cannot be used: \(problem.reason)")
+        }
         // The local time of sending: the engine's time of asking plus what `authenticate` took, or the fetcher's clock.
         let sending = clock.uptime
         let sentAt = startedAt.map { $0.addingTimeInterval((sending - asked).timeInterval) } ?? clock.now
@@ -272,7 +279,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         let result: HTTPTransferResult
         if CurlTransfer.isAvailable && transfer != .urlSession {
             // The proxy decided for this URL, or none (then libcurl does not read the environment either).
-            let proxy = request.url.flatMap { self.proxy.proxy(for: $0) }
+            let proxy = try request.url.flatMap { url throws(SessionError) in try self.proxy.checkedProxy(for: url) }
             result = try await CurlTransfer.perform(
                 try CheckedHTTPRequest(request),
                 timeout: timeout,

@@ -3,7 +3,9 @@
 /// The rule of ``standard``: a 401 from the endpoint ends the backend session; a 403 ends it only when the endpoint
 /// says so in a JSON body, `{"error": "session_ended"}` (see ``HTTPFailureResponse/saysSessionEnded``); anything else
 /// (another status, a 403 page from a proxy or firewall in front of the backend, HTML, an empty body) is transient
-/// and retried with backoff. Network errors and timeouts never reach a classifier: they are always transient.
+/// and retried with backoff. Network errors, timeouts and the fetcher's own setup never reach a classifier: the
+/// fetcher classes them itself (transient, or a misconfiguration such as an untrusted certificate or a proxy's 407;
+/// see ``HTTPCredentialFetcher``).
 ///
 /// A host whose backend says it differently supplies its own:
 ///

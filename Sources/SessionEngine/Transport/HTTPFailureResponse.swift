@@ -5,7 +5,9 @@ import Foundation
 ///
 /// The body is the one the endpoint sent, read within the fetcher's size limit. It may hold anything the backend or a
 /// proxy in front of it wrote: a classifier may look at it, but must never copy it into an error, a log or an event.
-public struct HTTPFailureResponse: Sendable {
+/// Its description and its mirror (what `dump` prints) show the status, the header names and the body's size, never
+/// a header value or the body, which may carry a session cookie or a token.
+public struct HTTPFailureResponse: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The status code.
     public let status: Int
     /// The response body, at most ``HTTPCredentialFetcher/maximumResponseSize`` bytes.
@@ -54,5 +56,28 @@ public struct HTTPFailureResponse: Sendable {
             let error = object["error"] as? String
         else { return false }
         return error == HTTPFailureClassifier.sessionEndedError
+    }
+
+    /// `HTTPFailureResponse(status: 403, headers: [Content-Type, Set-Cookie], body: 120 bytes)`: no header value,
+    /// nothing of the body.
+    public var description: String {
+        "HTTPFailureResponse(status: \(status), headers: [\(fields.map(\.name).joined(separator: ", "))], "
+            + "body: \(body.count) bytes)"
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror with the status, the header names, the body's size and the requested delay; no header value, nothing
+    /// of the body.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "status": status, "headerNames": fields.map(\.name), "bodySize": body.count,
+                "retryAfter": retryAfter as Any,
+            ],
+            displayStyle: .struct
+        )
     }
 }

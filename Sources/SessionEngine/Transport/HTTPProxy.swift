@@ -15,11 +15,19 @@ public import Foundation
 /// `includingLoopback: true`: a sidecar on the same machine is never sent through a proxy by accident. The proxy's
 /// URL takes libcurl's forms: `http://host:port` (the default scheme), `https://host:port` (its certificate checked
 /// against the system's authorities), `socks5h://host:port`; credentials in it (`http://user:password@host:port`)
-/// are sent to the proxy only and never appear in a description or an error.
+/// are sent to the proxy only and never appear in a description, a mirror (what `dump` prints) or an error.
+///
+/// What waiting cannot fix is a misconfiguration (``SessionError/Code/backendMisconfigured``) that names the proxy,
+/// never its address or credentials: a proxy setting that is not such a URL (checked before any connection: a
+/// scheme other than `http`, `https`, `socks4`, `socks4a`, `socks5`, `socks5h`, no host, a bad port, a value with
+/// spaces), and a proxy that answers `CONNECT` with 407 (it wants credentials, or refused the ones given), 403 or
+/// another 4xx. A proxy that cannot be reached, closes the connection before the tunnel opens, or answers 5xx is an
+/// outage of the proxy (``SessionError/Code/fetchFailed``), and an `https` proxy whose certificate is not trusted is
+/// a misconfiguration of the proxy, with its verification result; none of them is blamed on the backend.
 ///
 /// On Linux the fetcher's libcurl transfer applies it. On Apple platforms the fetcher's `URLSession` follows the
 /// system's proxy settings instead, and this value is not applied.
-public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
+public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     private enum Kind: Hashable {
         case environment([String: String]?)
         case none
@@ -58,26 +66,63 @@ public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
 
     /// The proxy for `endpoint`, as libcurl takes it, or `nil` to connect directly.
     package func proxy(for endpoint: URL) -> String? {
+        choice(for: endpoint)?.value
+    }
+
+    /// The proxy for `endpoint`, checked: `nil` to connect directly.
+    ///
+    /// - Throws: ``SessionError/Code/backendMisconfigured`` when the setting is not a proxy URL libcurl can use; the
+    ///   error names the setting (the variable, or the given URL), never its value.
+    package func checkedProxy(for endpoint: URL) throws(SessionError) -> String? {
+        guard let (value, source) = choice(for: endpoint) else { return nil }
+        guard Self.isUsable(value) else {
+            throw SessionError.backendMisconfigured(
+                "the proxy setting (\(source)) is not a proxy URL the fetcher can use: it needs a scheme of http, "
+                    + "https, socks4, socks4a, socks5 or socks5h, a host and at most a port, and no spaces")
+        }
+        return value
+    }
+
+    /// The proxy for `endpoint` and where it was set, or `nil` to connect directly.
+    private func choice(for endpoint: URL) -> (value: String, source: String)? {
         guard let host = endpoint.host?.lowercased(), let scheme = endpoint.scheme?.lowercased() else { return nil }
         if EndpointPolicy.isLoopback(host) && !includesLoopback { return nil }
         switch kind {
         case .none:
             return nil
         case .url(let url):
-            return url.absoluteString
+            return (url.absoluteString, "HTTPProxy.url")
         case .environment(let variables):
             let variables = variables ?? ProcessInfo.processInfo.environment
-            func first(_ names: String...) -> String? {
-                names.lazy.compactMap { variables[$0] }.first { !$0.isEmpty }
+            func first(_ names: String...) -> (value: String, source: String)? {
+                names.lazy.compactMap { name in variables[name].map { ($0, name) } }.first { !$0.0.isEmpty }
             }
             let proxy =
                 scheme == "https"
                 ? first("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY")
                 : first("http_proxy", "all_proxy", "ALL_PROXY")
             guard let proxy else { return nil }
-            if let excluded = first("no_proxy", "NO_PROXY"), Self.matches(host, excluded) { return nil }
+            if let excluded = first("no_proxy", "NO_PROXY"), Self.matches(host, excluded.value) { return nil }
             return proxy
         }
+    }
+
+    /// The schemes libcurl speaks to a proxy.
+    private static let schemes: Set<String> = ["http", "https", "socks4", "socks4a", "socks5", "socks5h"]
+
+    /// Whether libcurl can use `value` as a proxy: `scheme://[user:password@]host[:port][/]`, the scheme `http`
+    /// when there is none, as libcurl reads it.
+    package static func isUsable(_ value: String) -> Bool {
+        guard !value.isEmpty, value.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else {
+            return false
+        }
+        let text = value.contains("://") ? value : "http://" + value
+        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
+            schemes.contains(scheme), let host = components.host, !host.isEmpty,
+            components.path.isEmpty || components.path == "/", components.query == nil, components.fragment == nil
+        else { return false }
+        if let port = components.port, !(1...65535).contains(port) { return false }
+        return true
     }
 
     /// Whether `host` is in a `no_proxy` list.
@@ -115,6 +160,22 @@ public struct HTTPProxy: Sendable, Hashable, CustomStringConvertible {
             let port = url.port.map { ":\($0)" } ?? ""
             return "proxy at \(url.host ?? "?")\(port)" + loopback
         }
+    }
+
+    /// The same as ``description``.
+    public var debugDescription: String { description }
+
+    /// A mirror with the same fields as ``description``: the setting without credentials, and whether it applies to
+    /// loopback endpoints. The environment's variables and the URL's user and password are left out.
+    public var customMirror: Mirror {
+        let setting: String =
+            switch kind {
+            case .environment: "environment"
+            case .none: "none"
+            case .url(let url): "proxy at \(url.host ?? "?")" + (url.port.map { ":\($0)" } ?? "")
+            }
+        return Mirror(
+            self, children: ["setting": setting, "includesLoopback": includesLoopback], displayStyle: .struct)
     }
 }
 

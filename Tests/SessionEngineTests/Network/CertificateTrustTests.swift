@@ -74,6 +74,119 @@ struct CertificateTrustTests {
         }
     }
 
+    @Test func aBlockShapedLikeACertificateThatIsNotOneIsRefusedAtCreation() async throws {
+        let authority = try await Self.authority.value
+        let real = try #require(try CertificateAuthorities(pemFile: authority.certificate).certificates.first)
+        // A SEQUENCE of a SEQUENCE starting with an INTEGER, a SEQUENCE and a BIT STRING: the outline of a
+        // certificate, and nothing of one inside.
+        let outline: [UInt8] = [0x30, 0x0A, 0x30, 0x03, 0x02, 0x01, 0x01, 0x30, 0x00, 0x03, 0x01, 0x00]
+        // The real certificate with its version's INTEGER tagged as an OCTET STRING: every structure is in place,
+        // and OpenSSL, which libcurl reads authorities with, refuses it.
+        var mislabelled = real
+        let version: [UInt8] = [0xA0, 0x03, 0x02, 0x01, 0x02]
+        let at = try #require((0..<(real.count - 5)).first { Array(real[$0..<($0 + 5)]) == version })
+        mislabelled[at + 2] = 0x04
+        #expect(CertificateAuthorities.isCertificate(real))
+        #expect(!CertificateAuthorities.isCertificate(outline))
+        #expect(CertificateAuthorities.isCertificate(mislabelled), "the structure alone passes")
+        for (der, openSSL) in [(outline, false), (mislabelled, true)] {
+            let pem = "-----BEGIN CERTIFICATE-----\n\(Data(der).base64EncodedString())\n-----END CERTIFICATE-----\n"
+            let file = authority.path("shaped-\(der.count).pem")
+            try Data(pem.utf8).write(to: URL(fileURLWithPath: file))
+            // As PEM bytes, and as a file, the way the demo's --ca-file reads one.
+            for error in [
+                refusal { _ = try CertificateAuthorities(pem: Data(pem.utf8)) },
+                refusal { _ = try CertificateAuthorities(pemFile: file) },
+            ] {
+                #expect(error?.code == .notACertificate, "\(String(describing: error))")
+                #expect(error?.reason.contains("OpenSSL") == openSSL, "\(String(describing: error))")
+            }
+        }
+    }
+
+    @Test func authoritiesTheTLSLibraryRefusesAreAMisconfigurationNotAnOutage() async throws {
+        try await withLoopbackBackend(tls: true) { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: 1_800_000_000))
+            let selfSigned = try CertificateAuthorities(pemFile: try #require(backend.certificate))
+            // Authorities that skipped the checks at creation, as on a platform where OpenSSL cannot be asked.
+            var mislabelled = try #require(selfSigned.certificates.first)
+            let version: [UInt8] = [0xA0, 0x03, 0x02, 0x01, 0x02]
+            let at = try #require((0..<(mislabelled.count - 5)).first { Array(mislabelled[$0..<($0 + 5)]) == version })
+            mislabelled[at + 2] = 0x04
+            let unusable = CertificateAuthorities(unchecked: [mislabelled])
+            for trust in [CertificateTrust.authorities([unusable]), .authorities([unusable], includingSystem: true)] {
+                let error = await fetchError(backend.fetcher(trust: trust, clock: clock))
+                #expect(error?.code == .backendMisconfigured, "\(trust): \(String(describing: error))")
+                #expect(error?.failureClass == .misconfiguration)
+                #expect(error?.reason.contains("could not be loaded") == true, "\(String(describing: error))")
+                #expect(error?.reason.contains("libcurl error 77") == true)
+            }
+        }
+    }
+
+    @Test func aBundleOverLibcurlsLimitIsRefusedAtCreationCountingTheSystemBundle() async throws {
+        try await withLoopbackBackend(tls: true) { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: 1_800_000_000))
+            let authority = try await Self.authority.value
+            let block = try String(contentsOfFile: authority.certificate, encoding: .utf8)
+            let selfSigned = try CertificateAuthorities(pemFile: try #require(backend.certificate))
+            // 8.38 MB of PEM: under the 8 MiB a text may have, over the 8,000,000 bytes libcurl takes.
+            let over = String(repeating: block, count: 8_380_000 / block.utf8.count)
+            #expect(over.utf8.count <= CertificateAuthorities.maximumPEMSize && over.utf8.count > 8_000_000)
+            let tooLarge = refusal { _ = try CertificateAuthorities(pem: Data(over.utf8)) }
+            #expect(tooLarge?.code == .tooLarge)
+            #expect(
+                tooLarge?.reason.contains("libcurl takes at most 8000000") == true, "\(String(describing: tooLarge))")
+            // 7.9 MB fits alone, beside the backend's certificate, and not with the system's bundle. (No fetch trusts
+            // it here: libcurl parses a bundle for each new connection, about 2 s for this one, on the one thread
+            // every transfer of the process shares, which would hold up the other suites' fetches.)
+            let large = try CertificateAuthorities(
+                pem: Data(String(repeating: block, count: 7_900_000 / block.utf8.count).utf8))
+            let pinned = try CertificateTrust(authorities: [large, selfSigned])
+            #expect(pinned.bundle?.count ?? .max <= CertificateTrust.maximumBundleSize)
+            #expect(pinned.bundle?.count ?? 0 > 7_800_000)
+            let withSystem = refusal {
+                _ = try CertificateTrust(authorities: [large, selfSigned], includingSystem: true)
+            }
+            #expect(withSystem?.code == .tooLarge)
+            #expect(
+                withSystem?.reason.contains("with the system's bundle") == true, "\(String(describing: withSystem))")
+            // Made without a check, it fails every fetch as a misconfiguration, before any connection.
+            let unchecked = CertificateTrust.authorities([large, selfSigned], includingSystem: true)
+            let error = await fetchError(backend.fetcher(trust: unchecked, clock: clock))
+            #expect(error?.code == .backendMisconfigured)
+            #expect(error?.failureClass == .misconfiguration)
+            #expect(error?.reason.contains("libcurl takes at most 8000000") == true, "\(String(describing: error))")
+        }
+    }
+
+    @Test func theSystemBundleIsReadOncePerTrustNotPerTransfer() async throws {
+        try await withLoopbackBackend(tls: true) { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: 1_800_000_000))
+            let selfSigned = try CertificateAuthorities(pemFile: try #require(backend.certificate))
+            let reads = CertificateTrust.BundleReads()
+            try await CertificateTrust.$bundleReads.withValue(reads) {
+                let trust = CertificateTrust.authorities([selfSigned], includingSystem: true)
+                #expect(reads.value == 1)
+                // The system's bundle (about 200 KiB on Debian) is in the trust's bundle, after the given certificate.
+                let system = try Data(contentsOf: URL(fileURLWithPath: "/etc/ssl/certs/ca-certificates.crt"))
+                #expect(trust.bundle?.count == selfSigned.pem.count + 1 + system.count)
+                let fetcher = backend.fetcher(trust: trust, clock: clock)
+                _ = try await fetcher.fetchCredential(for: "bob")
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<8 {
+                        group.addTask { _ = try await fetcher.fetchCredential(for: "bob") }
+                    }
+                    try await group.waitForAll()
+                }
+                #expect(reads.value == 1, "the system's bundle was read again for a transfer")
+                _ = CertificateTrust.authorities([selfSigned])
+                _ = CertificateTrust.system
+                #expect(reads.value == 1, "a trust without the system's bundle read it")
+            }
+        }
+    }
+
     // MARK: - Fetching
 
     @Test func aSelfSignedBackendIsRefusedUnlessItsCertificateIsTrusted() async throws {
@@ -110,6 +223,20 @@ struct CertificateTrustTests {
                 #expect(await fetchError(untrusted)?.reason.contains("certificate was not trusted") == true)
             }
         }
+    }
+
+    /// The error `body` throws, or `nil` (recorded as an issue) when it throws none or another.
+    func refusal(_ body: () throws -> Void, sourceLocation: SourceLocation = #_sourceLocation) -> CertificateTrustError?
+    {
+        do {
+            try body()
+            Issue.record("accepted", sourceLocation: sourceLocation)
+        } catch let error as CertificateTrustError {
+            return error
+        } catch {
+            Issue.record("failed with \(error), not a CertificateTrustError", sourceLocation: sourceLocation)
+        }
+        return nil
     }
 
     /// The error a fetch for bob fails with, or `nil` (recorded as an issue) when it succeeds.

@@ -62,6 +62,14 @@ import Testing
         #expect(!String(describing: fetcher).contains("secret-password"))
         #expect(String(describing: fetcher).contains("proxy: proxy at proxy.internal:3128"))
         #expect(HTTPProxy.environment.description == "environment")
+        // The mirror, what dump prints, shows what the description shows.
+        var dumped = ""
+        dump(proxy, to: &dumped)
+        #expect(!dumped.contains("secret-password") && dumped.contains("proxy at proxy.internal:3128"), "\(dumped)")
+        dumped = ""
+        dump(HTTPProxy.environment(["https_proxy": "http://u:secret-password@p:1"]), to: &dumped)
+        #expect(!dumped.contains("secret-password"), "\(dumped)")
+        #expect(Mirror(reflecting: proxy).children.map(\.label) == ["setting", "includesLoopback"])
     }
 }
 
@@ -152,6 +160,9 @@ struct ProxyTests {
             #expect(
                 refused?.reason == "the proxy refused the tunnel to the backend: it answered CONNECT with 403",
                 "\(String(describing: refused))")
+            // Waiting does not open a tunnel the proxy refuses: someone must change its rules or the endpoint.
+            #expect(refused?.code == .backendMisconfigured)
+            #expect(refused?.failureClass == .misconfiguration)
             let unreachable = await #expect(throws: SessionError.self) {
                 try await Self.fetcher(
                     URL(string: "https://localhost:\(closed)/identity")!, trust: trust, proxy: setting,
@@ -162,6 +173,119 @@ struct ProxyTests {
                 unreachable?.reason.hasPrefix("the proxy could not reach the backend: it answered CONNECT with 5")
                     == true,
                 "\(String(describing: unreachable))")
+            #expect(unreachable?.failureClass == .outage)
+        }
+    }
+
+    @Test func aProxyAskingForCredentialsIsAMisconfigurationOfTheProxy() async throws {
+        try await withServers { nginx, backend, trust in
+            let password = "proxy-secret-0451"
+            let proxy = try await TinyProxy.start(connectPorts: nginx.ports, basicAuth: ("relay", password))
+            defer { Task { await proxy.stop() } }
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            var wrong = URLComponents(url: proxy.url, resolvingAgainstBaseURL: false)!
+            (wrong.user, wrong.password) = ("relay", "not-\(password)")
+            for (setting, missing) in [(proxy.url, true), (wrong.url!, false)] {
+                for endpoint in Self.endpoints(nginx) {
+                    let fetcher = Self.fetcher(
+                        endpoint, trust: trust, proxy: .url(setting, includingLoopback: true), clock: clock)
+                    let error = await #expect(throws: SessionError.self) {
+                        try await fetcher.fetchCredential(for: "bob")
+                    }
+                    #expect(error?.code == .backendMisconfigured, "\(String(describing: error))")
+                    #expect(error?.failureClass == .misconfiguration)
+                    // tinyproxy answers CONNECT with 401 rather than 407; both mean the proxy wants credentials.
+                    #expect(
+                        error?.reason.hasPrefix("the proxy requires authentication: it answered CONNECT with 40")
+                            == true, "\(String(describing: error))")
+                    #expect(error?.reason.contains("backend") == false, "a 407 is blamed on the backend")
+                    #expect(error.map { "\($0)" }?.contains(password) == false, "missing: \(missing)")
+                }
+            }
+            // With the user and password in its URL the proxy opens the tunnel.
+            var right = URLComponents(url: proxy.url, resolvingAgainstBaseURL: false)!
+            (right.user, right.password) = ("relay", password)
+            for endpoint in Self.endpoints(nginx) {
+                let fetcher = Self.fetcher(
+                    endpoint, trust: trust, proxy: .url(right.url!, includingLoopback: true), clock: clock)
+                let credential = try await fetcher.fetchCredential(for: "bob")
+                #expect(try backend.verifier(clock: clock).verify(credential).isValid)
+                #expect(!"\(fetcher)".contains(password))
+            }
+        }
+    }
+
+    @Test func aMalformedProxySettingIsAMisconfigurationThatNamesTheSettingNotItsValue() async throws {
+        try await withServers { nginx, _, trust in
+            let endpoint = Self.endpoints(nginx)[0]
+            let settings: [(HTTPProxy, String)] = [
+                (.environment(["https_proxy": "http://[bad"], includingLoopback: true), "https_proxy"),
+                (.environment(["HTTPS_PROXY": "   "], includingLoopback: true), "HTTPS_PROXY"),
+                (
+                    .environment(["ALL_PROXY": "http://user:pw-0451@proxy .internal:3128"], includingLoopback: true),
+                    "ALL_PROXY"
+                ),
+                (.environment(["all_proxy": "ftp://proxy.internal:21"], includingLoopback: true), "all_proxy"),
+                (.environment(["https_proxy": "http://proxy.internal:99999"], includingLoopback: true), "https_proxy"),
+                (.url(URL(string: "gopher://proxy.internal:70")!, includingLoopback: true), "HTTPProxy.url"),
+                (.url(URL(string: "http:///no-host")!, includingLoopback: true), "HTTPProxy.url"),
+            ]
+            for (setting, source) in settings {
+                let fetcher = Self.fetcher(endpoint, trust: trust, proxy: setting, clock: ManualClock())
+                let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "bob") }
+                #expect(error?.code == .backendMisconfigured, "\(source): \(String(describing: error))")
+                #expect(error?.failureClass == .misconfiguration)
+                #expect(error?.reason.hasPrefix("the proxy setting (\(source)) is not a proxy URL") == true)
+                for quoted in ["[bad", "pw-0451", "proxy.internal", "ftp", "gopher"] {
+                    #expect(error?.reason.contains(quoted) == false, "the error quotes the setting: \(quoted)")
+                }
+            }
+            // The forms libcurl takes pass: no scheme (http), credentials, IPv6, SOCKS.
+            for value in [
+                "proxy.internal:3128", "http://u:p@proxy.internal:3128/", "https://[::1]:8443", "socks5h://proxy:1080",
+            ] {
+                #expect(HTTPProxy.isUsable(value), "\(value)")
+            }
+        }
+    }
+
+    @Test func aProxyThatClosesTheConnectionIsTheProxysOutage() async throws {
+        try await withServers { nginx, _, trust in
+            let closing = try ClosingServer()
+            defer { closing.stop() }
+            let setting = HTTPProxy.url(URL(string: "http://127.0.0.1:\(closing.port)")!, includingLoopback: true)
+            for endpoint in Self.endpoints(nginx) {
+                let fetcher = Self.fetcher(endpoint, trust: trust, proxy: setting, clock: ManualClock())
+                let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "bob") }
+                #expect(error?.code == .fetchFailed, "\(String(describing: error))")
+                #expect(error?.failureClass == .outage)
+                #expect(
+                    error?.reason.hasPrefix("the proxy closed the connection before the tunnel to the backend opened")
+                        == true, "\(String(describing: error))")
+            }
+            #expect(closing.connections >= 2)
+        }
+    }
+
+    @Test func anHTTPSProxyWhoseCertificateIsUntrustedIsTheProxysMisconfiguration() async throws {
+        try await withServers { nginx, _, trust in
+            // nginx's TLS port as an https proxy: its certificate comes from the private authority, which the system
+            // does not trust, so the handshake with the proxy fails before any CONNECT.
+            let setting = HTTPProxy.url(URL(string: "https://localhost:\(nginx.ports[0])")!, includingLoopback: true)
+            for endpoint in Self.endpoints(nginx) {
+                let fetcher = Self.fetcher(endpoint, trust: trust, proxy: setting, clock: ManualClock())
+                let error = await #expect(throws: SessionError.self) { try await fetcher.fetchCredential(for: "bob") }
+                #expect(error?.code == .backendMisconfigured, "\(String(describing: error))")
+                #expect(error?.failureClass == .misconfiguration)
+                #expect(
+                    error?.reason.hasPrefix(
+                        "the proxy's certificate was not trusted: it is not signed by an authority the system trusts")
+                        == true, "\(String(describing: error))")
+                // OpenSSL's X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY (20) or a neighbour, from the proxy's check.
+                #expect(error?.reason.contains("the proxy's verification result 2") == true)
+                #expect(error?.reason.contains("backend's certificate") == false)
+                #expect(error?.reason.contains("endpoint's host") == false)
+            }
         }
     }
 

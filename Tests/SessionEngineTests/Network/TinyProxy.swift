@@ -30,8 +30,11 @@ final class TinyProxy: Sendable {
     /// The proxy's URL.
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
 
-    /// Starts tinyproxy, allowing `CONNECT` to `connectPorts` only, and waits until it accepts connections.
-    static func start(connectPorts: [Int]) async throws -> TinyProxy {
+    /// Starts tinyproxy, allowing `CONNECT` to `connectPorts` only, and waits until it accepts connections. With
+    /// `basicAuth` it answers 407 to a client that does not send that user and password.
+    static func start(connectPorts: [Int], basicAuth: (user: String, password: String)? = nil) async throws
+        -> TinyProxy
+    {
         guard let tinyproxy else { throw NetworkTestFailure("tinyproxy is not installed") }
         var last = ""
         for _ in 0..<5 {
@@ -52,6 +55,7 @@ final class TinyProxy: Sendable {
                 PidFile "\(directory.appendingPathComponent("tinyproxy.pid").path)"
                 Allow 127.0.0.1
                 \(connectPorts.map { "ConnectPort \($0)" }.joined(separator: "\n"))
+                \(basicAuth.map { "BasicAuth \($0.user) \($0.password)" } ?? "")
 
                 """.utf8
             ).write(to: configuration)

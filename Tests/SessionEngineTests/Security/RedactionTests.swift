@@ -14,6 +14,7 @@ import Testing
     static let secret = "SECRET-redaction-0001"
     static let propertyValue = "PROPERTY-VALUE-0042"
     static let token = "BEARER-TOKEN-0007"
+    static let proxyPassword = "PROXY-PASSWORD-0099"
     /// Names the key state goes by inside the signer and the verifier; a mirror that shows them leaks it.
     static let keyStateNames = ["hmac", "innerState", "outerState", "HMACSHA256", "SHA256"]
 
@@ -30,7 +31,7 @@ import Testing
     static func expectNoLeak(
         _ values: [(String, Any)], signatures: [String], sourceLocation: SourceLocation = #_sourceLocation
     ) {
-        let forbidden = [secret, propertyValue, token, "42.125", "free"] + signatures
+        let forbidden = [secret, propertyValue, token, proxyPassword, "42.125", "free"] + signatures
         for (name, value) in values {
             for text in printed(value) {
                 for needle in forbidden where text.contains(needle) {
@@ -118,5 +119,50 @@ import Testing
         values += seen.map { ("event \($0)", $0) }
         Self.expectNoLeak(values, signatures: [credential.signature])
         await engine.shutdown()
+    }
+
+    /// Every public type that can hold a credential, a secret, a proxy's password or what a backend sent, dumped with
+    /// such a value inside.
+    @Test func everyPublicTypeThatCanHoldASecretIsRedactedInItsMirror() async throws {
+        let clock = ManualClock(now: Date(timeIntervalSince1970: 1_800_000_000))
+        let signer = try IdentitySigner(projectID: "proj_redaction", secret: Self.secret, clock: clock)
+        let credential = try signer.sign(
+            email: "alice@example.com", properties: IdentityProperties(["note": .string(Self.propertyValue)]))
+        let proxyURL = URL(string: "http://relay:\(Self.proxyPassword)@proxy.internal:3128")!
+        let proxies: [HTTPProxy] = [
+            .url(proxyURL), .url(proxyURL, includingLoopback: true),
+            .environment(["https_proxy": proxyURL.absoluteString, "ALL_PROXY": proxyURL.absoluteString]),
+        ]
+        let endpoint = URL(string: "https://api.example.com/identity")!
+        let fetchers = proxies.map { proxy in
+            HTTPCredentialFetcher(endpoint: endpoint, proxy: proxy) { _, request in
+                request.setValue("Bearer \(Self.token)", forHTTPHeaderField: "Authorization")
+            }
+        }
+        let failure = HTTPFailureResponse(
+            status: 403,
+            headers: [("Set-Cookie", "session=\(Self.token)"), ("X-Secret", Self.secret)],
+            body: Array("{\"token\":\"\(Self.token)\"}".utf8)
+        )
+        let identity = SessionIdentity(account: "alice", credential: credential, epoch: 1)
+        let scripted = ScriptedCredentialFetcher { _ in credential }
+        let standIn = try ServiceStandIn(projectID: "proj_redaction", secret: Self.secret, clock: clock)
+        let trust = CertificateTrust.authorities([], includingSystem: true)
+        var values: [(String, Any)] = proxies.map { ("proxy \($0)", $0) }
+        values += fetchers.map { ("fetcher \($0.proxy)", $0) }
+        values += [
+            ("failure response", failure), ("fetched credential", FetchedCredential(credential)),
+            ("identity", identity), ("identified", SessionState.identified(identity)),
+            ("renewing", SessionState.renewing(identity)), ("scripted fetcher", scripted),
+            ("closure fetcher", ClosureCredentialFetcher { _ in credential }), ("service stand-in", standIn),
+            ("trust", trust), ("system trust", CertificateTrust.system),
+        ]
+        Self.expectNoLeak(values, signatures: [credential.signature])
+        // What was left out is still there for a classifier, and the mirrors show the shape.
+        #expect(failure.header("x-secret") == Self.secret)
+        #expect(Self.printed(failure)[3].contains("Set-Cookie") && Self.printed(failure)[3].contains("bodySize"))
+        #expect(Self.printed(proxies[0])[3].contains("proxy at proxy.internal:3128"))
+        // The system's bundle is in the trust, and not in its dump.
+        #expect(Self.printed(trust)[3].count < 200, "\(Self.printed(trust)[3].prefix(300))")
     }
 }
