@@ -6,7 +6,9 @@ import SessionEngineTestKit
 import Synchronization
 
 /// A backend for the pool's races: answers every fetch after one scheduling point with a credential for the request's
-/// account, and records how many fetches were in flight at most.
+/// account, and records how many fetches were in flight at most. A fetch counts as in flight from its call until it
+/// returns or the engine abandons it (cancels its task): the budget frees an abandoned fetch's slot at once, whether
+/// or not the fetcher has returned, so an abandoned call still ending is not one the budget owes a slot.
 final class PoolRaceFetcher: CredentialFetcher {
     private struct State {
         var inFlight = 0
@@ -32,12 +34,25 @@ final class PoolRaceFetcher: CredentialFetcher {
             state.maximum = max(state.maximum, state.inFlight)
             state.requests.append(account)
         }
-        defer { state.withLock { $0.inFlight -= 1 } }
-        // One scheduling point while the fetch is in flight, so that other accounts' fetches may overlap it.
-        await Waypoint.pass()
-        try Task.checkCancellation()
-        return try signer.sign(email: RaceRig.email(for: account))
+        let claim = Claim()
+        let leave: @Sendable () -> Void = { [self] in
+            if claim.held.exchange(false, ordering: .relaxed) { state.withLock { $0.inFlight -= 1 } }
+        }
+        defer { leave() }
+        return try await withTaskCancellationHandler {
+            // One scheduling point while the fetch is in flight, so that other accounts' fetches may overlap it.
+            await Waypoint.pass()
+            try Task.checkCancellation()
+            return try signer.sign(email: RaceRig.email(for: account))
+        } onCancel: {
+            leave()
+        }
     }
+}
+
+/// Whether one fetch still counts as in flight.
+private final class Claim: Sendable {
+    let held = Atomic(true)
 }
 
 /// One pool race: a pool on a manual clock whose tasks all take the explorer's executor, its calls, and the checks.
