@@ -42,6 +42,8 @@ final class FetchRace: Sendable {
     ///   - clock: The engine's clock, which the deadline sleeps on.
     ///   - ledger: The clock's activity ledger, on which the two tasks count and the waiting task parks.
     ///   - taskExecutor: The executor the two tasks prefer.
+    ///   - calling: Runs in the job that calls the fetcher, right before the call; never for a fetch abandoned
+    ///     before it.
     /// - Returns: What decided the race.
     static func run(
         _ request: FetchRequest,
@@ -49,12 +51,17 @@ final class FetchRace: Sendable {
         timeout: Duration,
         clock: any SessionClock,
         ledger: ActivityLedger?,
-        taskExecutor: (any TaskExecutor)?
+        taskExecutor: (any TaskExecutor)?,
+        calling: @escaping @Sendable () -> Void
     ) async -> Outcome {
         let race = FetchRace(ledger: ledger)
         ledger?.begin(count: 2)
         let fetch = Task(executorPreference: taskExecutor) {
             defer { ledger?.end() }
+            // Abandoned before it first ran (the account session ended): its request never reaches the backend,
+            // which by now may be serving the next account's hooks. Checked in the job that calls the fetcher.
+            guard !Task.isCancelled, !race.isDecided else { return }
+            calling()
             let result: Result<FetchedCredential, any Error>
             do {
                 result = .success(try await fetcher.fetch(request))
@@ -72,10 +79,21 @@ final class FetchRace: Sendable {
             await race.wait()
         } onCancel: {
             race.decide(.cancelled)
+            fetch.cancel()
         }
         deadline.cancel()
         if case .finished = outcome {} else { fetch.cancel() }
         return outcome
+    }
+
+    /// Whether the race has been decided.
+    private var isDecided: Bool {
+        state.withLock { state in
+            switch state {
+            case .running, .waiting: false
+            case .decided, .taken: true
+            }
+        }
     }
 
     /// Records the first outcome and wakes the waiting task; a later one is dropped.

@@ -180,11 +180,10 @@ extension SessionEngine {
                     waited = max(.zero, clock.uptime - now.uptime)
                     admitted = request.leaving(at: clock.now)
                 }
-                // Counted here, in the step that calls the fetcher, so the count is of requests the backend can see.
-                recorder.fetchStarted()
+                // Counted in the job that calls the fetcher, so the count is of requests the backend can see.
                 let outcome = await FetchRace.run(
                     admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock, ledger: ledger,
-                    taskExecutor: configuration.taskExecutor)
+                    taskExecutor: configuration.taskExecutor, calling: { recorder.fetchStarted() })
                 switch outcome {
                 case .finished(let finished): result = finished
                 case .timedOut: result = .failure(Self.fetchTimedOut(after: configuration.fetchTimeout))
