@@ -324,3 +324,36 @@ private final class HangingFetcher: CredentialFetcher {
         await pool.shutdown()
     }
 }
+
+/// A pool shuts down as an engine does: gracefully, with its hooks, or at once.
+@Suite struct PoolShutdownTests {
+    @Test func aGracefulShutdownLetsWorkFinishThenRunsEveryAccountsHooks() async throws {
+        let harness = PoolHarness()
+        let changes = Mutex<[AccountChange]>([])
+        await harness.pool.addAccountChangeHook { change in changes.withLock { $0.append(change) } }
+        let signIns = await harness.signInAtOnce(["alice", "bob"])
+        for call in signIns { try await call.value }
+        changes.withLock { $0.removeAll() }
+        let clock = harness.clock
+        let work = await harness.pool.startCall { pool in
+            try await pool.withIdentity(for: "alice") { _ in try await clock.sleep(for: .seconds(10)) }
+        }
+        let shutdown = await harness.pool.startCall { pool in await pool.shutdown(gracePeriod: .seconds(60)) }
+        // During the grace period: running work keeps its identity, nothing new starts.
+        #expect(throws: Never.self) { try harness.pool.identityHeaders(for: "alice") }
+        await #expect(throws: SessionError.self) { try await harness.pool.signIn("carol") }
+        await #expect(throws: SessionError.self) {
+            try await harness.pool.withIdentity(for: "bob") { _ in "new work" }
+        }
+        #expect(
+            !changes.withLock { $0 }.contains { $0.from == "alice" },
+            "alice, whose work runs, has not left yet; bob, with none, may have")
+        clock.advance(by: .seconds(10))
+        try await work.value
+        try await shutdown.value
+        let left = changes.withLock { $0 }
+        #expect(Set(left.compactMap(\.from)) == ["alice", "bob"], "every account's hooks ran: \(left)")
+        #expect(left.allSatisfy { $0.to == nil })
+        #expect(harness.pool.accounts.isEmpty && harness.pool.isShutDown)
+    }
+}

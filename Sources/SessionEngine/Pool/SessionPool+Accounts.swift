@@ -88,8 +88,32 @@ extension SessionPool {
         await counted { for member in current { await member.engine.addAccountChangeHook(hook) } }
     }
 
+    /// Shuts every account down gracefully, as ``SessionEngine/shutdown(gracePeriod:)`` does for its account: lets
+    /// running scoped work finish within `gracePeriod`, then signs every account out with its account-change hooks
+    /// (so account caches are cleared) and shuts it down; refuses new sign-ins from the moment it is called and ends
+    /// the pool's event stream. Returns once every account has shut down.
+    ///
+    /// During the grace period the accounts stay in the pool: their running work keeps its identity, still renewed,
+    /// and ``identityHeaders(for:)`` still answers, while new work fails with ``SessionError/Code/shutDown``. A later
+    /// ``shutdown()`` ends the grace period at once.
+    ///
+    /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled, on the pool's clock.
+    public func shutdown(gracePeriod: Duration) async {
+        let all = members.withLock { members -> [Member] in
+            members.shutDown = true
+            return Array(members.index.members)
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for member in all { group.addTask { await member.engine.shutdown(gracePeriod: gracePeriod) } }
+        }
+        await shutdown()
+    }
+
     /// Shuts every account down as ``SessionEngine/shutdown()`` does, refuses new sign-ins and ends the pool's event
     /// stream. Returns once every account has shut down.
+    ///
+    /// As with an engine, account-change hooks do not run: a host whose hooks must see every account leave shuts
+    /// down with ``shutdown(gracePeriod:)``.
     public func shutdown() async {
         let all = members.withLock { members -> [Member] in
             members.shutDown = true
