@@ -15,6 +15,8 @@ package final class MemberProbes: Sendable {
         var violations: [String] = []
         /// Whether the pool's last outage event began an outage.
         var outageHeld = false
+        /// How many times the pool said its budget cannot keep up with its renewals.
+        var budgetBehindReports = 0
     }
 
     private let state = Mutex(State())
@@ -41,12 +43,14 @@ package final class MemberProbes: Sendable {
         if case .session(let event) = event.kind { probe?.observe(event) }
     }
 
-    /// The pool's own events: an outage begins, then ends, then perhaps begins again, never twice in a row.
+    /// The pool's own events: an outage begins, then ends, then perhaps begins again, never twice in a row; a budget
+    /// behind its renewals is counted.
     private func observeOutage(_ event: SessionPoolEvent) {
         state.withLock { state in
             switch event.kind {
             case .outageBegan where !state.outageHeld: state.outageHeld = true
             case .outageEnded where state.outageHeld: state.outageHeld = false
+            case .budgetBehind: state.budgetBehindReports += 1
             default:
                 state.violations.append("the pool published \(event) while its outage held was \(state.outageHeld)")
             }
@@ -55,6 +59,9 @@ package final class MemberProbes: Sendable {
 
     /// Whether the pool's events say it holds fetches for an outage now.
     package var outageHeld: Bool { state.withLock { $0.outageHeld } }
+
+    /// How many times the pool's events said its budget cannot keep up with its renewals.
+    package var budgetBehindReports: Int { state.withLock { $0.budgetBehindReports } }
 
     package func probe(of member: UInt64) -> ModelProbe? { state.withLock { $0.probes[member] } }
 
@@ -89,6 +96,11 @@ extension PoolModelDriver {
             if inWindow > allowed {
                 return "\(inWindow) fetch starts within a second from \(start), at most \(allowed)"
             }
+        }
+        // A renewal admitted after its expiry is reported, once per backlog: never without one, never more often.
+        let (late, reports) = (pool.metrics.renewalsPastDeadline, probes.budgetBehindReports)
+        if (late > 0) != (reports > 0) || reports > late {
+            return "\(late) renewals admitted after their expiry, \(reports) reports that the budget is behind"
         }
         if probes.outageHeld != pool.metrics.holdsForOutage {
             return

@@ -211,6 +211,41 @@ private final class HangingFetcher: CredentialFetcher {
         budget.release(failing, outcome: .answered)
     }
 
+    @Test func aRenewalAdmittedAfterItsExpiryWarnsThatTheBudgetCannotKeepUp() async {
+        let clock = ManualClock()
+        let changes = Mutex<[FetchBudget.OutageChange]>([])
+        let budget = FetchBudget(
+            limits: .init(maximumInFlight: 1, startsPerSecond: 1000), clock: clock, ledger: clock.activityLedger,
+            taskExecutor: nil, onOutage: { change in changes.withLock { $0.append(change) } })
+        let admitted = Admitted()
+        @Sendable func queue(_ name: String, _ urgency: FetchUrgency, deadline: Duration) async -> FetchBudget.Ticket {
+            let ticket = budget.ticket(urgency: urgency, deadline: deadline, account: AccountID(name))
+            clock.activityLedger.begin()
+            Task {
+                defer { clock.activityLedger.end() }
+                if await budget.acquire(ticket) { admitted.append(name) }
+            }
+            await clock.activityLedger.waitUntilIdle()
+            return ticket
+        }
+        let first = await queue("first", .needed, deadline: .zero)
+        let onTime = await queue("on-time", .proactive, deadline: .seconds(100))
+        budget.release(first, outcome: .answered)
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["first", "on-time"] && budget.snapshot.lateRenewals == 0)
+        let late = await queue("late", .proactive, deadline: clock.uptime + .seconds(10))
+        let later = await queue("later", .proactive, deadline: clock.uptime + .seconds(11))
+        clock.advance(by: .seconds(20))
+        budget.release(onTime, outcome: .answered)
+        await clock.activityLedger.waitUntilIdle()
+        budget.release(late, outcome: .answered)
+        await clock.activityLedger.waitUntilIdle()
+        #expect(admitted.all == ["first", "on-time", "late", "later"])
+        #expect(budget.snapshot.lateRenewals == 2, "both were admitted after their credentials expired")
+        #expect(changes.withLock { $0 } == [.behind("late")], "reported once until the queue empties")
+        budget.release(later, outcome: .answered)
+    }
+
     @Test func failuresOfOneOrTwoAccountsNeverBeginAnOutageButOfThreeDo() async {
         let clock = ManualClock()
         let budget = FetchBudget(

@@ -56,6 +56,9 @@ final class FetchBudget: Sendable {
         case began(AccountID)
         /// The backend answered the fetch for `account`: the budget holds nothing any longer.
         case ended(AccountID)
+        /// The budget admitted `account`'s proactive renewal only after the credential it renews had expired: it owes
+        /// more renewals than it can start. Reported once until its queue next empties.
+        case behind(AccountID)
     }
 
     /// How a fetch the budget admitted ended, as the budget's outage detection counts it.
@@ -84,6 +87,8 @@ final class FetchBudget: Sendable {
         var outages: Int
         /// How long admitted fetches waited for the budget, recently (the last ``LatencySummary/window``).
         var waited: [Duration]
+        /// Proactive renewals admitted after the credential they renew had expired, over the budget's life.
+        var lateRenewals: Int
     }
 
     /// A hold on fetches, for an outage or for a pause the backend asked for: when the next probe may start, the
@@ -140,6 +145,9 @@ final class FetchBudget: Sendable {
         var hold: Hold?
         var outages = 0
         var waited = LatencyRing(capacity: LatencySummary.window)
+        var lateRenewals = 0
+        /// Whether a late renewal was reported since the queue last emptied.
+        var behind = false
     }
 
     private let limits: SessionPoolConfiguration.Budget
@@ -176,7 +184,8 @@ final class FetchBudget: Sendable {
                 admitted: state.admitted,
                 holdsForOutage: state.hold?.isOutage == true,
                 outages: state.outages,
-                waited: state.waited.durations
+                waited: state.waited.durations,
+                lateRenewals: state.lateRenewals
             )
         }
     }
@@ -375,14 +384,24 @@ final class FetchBudget: Sendable {
     private func pump(_ state: inout State, at now: Duration) -> ([UnsafeContinuation<Bool, Never>], Duration?) {
         refill(&state, at: now)
         var ready: [UnsafeContinuation<Bool, Never>] = []
-        while let order = nextQueued(&state, at: now, avoiding: state.hold?.lastProbeAccount) {
+        while let key = nextQueued(&state, at: now, avoiding: state.hold?.lastProbeAccount) {
+            let order = key.order
             guard admit(&state, order, at: now) else { break }
+            if state.queued[order] == .proactive, key.deadline <= now {
+                state.lateRenewals += 1
+                if !state.behind {
+                    state.behind = true
+                    // Reported in the lock step, as the outage's changes are.
+                    onOutage?(.behind(key.account))
+                }
+            }
             removeQueued(&state, order)
             if let continuation = state.parked.removeValue(forKey: order) {
                 state.setQueued(order, nil)
                 ready.append(continuation)
             }
         }
+        if state.queued.isEmpty { state.behind = false }
         guard !state.queued.isEmpty, state.inFlight < limits.maximumInFlight, !state.sleeping,
             state.hold?.probe == nil
         else {
@@ -398,15 +417,15 @@ final class FetchBudget: Sendable {
 
     /// The queued fetch to admit next, dropping the keys of fetches cancelled meanwhile; while a hold chooses a
     /// probe, not one of `avoiding` (the account whose probe failed last) if another account's fetch waits.
-    private func nextQueued(_ state: inout State, at now: Duration, avoiding: AccountID?) -> UInt64? {
+    private func nextQueued(_ state: inout State, at now: Duration, avoiding: AccountID?) -> Key? {
         guard let first = nextKey(&state, at: now) else { return nil }
-        guard let avoiding, first.account == avoiding else { return first.order }
+        guard let avoiding, first.account == avoiding else { return first }
         // An account has at most one fetch queued, so the next key is another account's, if any.
         let heapOfFirst = state.queued[first.order]
         removeQueued(&state, first.order)
         let second = nextKey(&state, at: now)
         if heapOfFirst == .needed { state.needed.insert(first) } else { state.proactive.insert(first) }
-        return (second ?? first).order
+        return second ?? first
     }
 
     /// The key of the queued fetch that goes first, dropping the keys of fetches cancelled meanwhile.

@@ -167,12 +167,20 @@ public final class SessionPool: Sendable {
         self.budget = FetchBudget(
             limits: configuration.budget, clock: clock, ledger: ledger,
             taskExecutor: configuration.session.taskExecutor,
-            onOutage: { change in
+            onOutage: { [log = configuration.session.log] change in
                 let event =
                     switch change {
                     case .began(let account): SessionPoolEvent(account: account, kind: .outageBegan)
                     case .ended(let account): SessionPoolEvent(account: account, kind: .outageEnded)
+                    case .behind(let account):
+                        SessionPoolEvent(account: account, kind: .budgetBehind)
                     }
+                if case .behind(let account) = change {
+                    log?(
+                        SessionLogRecord(
+                            level: .warning, message: "the pool's budget cannot keep up with the renewals it owes",
+                            metadata: ["account": account.rawValue]))
+                }
                 outlets.publish(event, member: 0)
             })
         self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: configuration.session.taskExecutor)
@@ -245,6 +253,7 @@ public final class SessionPool: Sendable {
             evictions: evictions, timers: timers.count, holdsForOutage: budget.holdsForOutage,
             outages: budget.outages)
         metrics.budgetWait = LatencySummary(of: budget.waited)
+        metrics.renewalsPastDeadline = budget.lateRenewals
         return metrics
     }
 

@@ -24,6 +24,12 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
         case outageBegan
         /// The backend answered the account's fetch: the outage is over, and the held fetches go through the budget.
         case outageEnded
+        /// The budget let the account's proactive renewal start only after the credential it renews had expired: the
+        /// pool owes more renewals than ``SessionPoolConfiguration/Budget`` can start, and identities expire while
+        /// they wait. Reported once until the budget's queue next empties, and logged at warning; size the budget as
+        /// ``SessionPoolConfiguration/Budget`` says. ``SessionPoolMetrics/renewalsPastDeadline`` counts every such
+        /// renewal.
+        case budgetBehind
     }
 
     /// The account the event is about.
@@ -48,6 +54,7 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
         case .evicted(let reason): "\(account): evicted (\(reason.rawValue))"
         case .outageBegan: "\(account): the backend's outage began; the pool holds every account's fetches"
         case .outageEnded: "\(account): the backend answered; the outage is over"
+        case .budgetBehind: "\(account): renewed only after expiry; the budget cannot keep up with the renewals it owes"
         }
     }
 }
@@ -138,12 +145,15 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     /// ``SessionMetrics/fetchLatency`` nor toward the backend's clock offset, which are measured from the moment a
     /// fetch leaves.
     public var budgetWait = LatencySummary()
+    /// Proactive renewals the budget let start only after the credential they renew had expired, over the pool's
+    /// life: a budget too small for the renewals it owes (``SessionPoolEvent/Kind/budgetBehind``).
+    public var renewalsPastDeadline = 0
 
     /// The pool's counters on one line.
     public var description: String {
         "accounts \(accounts), in flight \(fetchesInFlight), queued \(queuedNeeded) needed and \(queuedProactive) "
             + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions), "
             + "timers \(timers), outage \(holdsForOutage ? "held" : "none") (\(outages) over the pool's life), "
-            + "budget wait [\(budgetWait)]"
+            + "budget wait [\(budgetWait)], renewals past deadline \(renewalsPastDeadline)"
     }
 }
