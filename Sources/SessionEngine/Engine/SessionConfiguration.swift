@@ -185,9 +185,9 @@ public struct RetryPolicy: Sendable, Hashable {
 /// | Level | Records |
 /// |---|---|
 /// | `debug` | a fetch started, a credential installed, a state change |
-/// | `info` | an account change began, a graceful shutdown, a failed fetch the engine retries, a backend session that ended, a rejected credential, a suspected clock skew |
-/// | `warning` | none today |
-/// | `error` | where the host must act: a failure of class misconfiguration (another user's credential, a refused endpoint, an untrusted certificate, a redirect, …), or a session ended because its credentials can never be used |
+/// | `info` | an account change began, a shutdown (graceful or at once), a failed fetch the engine retries, a backend session that ended, a rejected credential, a clock offset back to none, a sign-in or switch past its deadline |
+/// | `warning` | a fetcher that outlived its deadline (`fetchTimeout`; once per fetch), clocks that disagree beyond `clockSkewTolerance` (an offset applied or a `Date` offset kept out), a pool's budget that cannot keep up with the renewals it owes |
+/// | `error` | where the host must act: every failure of class misconfiguration (another user's credential, a refused endpoint, an untrusted certificate, a redirect, a missing `no-store`, a compressed body, a credential no clock makes plausible), or a session ended because its credentials can never be used |
 ///
 /// Messages are for people and may change in any release; programs watch ``SessionEvent`` and ``SessionMetrics``.
 public struct SessionLogRecord: Sendable, Hashable, CustomStringConvertible {
@@ -197,7 +197,8 @@ public struct SessionLogRecord: Sendable, Hashable, CustomStringConvertible {
         case debug
         /// Something a long-running process expects now and then, such as a failed fetch that will be retried.
         case info
-        /// Reserved for conditions between `info` and `error`; the engine logs none today.
+        /// Something that may need a look but that the engine works around: a fetcher past its deadline, clocks
+        /// that disagree, a pool's budget behind its renewals.
         case warning
         /// Something the engine cannot fix by itself: the host or its backend must act.
         case error

@@ -28,9 +28,9 @@ public struct SessionPoolConfiguration: Sendable {
     /// thirds of it (``RenewalPolicy``), need about `N / (2L/3)` fetches a second, and a backend answering in `d`
     /// seconds serves at most `maximumInFlight / d` a second. Keep ``startsPerSecond`` and `maximumInFlight / d` both
     /// at least twice that need, so the pool catches up after an outage: 10,000 accounts with 15-minute credentials
-    /// need about 18.5 fetches a second, so with a backend answering in 0.5 s, `maximumInFlight` of 32 (64 a second)
+    /// need about 16.7 fetches a second, so with a backend answering in 0.5 s, `maximumInFlight` of 32 (64 a second)
     /// and the default rate leave room, while a backend answering in 5 s would need a `maximumInFlight` of at least
-    /// 185.
+    /// 167.
     public struct Budget: Sendable, Hashable {
         /// At most this many fetches in flight across the pool; at least 1.
         public var maximumInFlight: Int
