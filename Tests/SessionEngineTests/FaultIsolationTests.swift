@@ -181,15 +181,9 @@ private final class HangingFetcher: CredentialFetcher {
         }
         #expect(budget.snapshot.holdsForOutage)
         let admitted = Admitted()
-        @Sendable func queue(_ name: String, deadline: Duration) async -> FetchBudget.Ticket {
-            let ticket = budget.ticket(urgency: .needed, deadline: deadline, account: AccountID(name))
-            clock.activityLedger.begin()
-            Task {
-                defer { clock.activityLedger.end() }
-                if await budget.acquire(ticket) { admitted.append(name) }
-            }
-            await clock.activityLedger.waitUntilIdle()
-            return ticket
+        func queue(_ name: String, deadline: Duration) async -> FetchBudget.Ticket {
+            await FetchBudgetTests.start(budget, deadline: deadline, clock: clock, admitted: admitted, name: name)
+                .ticket
         }
         // The failing account's retry is always first in urgency order; the healthy one waits behind it.
         var failing = await queue("failing", deadline: .zero)
@@ -218,15 +212,10 @@ private final class HangingFetcher: CredentialFetcher {
             limits: .init(maximumInFlight: 1, startsPerSecond: 1000), clock: clock, ledger: clock.activityLedger,
             taskExecutor: nil, onOutage: { change in changes.withLock { $0.append(change) } })
         let admitted = Admitted()
-        @Sendable func queue(_ name: String, _ urgency: FetchUrgency, deadline: Duration) async -> FetchBudget.Ticket {
-            let ticket = budget.ticket(urgency: urgency, deadline: deadline, account: AccountID(name))
-            clock.activityLedger.begin()
-            Task {
-                defer { clock.activityLedger.end() }
-                if await budget.acquire(ticket) { admitted.append(name) }
-            }
-            await clock.activityLedger.waitUntilIdle()
-            return ticket
+        func queue(_ name: String, _ urgency: FetchUrgency, deadline: Duration) async -> FetchBudget.Ticket {
+            await FetchBudgetTests.start(
+                budget, urgency, deadline: deadline, clock: clock, admitted: admitted, name: name
+            ).ticket
         }
         let first = await queue("first", .needed, deadline: .zero)
         let onTime = await queue("on-time", .proactive, deadline: .seconds(100))
@@ -390,5 +379,60 @@ private final class HangingFetcher: CredentialFetcher {
         #expect(Set(left.compactMap(\.from)) == ["alice", "bob"], "every account's hooks ran: \(left)")
         #expect(left.allSatisfy { $0.to == nil })
         #expect(harness.pool.accounts.isEmpty && harness.pool.isShutDown)
+    }
+}
+
+/// A backend whose `Date` lags this host's by 23 hours while its signer agrees with the host: its first answer
+/// carries a credential and that offset, every later fetch fails.
+private final class LaggingDateFetcher: CredentialFetcher {
+    let signer: IdentitySigner
+    let fetches = Mutex(0)
+
+    init(signer: IdentitySigner) {
+        self.signer = signer
+    }
+
+    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+        try await fetch(FetchRequest(id: 0, account: account, epoch: 0, attempt: 1)).credential
+    }
+
+    func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
+        guard
+            fetches.withLock({ count in
+                defer { count += 1 }
+                return count
+            }) == 0
+        else {
+            throw SessionError(.fetchFailed, reason: "the backend is away", isTransient: true)
+        }
+        return FetchedCredential(
+            try signer.sign(email: "alice@example.com"), serverClockOffset: .seconds(-23 * 3_600))
+    }
+}
+
+/// No clock may defeat local expiry: of two plausible clocks, the one under which a credential expires soonest decides.
+@Suite struct LyingClockTests {
+    @Test func aDateHeaderADayBehindCannotKeepAnExpiredCredentialInUse() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_clock", secret: "clock-secret", clock: clock)
+        let records = Mutex<[SessionLogRecord]>([])
+        let engine = SessionEngine(
+            fetcher: LaggingDateFetcher(signer: signer),
+            configuration: SessionConfiguration(
+                randomSeed: 3, log: { record in records.withLock { $0.append(record) } }),
+            clock: clock)
+        try await engine.signIn("alice")
+        #expect(engine.metrics.appliedClockOffset == nil, "the lagging Date is kept out")
+        #expect(engine.metrics.clockOffsetsKeptOut == 1)
+        #expect(
+            records.withLock { $0.contains { $0.level == .warning && $0.metadata["finding"] == "dateHeaderIgnored" } })
+        // The credential lives 15 minutes on the signer's clock and this host's; 5 minutes after that it is expired,
+        // whatever the Date header said.
+        clock.advance(by: .seconds(20 * 60))
+        await engine.waitUntilIdle()
+        #expect(throws: SessionError.self) { try engine.identityHeaders() }
+        #expect(!engine.hasValidIdentity(at: clock.now))
+        #expect(engine.state.isExpired)
+        await engine.shutdown()
     }
 }

@@ -151,8 +151,10 @@ struct HTTPCredentialFetcherTests {
             let verifier = try backend.verifier(clock: clock)
             #expect(credentials.count == 100)
             #expect(credentials.allSatisfy { verifier.verify($0).isValid })
-            // A thread per transfer would add 100; the process's pools may add a few of their own.
-            #expect(peakThreads - threadsBefore < 30, "threads grew from \(threadsBefore) to \(peakThreads)")
+            // A thread per transfer would add 100. The count is the process's, and the suites running beside this one
+            // start threads of their own (child processes' pipes, servers, the pools under load): 32 were seen with
+            // two busy processes beside the suite, so the bound leaves room for that and still fails at 100.
+            #expect(peakThreads - threadsBefore < 60, "threads grew from \(threadsBefore) to \(peakThreads)")
         }
     }
 

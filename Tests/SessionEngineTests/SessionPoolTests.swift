@@ -446,7 +446,7 @@ final class Admitted: Sendable {
         let admitted = Admitted()
         var failing: [FetchBudget.Ticket] = []
         for name in ["a", "b", "c"] {
-            failing.append(await start(budget, clock: clock, admitted: admitted, name: name).ticket)
+            failing.append(await Self.start(budget, clock: clock, admitted: admitted, name: name).ticket)
         }
         // Two outages and an answer: the count starts again.
         budget.release(failing[0], outcome: .outage)
@@ -454,7 +454,7 @@ final class Admitted: Sendable {
         budget.release(failing[2], outcome: .outage)
         #expect(!budget.snapshot.holdsForOutage)
         for name in ["d", "e", "f"] {
-            failing.append(await start(budget, clock: clock, admitted: admitted, name: name).ticket)
+            failing.append(await Self.start(budget, clock: clock, admitted: admitted, name: name).ticket)
         }
         budget.release(failing[3], outcome: .outage)
         budget.release(failing[4], outcome: .neither)
@@ -463,8 +463,8 @@ final class Admitted: Sendable {
         #expect(budget.snapshot.holdsForOutage && budget.snapshot.outages == 1, "three outages in a row")
         #expect(changes.withLock { $0 } == [.began("f")], "reported once, naming the fetch that completed the run")
 
-        let probe = await start(budget, clock: clock, admitted: admitted, name: "probe").ticket
-        let held = await start(
+        let probe = await Self.start(budget, clock: clock, admitted: admitted, name: "probe").ticket
+        let held = await Self.start(
             budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "held"
         ).ticket
         #expect(admitted.all.count == 6, "nothing starts before the probe interval")
@@ -482,7 +482,7 @@ final class Admitted: Sendable {
         clock.advance(by: .seconds(1))
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all.last == "held")
-        let late = await start(budget, clock: clock, admitted: admitted, name: "late").ticket
+        let late = await Self.start(budget, clock: clock, admitted: admitted, name: "late").ticket
         #expect(admitted.all.last == "held")
         budget.release(held, outcome: .answered)
         await clock.activityLedger.waitUntilIdle()
@@ -498,14 +498,14 @@ final class Admitted: Sendable {
         let budget = budget(inFlight: 10, clock: clock)
         let admitted = Admitted()
         for index in 0..<20 {
-            let ticket = await start(budget, clock: clock, admitted: admitted, name: "\(index)").ticket
+            let ticket = await Self.start(budget, clock: clock, admitted: admitted, name: "\(index)").ticket
             budget.release(ticket, outcome: .outage)
         }
         #expect(admitted.all.count == 20 && !budget.snapshot.holdsForOutage)
     }
 
     /// A fetch started on the budget: its ticket, to release or promote it, and the task that acquires it.
-    private struct Started {
+    struct Started {
         let ticket: FetchBudget.Ticket
         let task: Task<Void, Never>
     }
@@ -513,7 +513,7 @@ final class Admitted: Sendable {
     /// Starts `acquire` in a task registered with the ledger, as the engine's fetch tasks are, for a ticket of the
     /// account `name`; `name` joins `admitted` once the fetch is admitted.
     @discardableResult
-    private func start(
+    static func start(
         _ budget: FetchBudget, _ urgency: FetchUrgency = .needed, deadline: Duration = .zero, clock: ManualClock,
         admitted: Admitted, name: String
     ) async -> Started {
@@ -531,12 +531,12 @@ final class Admitted: Sendable {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        await Self.start(budget, .needed, clock: clock, admitted: admitted, name: "first")
         for (name, urgency, deadline) in [
             ("late renewal", FetchUrgency.proactive, Duration.seconds(900)),
             ("early renewal", .proactive, .seconds(300)), ("caller", .needed, .seconds(1_000)),
         ] {
-            await start(budget, urgency, deadline: deadline, clock: clock, admitted: admitted, name: name)
+            await Self.start(budget, urgency, deadline: deadline, clock: clock, admitted: admitted, name: name)
         }
         #expect(admitted.all == ["first"])
         #expect(budget.snapshot.queuedNeeded == 1 && budget.snapshot.queuedProactive == 2)
@@ -551,10 +551,10 @@ final class Admitted: Sendable {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
-        await start(budget, .proactive, deadline: .seconds(10), clock: clock, admitted: admitted, name: "renewal")
+        await Self.start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        await Self.start(budget, .proactive, deadline: .seconds(10), clock: clock, admitted: admitted, name: "renewal")
         clock.advance(by: .seconds(20))
-        await start(
+        await Self.start(
             budget, .needed, deadline: clock.uptime, clock: clock, admitted: admitted, name: "caller")
         releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
@@ -568,9 +568,10 @@ final class Admitted: Sendable {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
-        await start(budget, .proactive, deadline: .seconds(100), clock: clock, admitted: admitted, name: "a")
-        let b = await start(budget, .proactive, deadline: .seconds(200), clock: clock, admitted: admitted, name: "b")
+        await Self.start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        await Self.start(budget, .proactive, deadline: .seconds(100), clock: clock, admitted: admitted, name: "a")
+        let b = await Self.start(
+            budget, .proactive, deadline: .seconds(200), clock: clock, admitted: admitted, name: "b")
         budget.promote(b.ticket)
         releaseOne(budget)
         await clock.activityLedger.waitUntilIdle()
@@ -581,9 +582,9 @@ final class Admitted: Sendable {
         let clock = ManualClock()
         let budget = budget(clock: clock)
         let admitted = Admitted()
-        await start(budget, .needed, clock: clock, admitted: admitted, name: "first")
-        let cancelled = await start(budget, .needed, clock: clock, admitted: admitted, name: "cancelled")
-        await start(budget, .needed, clock: clock, admitted: admitted, name: "next")
+        await Self.start(budget, .needed, clock: clock, admitted: admitted, name: "first")
+        let cancelled = await Self.start(budget, .needed, clock: clock, admitted: admitted, name: "cancelled")
+        await Self.start(budget, .needed, clock: clock, admitted: admitted, name: "next")
         cancelled.task.cancel()
         await cancelled.task.value
         #expect(budget.snapshot.queuedNeeded == 1)
@@ -598,9 +599,9 @@ final class Admitted: Sendable {
         let budget = budget(inFlight: 10, clock: clock)
         let admitted = Admitted()
         budget.pause(for: .seconds(30))
-        let a = await start(budget, .needed, clock: clock, admitted: admitted, name: "a")
-        await start(budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "b")
-        await start(budget, .proactive, deadline: .seconds(950), clock: clock, admitted: admitted, name: "c")
+        let a = await Self.start(budget, .needed, clock: clock, admitted: admitted, name: "a")
+        await Self.start(budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "b")
+        await Self.start(budget, .proactive, deadline: .seconds(950), clock: clock, admitted: admitted, name: "c")
         clock.advance(by: .seconds(29))
         await clock.activityLedger.waitUntilIdle()
         #expect(admitted.all.isEmpty)
