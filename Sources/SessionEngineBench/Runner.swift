@@ -12,6 +12,8 @@ struct Options: Sendable {
     var soakCycles: Int?
     /// Accounts of the pool-day benchmark's 24-hour days; `nil` for the mode's default.
     var dayAccounts: Int?
+    /// Minutes of the fault-soak benchmark; `nil` for its default.
+    var soakMinutes: Double?
 
     /// Measured rounds per figure.
     var rounds: Int { quick ? 3 : 7 }
