@@ -109,7 +109,11 @@ final class SoakRun {
                 tracked[index].maximumUnidentified = max(tracked[index].maximumUnidentified, unidentified)
                 guard now >= tracked[index].scheduled.end else { continue }
                 if tracked[index].unidentifiedAtEnd == nil { tracked[index].unidentifiedAtEnd = unidentified }
-                if unidentified == 0 { tracked[index].recovery = now - tracked[index].scheduled.end }
+                // An account lost at the fault's end is back when none is missing; none lost is no wait at all.
+                if unidentified == 0 {
+                    tracked[index].recovery =
+                        tracked[index].unidentifiedAtEnd == 0 ? 0 : now - tracked[index].scheduled.end
+                }
             }
 
             guard tick % Soak.sampleEvery == 0 else { continue }
