@@ -13,10 +13,17 @@ final class PeerProcess {
 
     /// Starts `command` through `/usr/bin/env`, so it is looked up on `PATH`.
     ///
+    /// - Parameters:
+    ///   - command: The program and its arguments.
+    ///   - environment: Variables added to this process's environment for the peer, such as a secret that must not
+    ///     appear among its arguments.
     /// - Returns: `nil` when the process cannot be started.
-    init?(_ command: [String]) {
+    init?(_ command: [String], environment: [String: String] = [:]) {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = command
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         process.standardInput = input
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
@@ -42,7 +49,8 @@ final class PeerProcess {
         process.waitUntilExit()
     }
 
-    private func readLine() -> String? {
+    /// Reads the peer's next line, or `nil` when the peer has exited.
+    func readLine() -> String? {
         while true {
             if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
                 let line = String(decoding: buffered[buffered.startIndex..<newline], as: UTF8.self)

@@ -12,6 +12,8 @@ struct Options: Sendable {
     var soakCycles: Int?
     /// Accounts of the pool-day benchmark's 24-hour days; `nil` for the mode's default.
     var dayAccounts: Int?
+    /// Minutes of the fault-soak benchmark; `nil` for its default.
+    var soakMinutes: Double?
 
     /// Measured rounds per figure.
     var rounds: Int { quick ? 3 : 7 }
@@ -27,6 +29,15 @@ protocol Benchmark: Sendable {
     var summary: String { get }
     /// Runs the benchmark and returns its figures.
     func run(_ options: Options) async throws -> [Figure]
+    /// Whether a run without `--filter` includes it; one that does not runs only when `--filter` names it exactly.
+    var runsByDefault: Bool { get }
+    /// Whether a goal it misses makes the process exit non-zero.
+    var failsOnMissedGoal: Bool { get }
+}
+
+extension Benchmark {
+    var runsByDefault: Bool { true }
+    var failsOnMissedGoal: Bool { false }
 }
 
 /// How a figure is printed: the unit of its values.

@@ -2,7 +2,7 @@ import Foundation
 
 let usage = """
     Usage: swift run -c release SessionEngineBench [--quick] [--json] [--filter NAME] [--soak-cycles N]
-                                                   [--day-accounts N]
+                                                   [--day-accounts N] [--soak-minutes N]
 
     Runs the SessionEngine benchmarks. Every figure is compared with a baseline measured in the same run: the
     report gives the median of the rounds, their spread and the ratio to the baseline. See BENCHMARKS.md.
@@ -13,6 +13,7 @@ let usage = """
       --soak-cycles N  renewal cycles of the soak benchmark
       --day-accounts N accounts of pool-day's 24-hour days (default 10,000: each day takes about a minute per
                        10,000 accounts)
+      --soak-minutes N minutes of fault-soak (default 4), which runs only when named: --filter fault-soak
       --help           show this help
 
     Benchmarks:
@@ -31,6 +32,7 @@ let benchmarks: [any Benchmark] = [
     IdleEnginesBenchmark(),
     PoolBenchmark(),
     PoolDayBenchmark(),
+    FaultSoakBenchmark(),
 ]
 
 func parseOptions(_ arguments: [String]) -> Options? {
@@ -49,6 +51,11 @@ func parseOptions(_ arguments: [String]) -> Options? {
         case "--day-accounts":
             guard let text = remaining.popFirst(), let accounts = Int(text), accounts > 0 else { return nil }
             options.dayAccounts = accounts
+        case "--soak-minutes":
+            guard let text = remaining.popFirst(), let minutes = Double(text), minutes >= 1, minutes <= 120 else {
+                return nil
+            }
+            options.soakMinutes = minutes
         default: return nil
         }
     }
@@ -74,7 +81,11 @@ guard let options = parseOptions(arguments) else {
 // A peer process that exits early must not end the benchmark with SIGPIPE when it is written to.
 signal(SIGPIPE, SIG_IGN)
 
-let selected = benchmarks.filter { options.filter.map($0.name.contains) ?? true }
+// A benchmark that does not run by default (it takes minutes of real time) runs only when the filter names it.
+let selected = benchmarks.filter { benchmark in
+    guard let filter = options.filter else { return benchmark.runsByDefault }
+    return benchmark.runsByDefault ? benchmark.name.contains(filter) : benchmark.name == filter
+}
 guard !selected.isEmpty else {
     progress("no benchmark matches \(options.filter ?? "")")
     exit(64)
@@ -84,9 +95,12 @@ guard !selected.isEmpty else {
 Task { @MainActor in
     let started = ContinuousClock.now
     var figures: [Figure] = []
+    var missed = false
     for benchmark in selected {
         progress("\(benchmark.name): \(benchmark.summary)")
-        figures += try await benchmark.run(options)
+        let measured = try await benchmark.run(options)
+        if benchmark.failsOnMissedGoal, measured.contains(where: { $0.goal?.met == false }) { missed = true }
+        figures += measured
     }
     let wallTime = started.duration(to: .now)
     if options.json {
@@ -98,6 +112,6 @@ Task { @MainActor in
         print("")
         print(String(format: "Wall time: %.1f s", wallTime.seconds))
     }
-    exit(0)
+    exit(missed ? 1 : 0)
 }
 RunLoop.main.run()
