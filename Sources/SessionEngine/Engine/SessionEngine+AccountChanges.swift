@@ -94,7 +94,7 @@ extension SessionEngine {
     /// ``setIdentityCredential(_:for:)``. Signing in to the account that is already current hands the credential over
     /// as ``setIdentityCredential(_:for:)`` does.
     ///
-    /// This is the seed's `setIdentityCredential(credential)` after sign-in.
+    /// This is the verified-identity contract's `setIdentityCredential(credential)` after sign-in.
     ///
     /// - Parameters:
     ///   - account: The account to sign in.
@@ -119,7 +119,8 @@ extension SessionEngine {
     /// account's sign-in, before its first credential is installed, the credential is kept and installed once the
     /// previous account's work has drained.
     ///
-    /// This is the seed's `setIdentityCredential(credential)` "whenever your backend renews it".
+    /// This is the verified-identity contract's `setIdentityCredential(credential)` "whenever your backend renews
+    /// it".
     ///
     /// - Parameters:
     ///   - credential: The credential the host's backend issued.
@@ -142,9 +143,9 @@ extension SessionEngine {
 
     /// Switches to another account and waits for its first credential.
     ///
-    /// The seed's order is followed: the previous account's scoped work is cancelled and drained, its credential is
-    /// cleared, the account-change hooks run, the next account's credential is fetched and installed, and then the
-    /// new state is published. From the moment the switch begins, no credential of the previous account is handed
+    /// The verified-identity contract's order is followed: the previous account's scoped work is cancelled and
+    /// drained, its credential is cleared, the account-change hooks run, the next account's credential is fetched and
+    /// installed, and then the new state is published. From the moment the switch begins, no credential of the previous account is handed
     /// out, and any fetch still running for it is cancelled and its result discarded.
     ///
     /// - Parameter account: The account to switch to.

@@ -10,7 +10,8 @@ extension SessionEngine {
     /// ``SessionError/Code/shutDown`` and every event stream finishes. It also returns if ``shutdown()`` is called
     /// elsewhere.
     ///
-    /// - Throws: Never at present; the signature leaves room for start-up failures.
+    /// - Throws: Nothing today: it returns when the engine has shut down. The signature is `throws` so that a
+    ///   start-up failure can be reported later without breaking callers.
     public func run() async throws {
         ledger?.enter()
         defer { ledger?.leave() }

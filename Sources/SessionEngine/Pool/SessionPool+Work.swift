@@ -51,7 +51,8 @@ extension SessionPool {
     /// group's graceful shutdown) makes it return, and cancelling the task that runs it shuts the pool down as
     /// ``shutdown()`` does.
     ///
-    /// - Throws: Never at present; the signature leaves room for start-up failures.
+    /// - Throws: Nothing today: it returns when the pool has shut down. The signature is `throws` so that a
+    ///   start-up failure can be reported later without breaking callers.
     public func run() async throws {
         let ledger = self.ledger
         ledger?.enter()
