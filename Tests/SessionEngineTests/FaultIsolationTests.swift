@@ -207,10 +207,10 @@ private final class HangingFetcher: CredentialFetcher {
 
     @Test func aRenewalAdmittedAfterItsExpiryWarnsThatTheBudgetCannotKeepUp() async {
         let clock = ManualClock()
-        let changes = Mutex<[FetchBudget.OutageChange]>([])
+        let changes = Mutex<[FetchBudget.Change]>([])
         let budget = FetchBudget(
             limits: .init(maximumInFlight: 1, startsPerSecond: 1000), clock: clock, ledger: clock.activityLedger,
-            taskExecutor: nil, onOutage: { change in changes.withLock { $0.append(change) } })
+            taskExecutor: nil, onChange: { change in changes.withLock { $0.append(change) } })
         let admitted = Admitted()
         func queue(_ name: String, _ urgency: FetchUrgency, deadline: Duration) async -> FetchBudget.Ticket {
             await FetchBudgetTests.start(

@@ -423,13 +423,13 @@ final class Admitted: Sendable {
 @Suite struct FetchBudgetTests {
     private func budget(
         inFlight: Int = 1, rate: Double = 1000, burst: Int? = nil, outageThreshold: Int? = nil, clock: ManualClock,
-        onOutage: (@Sendable (FetchBudget.OutageChange) -> Void)? = nil
+        onChange: (@Sendable (FetchBudget.Change) -> Void)? = nil
     ) -> FetchBudget {
         FetchBudget(
             limits: .init(
                 maximumInFlight: inFlight, startsPerSecond: rate, burst: burst, outageThreshold: outageThreshold,
                 outageProbeInterval: .seconds(5)),
-            clock: clock, ledger: clock.activityLedger, taskExecutor: nil, onOutage: onOutage)
+            clock: clock, ledger: clock.activityLedger, taskExecutor: nil, onChange: onChange)
     }
 
     /// Ends one admitted fetch that was no probe, as neither an answer nor an outage.
@@ -439,7 +439,7 @@ final class Admitted: Sendable {
 
     @Test func anOutageHoldsEveryFetchButOneProbeUntilTheBackendAnswers() async {
         let clock = ManualClock()
-        let changes = Mutex<[FetchBudget.OutageChange]>([])
+        let changes = Mutex<[FetchBudget.Change]>([])
         let budget = budget(inFlight: 10, outageThreshold: 3, clock: clock) { change in
             changes.withLock { $0.append(change) }
         }

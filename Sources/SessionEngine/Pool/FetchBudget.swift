@@ -49,8 +49,9 @@ final class FetchBudget: Sendable {
         let account: AccountID
     }
 
-    /// A change of the budget's outage state, reported in the lock step that makes it.
-    enum OutageChange: Sendable, Equatable {
+    /// A change the budget reports in the lock step that makes it: its outage state, or that it fell behind the
+    /// renewals it owes.
+    enum Change: Sendable, Equatable {
         /// The fetch for `account` was the last of ``SessionPoolConfiguration/Budget/outageThreshold`` in a row to
         /// fail as an outage: the budget holds fetches from now on.
         case began(AccountID)
@@ -155,22 +156,22 @@ final class FetchBudget: Sendable {
     private let ledger: ActivityLedger?
     private let taskExecutor: (any TaskExecutor)?
     private let state: Mutex<State>
-    /// Receives each change of the outage state in the lock step that makes it, so in order; it must return quickly
-    /// and must not call the budget.
-    private let onOutage: (@Sendable (OutageChange) -> Void)?
+    /// Receives each change in the lock step that makes it, so in order; it must return quickly and must not call the
+    /// budget.
+    private let onChange: (@Sendable (Change) -> Void)?
 
     init(
         limits: SessionPoolConfiguration.Budget,
         clock: any SessionClock,
         ledger: ActivityLedger?,
         taskExecutor: (any TaskExecutor)?,
-        onOutage: (@Sendable (OutageChange) -> Void)? = nil
+        onChange: (@Sendable (Change) -> Void)? = nil
     ) {
         self.limits = limits
         self.clock = clock
         self.ledger = ledger
         self.taskExecutor = taskExecutor
-        self.onOutage = onOutage
+        self.onChange = onChange
         state = Mutex(State(tokens: Double(limits.burst), refilledAt: clock.uptime))
     }
 
@@ -318,14 +319,14 @@ final class FetchBudget: Sendable {
             case .neither:
                 break
             }
-            let change: OutageChange? =
+            let change: Change? =
                 switch (held, state.hold?.isOutage == true) {
                 case (false, true): .began(ticket.account)
                 case (true, false): .ended(ticket.account)
                 default: nil
                 }
             // Reported in the lock step, so that reports of racing releases arrive in the order of their changes.
-            if let change { onOutage?(change) }
+            if let change { onChange?(change) }
             return wake(&state)
         }
         for continuation in ready { continuation.resume(returning: true) }
@@ -392,7 +393,7 @@ final class FetchBudget: Sendable {
                 if !state.behind {
                     state.behind = true
                     // Reported in the lock step, as the outage's changes are.
-                    onOutage?(.behind(key.account))
+                    onChange?(.behind(key.account))
                 }
             }
             removeQueued(&state, order)

@@ -167,15 +167,13 @@ public final class SessionPool: Sendable {
         self.budget = FetchBudget(
             limits: configuration.budget, clock: clock, ledger: ledger,
             taskExecutor: configuration.session.taskExecutor,
-            onOutage: { [log = configuration.session.log] change in
-                let event =
-                    switch change {
-                    case .began(let account): SessionPoolEvent(account: account, kind: .outageBegan)
-                    case .ended(let account): SessionPoolEvent(account: account, kind: .outageEnded)
-                    case .behind(let account):
-                        SessionPoolEvent(account: account, kind: .budgetBehind)
-                    }
-                if case .behind(let account) = change {
+            onChange: { [log = configuration.session.log] change in
+                let event: SessionPoolEvent
+                switch change {
+                case .began(let account): event = SessionPoolEvent(account: account, kind: .outageBegan)
+                case .ended(let account): event = SessionPoolEvent(account: account, kind: .outageEnded)
+                case .behind(let account):
+                    event = SessionPoolEvent(account: account, kind: .budgetBehind)
                     log?(
                         SessionLogRecord(
                             level: .warning, message: "the pool's budget cannot keep up with the renewals it owes",
