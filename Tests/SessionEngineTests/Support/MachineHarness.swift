@@ -63,7 +63,8 @@ struct MachineHarness {
         machine.localTime(ofBackend: credential.expirationDate)
     }
 
-    private mutating func credential(email: String, expiresAt: Int64) -> IdentityCredential {
+    /// A credential for `email` that expires at `expiresAt`, with a signature no other credential has.
+    mutating func credential(email: String, expiresAt: Int64) -> IdentityCredential {
         serial += 1
         let hex = String(serial, radix: 16)
         let signature = String(repeating: "0", count: 64 - hex.count) + hex
@@ -78,13 +79,15 @@ struct MachineHarness {
         return credential
     }
 
-    private mutating func goodCredential(lifetime: Int) -> IdentityCredential? {
+    /// A credential for the current or target account that lives `lifetime` seconds on the backend's clock.
+    mutating func goodCredential(lifetime: Int) -> IdentityCredential? {
         guard let account = machine.currentAccount else { return nil }
         let email = session?.pinnedEmail ?? Self.email(for: account)
         return credential(email: email, expiresAt: backendSeconds + Int64(lifetime))
     }
 
-    private mutating func advance(by duration: Duration) {
+    /// Moves both clocks forward by `duration`.
+    mutating func advance(by duration: Duration) {
         now.uptime += duration
         now.wall += duration.timeInterval
     }
