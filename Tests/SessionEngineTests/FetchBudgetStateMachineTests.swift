@@ -376,6 +376,134 @@ import Testing
 }
 
 extension FetchBudgetStateMachineTests {
+    /// Random inputs in random orders, every action checked against what the owner may do: resume only queued
+    /// fetches, each once and never a cancelled one; start a sleeper only when none sleeps; keep the slots and the
+    /// rate; one probe at a time while the budget holds; never leave a fetch queued with nothing to wake it. Then the
+    /// backend answers every fetch, and every fetch not cancelled is admitted.
+    @Test(arguments: 0..<64 as Range<UInt64>)
+    func randomInputsKeepEveryRule(seed: UInt64) {
+        var random = SplitMix64(seed: seed)
+        let inFlightLimit = Int.random(in: 1...4, using: &random)
+        let rate = [1.0, 2, 4, 8].randomElement(using: &random)!
+        let burst = Int.random(in: 1...4, using: &random)
+        var machine = Self.machine(
+            inFlight: inFlightLimit, rate: rate, burst: burst,
+            outageThreshold: [nil, 2, 3].randomElement(using: &random)!,
+            outageAccounts: Int.random(in: 1...3, using: &random), probeInterval: .seconds(1))
+        let accounts = (0..<6).map { AccountID("account-\($0)") }
+        var now = Duration.zero
+        var sleeperDue: Duration?
+        var queued: [UInt64: FetchBudget.Ticket] = [:]
+        var running: [UInt64: FetchBudget.Ticket] = [:]
+        var cancelled: Set<UInt64> = []
+        var starts: [Duration] = []
+        var busy: Set<AccountID> = []
+
+        func check(_ action: Action, probingBefore: Bool, sleepingBefore: Bool, step: String) {
+            for order in action.resume {
+                guard let ticket = queued.removeValue(forKey: order) else {
+                    Issue.record(
+                        "\(step): resumed \(order), which is not queued (cancelled: \(cancelled.contains(order)))")
+                    continue
+                }
+                running[order] = ticket
+                starts.append(now)
+            }
+            if let sleep = action.startSleeper {
+                #expect(!sleepingBefore, "\(step): a second sleeper")
+                #expect(sleep > .zero)
+                sleeperDue = now + sleep
+            }
+            if machine.probeAt != nil {
+                #expect(action.resume.count <= (probingBefore ? 0 : 1), "\(step): one probe at a time")
+            }
+        }
+
+        func checkState(_ step: String) {
+            let snapshot = machine.snapshot
+            #expect(snapshot.inFlight == running.count && snapshot.inFlight <= inFlightLimit, "\(step)")
+            #expect(snapshot.queuedNeeded + snapshot.queuedProactive == queued.count, "\(step)")
+            #expect(machine.sleeping == (sleeperDue != nil), "\(step)")
+            if !queued.isEmpty, running.count < inFlightLimit, !machine.probing {
+                #expect(machine.sleeping, "\(step): a queued fetch with nothing to wake it")
+            }
+        }
+
+        func release(_ order: UInt64, _ outcome: FetchBudget.Outcome) {
+            guard let ticket = running.removeValue(forKey: order) else { return }
+            busy.remove(ticket.account)
+            let sleeping = machine.sleeping
+            // The fetch released may be the probe, which frees the hold's one probe.
+            let action = machine.release(ticket, outcome: outcome, waited: .zero, at: now)
+            check(action, probingBefore: false, sleepingBefore: sleeping, step: "release \(outcome)")
+        }
+
+        func fire() {
+            guard let due = sleeperDue else { return }
+            now = max(now, due)
+            sleeperDue = nil
+            let probing = machine.probing
+            check(machine.sleeperFired(at: now), probingBefore: probing, sleepingBefore: false, step: "sleeper")
+        }
+
+        for _ in 0..<300 {
+            now += .milliseconds(Int64.random(in: 0...300, using: &random))
+            if let due = sleeperDue, due <= now { fire() }
+            switch Int.random(in: 0..<10, using: &random) {
+            case 0...3:
+                guard let account = accounts.filter({ !busy.contains($0) }).randomElement(using: &random) else { break }
+                busy.insert(account)
+                let urgency: FetchUrgency = Bool.random(using: &random) ? .needed : .proactive
+                let ticket = machine.ticket(
+                    urgency: urgency, deadline: now + .milliseconds(Int64.random(in: -500...3000, using: &random)),
+                    account: account)
+                let (probing, sleeping) = (machine.probing, machine.sleeping)
+                switch machine.acquire(ticket, cancelled: false, at: now) {
+                case .startNow:
+                    #expect(queued.isEmpty, "started at once past a queue")
+                    running[ticket.order] = ticket
+                    starts.append(now)
+                case .queued(let action):
+                    queued[ticket.order] = ticket
+                    check(action, probingBefore: probing, sleepingBefore: sleeping, step: "acquire")
+                case .resumeCancelled:
+                    Issue.record("not cancelled")
+                }
+            case 4...6:
+                guard let order = running.keys.randomElement(using: &random) else { break }
+                release(order, [.answered, .outage, .outage, .neither].randomElement(using: &random)!)
+            case 7:
+                guard let order = queued.keys.randomElement(using: &random) else { break }
+                let ticket = queued.removeValue(forKey: order)!
+                #expect(machine.cancel(ticket) == .resumeCancelled)
+                cancelled.insert(order)
+                busy.remove(ticket.account)
+            case 8:
+                guard let ticket = queued.values.randomElement(using: &random) else { break }
+                machine.promote(ticket)
+            default:
+                machine.pause(for: .milliseconds(Int64.random(in: 0...2000, using: &random)), at: now)
+            }
+            checkState("step")
+        }
+        // The backend answers from now on: every fetch still queued is admitted.
+        var rounds = 0
+        while !queued.isEmpty || !running.isEmpty, rounds < 10_000 {
+            rounds += 1
+            if let order = running.keys.min() {
+                release(order, .answered)
+            } else {
+                fire()
+            }
+            checkState("drain")
+        }
+        #expect(queued.isEmpty && running.isEmpty, "every fetch not cancelled was admitted and released")
+        for start in starts {
+            let inOneSecond = starts.filter { $0 >= start && $0 <= start + .seconds(1) }.count
+            #expect(Double(inOneSecond) <= Double(burst) + rate, "starts in the second from \(start)")
+        }
+    }
+
     /// A budget holding for an outage that began at `now` (three accounts' fetches failed), its bucket full again.
     static func outage(at now: Duration, burst: Int = 4) -> Machine {
         var machine = Self.machine(burst: burst, outageThreshold: 3, outageAccounts: 3)

@@ -141,7 +141,7 @@ final class FetchBudget: Sendable {
     }
 
     /// Waits until the ticket's fetch may start, then counts it in flight; pair every `true` with one
-    /// ``release(_:outcome:)``.
+    /// ``release(_:outcome:waited:)``.
     ///
     /// - Parameter ticket: The fetch's claim.
     /// - Returns: `false` when the calling task was cancelled before the fetch was admitted (nothing to release).
