@@ -150,21 +150,21 @@ final class FetchBudget: Sendable {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
                 let start = state.withLock { state -> Start in
-                    let action = state.machine.acquire(ticket, cancelled: Task.isCancelled, at: clock.uptime)
-                    switch action {
+                    let action: StateMachine.Action
+                    switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: clock.uptime) {
                     case .resumeCancelled: return .cancelled
                     case .startNow: return .now
-                    case .queued(let action):
-                        state.parked[order] = continuation
-                        let (ready, sleep) = perform(action, &state)
-                        // The ledger's count only grows before this fetch parks, last, so it never reads zero while
-                        // something admitted here, or the sleeper, is about to run.
-                        let admittedItself = state.parked[order] == nil
-                        ledger?.unpark(count: ready.count - (admittedItself ? 1 : 0))
-                        if sleep != nil { ledger?.begin() }
-                        if !admittedItself { ledger?.park() }
-                        return .queued(ready, sleep: sleep)
+                    case .queued(let queued): action = queued
                     }
+                    state.parked[order] = continuation
+                    let (ready, sleep) = perform(action, &state)
+                    // The ledger's count only grows before this fetch parks, last, so it never reads zero while
+                    // something admitted here, or the sleeper, is about to run.
+                    let admittedItself = state.parked[order] == nil
+                    ledger?.unpark(count: ready.count - (admittedItself ? 1 : 0))
+                    if sleep != nil { ledger?.begin() }
+                    if !admittedItself { ledger?.park() }
+                    return .queued(ready, sleep: sleep)
                 }
                 switch start {
                 case .now:
