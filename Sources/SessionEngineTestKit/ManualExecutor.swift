@@ -21,6 +21,10 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
         var draining = false
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
         var jobsRun: UInt64 = 0
+        /// Work under way outside the executor that counts as running (``runOutside(_:)``).
+        var outside = 0
+
+        var isIdle: Bool { !draining && outside == 0 }
 
         /// The next job, or `nil` when the queue is empty: the drain then ends and the idle waiters are returned.
         mutating func take() -> (job: UnownedJob?, idle: [CheckedContinuation<Void, Never>]) {
@@ -37,8 +41,14 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
             jobs.removeAll(keepingCapacity: true)
             next = 0
             draining = false
+            return (nil, takeIdleWaiters())
+        }
+
+        /// The idle waiters to resume, when the executor is idle.
+        mutating func takeIdleWaiters() -> [CheckedContinuation<Void, Never>] {
+            guard isIdle else { return [] }
             defer { idleWaiters.removeAll() }
-            return (nil, idleWaiters)
+            return idleWaiters
         }
     }
 
@@ -48,8 +58,8 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     /// Creates an executor with an empty queue.
     public init() {}
 
-    /// Whether no job is queued or running.
-    public var isIdle: Bool { state.withLock { !$0.draining } }
+    /// Whether no job is queued or running and no work runs outside (``runOutside(_:)``).
+    public var isIdle: Bool { state.withLock { $0.isIdle } }
 
     /// How many jobs the executor has run.
     public var jobsRun: UInt64 { state.withLock { $0.jobsRun } }
@@ -88,12 +98,33 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     public func waitUntilIdle() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let idle = state.withLock { state -> Bool in
-                guard state.draining else { return true }
+                guard !state.isIdle else { return true }
                 state.idleWaiters.append(continuation)
                 return false
             }
             if idle { continuation.resume() }
         }
+    }
+
+    /// Runs `body`, work that waits on something outside the executor (a real server, a real thread), as work the
+    /// executor counts as running: ``waitUntilIdle()`` does not return while it runs.
+    ///
+    /// A job on the executor that waits for a real backend's answer has no job meanwhile, and the executor alone
+    /// would read idle; ``RealTimeFetcher`` runs each fetch through here.
+    ///
+    /// - Parameter body: The work.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws.
+    public func runOutside<T>(_ body: () async throws -> T) async rethrows -> T {
+        state.withLock { $0.outside += 1 }
+        defer {
+            let idle = state.withLock { state in
+                state.outside -= 1
+                return state.takeIdleWaiters()
+            }
+            for waiter in idle { waiter.resume() }
+        }
+        return try await body()
     }
 
     /// This executor as the serial executor of an actor.

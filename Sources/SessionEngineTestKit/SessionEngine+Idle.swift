@@ -34,7 +34,9 @@ extension SessionEngine {
     public nonisolated func startCall<T: Sendable>(
         _ call: @escaping @Sendable (SessionEngine) async throws -> T
     ) async -> Task<T, any Error> {
-        await requireExecutor().startCalls(1) { executor, _ in Task(executorPreference: executor) { try await call(self) } }[0]
+        await requireExecutor().startCalls(1) { executor, _ in
+            Task(executorPreference: executor) { try await call(self) }
+        }[0]
     }
 
     /// Starts `count` calls at once, each in a task of its own, and returns once all of them have entered the engine
@@ -58,7 +60,9 @@ extension SessionEngine {
     }
 
     private nonisolated func requireExecutor() -> ManualExecutor {
-        guard let executor = clockExecutor as? ManualExecutor else { preconditionFailure("waiting for an idle engine needs an engine on a ManualClock") }
+        guard let executor = clockExecutor as? ManualExecutor else {
+            preconditionFailure("waiting for an idle engine needs an engine on a ManualClock")
+        }
         return executor
     }
 }

@@ -21,7 +21,9 @@ extension SessionPool {
     public func startCall<T: Sendable>(
         _ call: @escaping @Sendable (SessionPool) async throws -> T
     ) async -> Task<T, any Error> {
-        await requireExecutor().startCalls(1) { executor, _ in Task(executorPreference: executor) { try await call(self) } }[0]
+        await requireExecutor().startCalls(1) { executor, _ in
+            Task(executorPreference: executor) { try await call(self) }
+        }[0]
     }
 
     /// Starts `count` calls at once, each in a task of its own, and returns once all have entered and the pool is
@@ -42,7 +44,9 @@ extension SessionPool {
     }
 
     private func requireExecutor() -> ManualExecutor {
-        guard let executor = clockExecutor as? ManualExecutor else { preconditionFailure("waiting for an idle pool needs a pool on a ManualClock") }
+        guard let executor = clockExecutor as? ManualExecutor else {
+            preconditionFailure("waiting for an idle pool needs a pool on a ManualClock")
+        }
         return executor
     }
 }

@@ -256,10 +256,12 @@ public actor SessionEngine {
         return waiters.register(epoch: epoch, kind: kind)
     }
 
-    /// Waits for the epoch's next outcome of `kind`, registered in this step on the actor, and drops the waiters
-    /// afterwards if no caller is left.
-    func waitForOutcome(epoch: UInt64, kind: SessionStateMachine.WaiterKind) async throws -> IdentityCredential {
-        let ticket = registerWaiter(epoch: epoch, kind: kind)
+    /// Waits for the outcome `ticket` was registered for, and drops the waiters afterwards if no caller is left.
+    ///
+    /// The caller registers in the step that decided to wait, before it calls this: a call into an actor-isolated
+    /// method is a hop the runtime may enqueue (on a custom or a task executor it does), and a step of another job
+    /// may run in between; an outcome that comes then is kept for the ticket instead of slipping by.
+    func waitForOutcome(_ ticket: OutcomeWaiters.Ticket) async throws -> IdentityCredential {
         defer { dropWaitersIfNone() }
         return try await ticket.waiters.wait(ticket)
     }
