@@ -562,7 +562,7 @@ final class RaceRig: Sendable {
         }
         while true {
             phase.withLock { $0 = "settling: waiting until idle" }
-            await engine.waitUntilIdle()
+            await engine.ledger!.waitUntilIdle()
             phase.withLock { $0 = "settling: waiting for calls that left the engine" }
             await probe.waitUntilCallsFinished(leaving: engine.ledger?.callsInside ?? 0)
             phase.withLock { $0 = "settling" }
@@ -593,7 +593,7 @@ final class RaceRig: Sendable {
     func advance(seconds: Int) async {
         let target = clock.uptime + .seconds(seconds)
         while true {
-            await engine.waitUntilIdle()
+            await engine.ledger!.waitUntilIdle()
             let now = clock.uptime
             guard now < target else { return }
             let next = min(target, clock.nextDeadline ?? target)
@@ -639,7 +639,7 @@ final class RaceRig: Sendable {
         }
         try checkHooks(changes: changes, endingAt: hooksEndAt ?? [finalAccount])
         await engine.shutdown()
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         let streamed = await subscriber.value
         if Array(streamed.dropFirst()) != probe.states || streamed.first != .signedOut {
             throw RaceViolation(

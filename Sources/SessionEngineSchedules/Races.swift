@@ -253,7 +253,7 @@ enum Races {
             // Wait until bob's fetch hangs (or, when the late answer went to bob's first fetch, bob is identified),
             // then shut down: a hanging fetch must be cancelled.
             for _ in 0..<20 {
-                await rig.engine.waitUntilIdle()
+                await rig.engine.ledger!.waitUntilIdle()
                 if rig.fetcher.pending > 0 || (rig.engine.state.isIdentified && rig.engine.state.account == "bob") {
                     break
                 }

@@ -12,7 +12,7 @@ import Synchronization
 /// counts its activities there, and a task asleep on the clock counts as parked. Every task that sleeps on a manual
 /// clock must therefore be one the ledger counts: an engine's own task or scoped work run through
 /// `SessionEngine.withIdentity(_:)`. Nothing here waits on real time.
-public final class ManualClock: SessionClock, ActivityLedgerClock {
+public final class ManualClock: SessionClock, ActivityLedgerClock, ExecutingClock {
     private struct Sleeper {
         var deadline: Duration
         var continuation: CheckedContinuation<Void, any Error>
@@ -45,6 +45,14 @@ public final class ManualClock: SessionClock, ActivityLedgerClock {
 
     /// The ledger shared by the engines this clock drives and the test doubles that park on it.
     package let activityLedger = ActivityLedger()
+
+    /// The executor that runs the actor and the tasks of every engine and pool on this clock, unless their
+    /// configuration names a task executor of its own; ``SessionEngine/SessionEngine/waitUntilIdle()`` waits until it
+    /// has nothing left to run.
+    public let executor = ManualExecutor()
+
+    /// ``executor``, as the engine sees it.
+    package var workExecutor: any SerialExecutor & TaskExecutor { executor }
 
     /// Creates a manual clock.
     ///

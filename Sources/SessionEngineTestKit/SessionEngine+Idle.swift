@@ -3,27 +3,28 @@ public import SessionEngine
 extension SessionEngine {
     /// Suspends until the engine is idle: none of its work can run until the test acts.
     ///
-    /// The engine is idle when each of its tasks and each call inside it is parked: asleep on the ``ManualClock``,
-    /// held by a ``ScriptedCredentialFetcher`` or a ``Gate``, waiting for a fetch outcome, or waiting for scoped work
-    /// that is itself parked. From then on nothing changes until the test advances the clock, answers a fetch, opens
-    /// a gate or calls the engine. Every engine on the same clock shares one ledger, so this waits for all of them.
+    /// The engine runs its actor and its tasks on the ``ManualClock``'s ``ManualExecutor``, and is idle when that
+    /// executor has no job left: each of its tasks and each call inside it is asleep on the clock, held by a
+    /// ``ScriptedCredentialFetcher`` or a ``Gate``, waiting for a fetch outcome, or waiting for scoped work that is
+    /// itself held. From then on nothing changes until the test advances the clock, answers a fetch, opens a gate or
+    /// calls the engine. Every engine and pool on the same clock shares its executor, so this waits for all of them.
     ///
-    /// The wait is built on counters the engine keeps as it parks and wakes its work, and a continuation resumed
-    /// when they reach zero; it never polls and never waits on real time.
+    /// The engine counts nothing for this wait; the executor sees every job. It never polls and never waits on real
+    /// time.
     ///
-    /// A call started in another task counts only once it has entered the engine: start such calls with
-    /// ``startCall(_:)``, which waits for that.
+    /// A call started in a task of the test's own runs partly off the executor: start such calls with
+    /// ``startCall(_:)``, whose task prefers the executor.
     ///
     /// - Precondition: The engine runs on a ``ManualClock``.
     public nonisolated func waitUntilIdle() async {
-        await requireLedger().waitUntilIdle()
+        await requireExecutor().waitUntilIdle()
     }
 
     /// Starts `call` in a new task and returns once the call has entered the engine and the engine is idle again.
     ///
-    /// `call` must begin with one of the engine's asynchronous methods: each of them counts as a call from the
-    /// moment it runs inside the engine. A call that waits, for a fetch or for scoped work, is parked, so the engine
-    /// can be idle while it waits.
+    /// The call's task prefers the clock's executor, so the whole call, inside the engine and out, is work the
+    /// executor sees. A call that waits, for a fetch or for scoped work, has no job meanwhile, so the engine can be
+    /// idle while it waits.
     /// Start calls one after another from one task: the engine receives them in that order.
     ///
     /// - Precondition: The engine runs on a ``ManualClock``.
@@ -33,7 +34,9 @@ extension SessionEngine {
     public nonisolated func startCall<T: Sendable>(
         _ call: @escaping @Sendable (SessionEngine) async throws -> T
     ) async -> Task<T, any Error> {
-        await requireLedger().startCalls(1) { _ in Task { try await call(self) } }[0]
+        await requireExecutor().startCalls(1) { executor, _ in
+            Task(executorPreference: executor) { try await call(self) }
+        }[0]
     }
 
     /// Starts `count` calls at once, each in a task of its own, and returns once all of them have entered the engine
@@ -51,11 +54,15 @@ extension SessionEngine {
         _ count: Int,
         _ call: @escaping @Sendable (SessionEngine, Int) async throws -> T
     ) async -> [Task<T, any Error>] {
-        await requireLedger().startCalls(count) { index in Task { try await call(self, index) } }
+        await requireExecutor().startCalls(count) { executor, index in
+            Task(executorPreference: executor) { try await call(self, index) }
+        }
     }
 
-    private nonisolated func requireLedger() -> ActivityLedger {
-        guard let ledger else { preconditionFailure("waiting for an idle engine needs an engine on a ManualClock") }
-        return ledger
+    private nonisolated func requireExecutor() -> ManualExecutor {
+        guard let executor = clockExecutor as? ManualExecutor else {
+            preconditionFailure("waiting for an idle engine needs an engine on a ManualClock")
+        }
+        return executor
     }
 }

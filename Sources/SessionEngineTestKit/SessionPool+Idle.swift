@@ -7,7 +7,7 @@ extension SessionPool {
     ///
     /// - Precondition: The pool runs on a ``ManualClock``.
     public func waitUntilIdle() async {
-        await requireLedger().waitUntilIdle()
+        await requireExecutor().waitUntilIdle()
     }
 
     /// Starts `call` in a new task and returns once it has entered an account's engine and the pool is idle again,
@@ -21,7 +21,9 @@ extension SessionPool {
     public func startCall<T: Sendable>(
         _ call: @escaping @Sendable (SessionPool) async throws -> T
     ) async -> Task<T, any Error> {
-        await requireLedger().startCalls(1) { _ in Task { try await call(self) } }[0]
+        await requireExecutor().startCalls(1) { executor, _ in
+            Task(executorPreference: executor) { try await call(self) }
+        }[0]
     }
 
     /// Starts `count` calls at once, each in a task of its own, and returns once all have entered and the pool is
@@ -36,11 +38,15 @@ extension SessionPool {
         _ count: Int,
         _ call: @escaping @Sendable (SessionPool, Int) async throws -> T
     ) async -> [Task<T, any Error>] {
-        await requireLedger().startCalls(count) { index in Task { try await call(self, index) } }
+        await requireExecutor().startCalls(count) { executor, index in
+            Task(executorPreference: executor) { try await call(self, index) }
+        }
     }
 
-    private func requireLedger() -> ActivityLedger {
-        guard let ledger else { preconditionFailure("waiting for an idle pool needs a pool on a ManualClock") }
-        return ledger
+    private func requireExecutor() -> ManualExecutor {
+        guard let executor = clockExecutor as? ManualExecutor else {
+            preconditionFailure("waiting for an idle pool needs a pool on a ManualClock")
+        }
+        return executor
     }
 }

@@ -45,7 +45,7 @@ extension EngineModelDriver {
         let done = await startShutdown()
         var steps = 0
         while true {
-            await engine.waitUntilIdle()
+            await engine.ledger!.waitUntilIdle()
             // Answers still on the wire arrive after shutdown and are discarded; work that ignores cancellation
             // ends when its sleep does. Anything else left parked is a shutdown that hangs.
             let onTheWire = fetcher.pendingRequests.filter(\.behaviour.ignoresCancellation)
@@ -66,7 +66,7 @@ extension EngineModelDriver {
             steps += 1
             if steps > Self.teardownSteps { throw Violation("invariant 8: shutdown never returned: \(activity)") }
         }
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         if engine.ledger!.callsInside > 0 { throw Violation("invariant 8: calls wait after shutdown: \(activity)") }
         await probe.waitUntilCallsFinished()
         for subscriber in subscribers { await subscriber.log.waitUntilFinished() }
@@ -109,7 +109,7 @@ extension EngineModelDriver {
         probe.releaseHooks()
         let done = await startShutdown()
         for _ in 0..<Self.teardownSteps {
-            await engine.waitUntilIdle()
+            await engine.ledger!.waitUntilIdle()
             if done.isOpen && engine.metrics.liveTasks == 0 { break }
             probe.releaseHooks()
             fetcher.failAll()

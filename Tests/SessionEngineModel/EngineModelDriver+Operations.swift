@@ -81,7 +81,7 @@ extension EngineModelDriver {
         }
         let flag = Locked(false)
         let task = await beginChange(to: account, cancelled: flag)
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
         // Still waiting when nothing can run: it waits for the first credential (or for work to drain).
         guard probe.callsInProgress.contains("switchAccount(to: \(account))"), cancelled else { return }
@@ -113,7 +113,7 @@ extension EngineModelDriver {
                     ])
             }
         }
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         // A call that has left the engine finishes first; one still in progress then waits inside it.
         await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
         guard probe.callsInProgress.contains("cancelled renew()") else { return }
@@ -154,7 +154,7 @@ extension EngineModelDriver {
                     ])
             }
         }
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         // The work ran, so its rejection was reported with the credential it received, the installed one.
         if runs.withLock({ $0 }) > 0, model.installed == installed { model.rejected = installed.signature }
         await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
@@ -171,7 +171,7 @@ extension EngineModelDriver {
         let waiters = engine.metrics.waiters
         flag.withLock { $0 = true }
         task.cancel()
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         if engine.state != state || probe.eventCount != events || fetcher.total != fetches
             || fetcher.pendingCount != pending
         {

@@ -444,7 +444,7 @@ package final class EngineModelDriver {
         probe.stallNextHook(clock: clock)
         await beginChange(to: target)
         // Only the held change is neither waiting nor asleep: the engine is idle once its hooks wait at the gate.
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         guard probe.hookStalled else {
             throw Violation("the change's hooks did not run while the engine had nothing else to do: \(activity)")
         }
@@ -458,7 +458,7 @@ package final class EngineModelDriver {
         case .readHeaders:
             _ = try checkFastPath()
         }
-        await engine.waitUntilIdle()
+        await engine.ledger!.waitUntilIdle()
         probe.releaseHooks()
     }
 
@@ -513,7 +513,7 @@ package final class EngineModelDriver {
     /// Waits until the engine is idle with no live fetch due.
     private func settleLive() async {
         repeat {
-            await engine.waitUntilIdle()
+            await engine.ledger!.waitUntilIdle()
             reconcileDeliveries()
             applyDeferredPush()
         } while answerLiveRequests()

@@ -161,7 +161,7 @@ package final class PoolModelDriver {
         case .advance(let seconds):
             clock.advance(by: .seconds(seconds))
         }
-        await pool.waitUntilIdle()
+        await pool.ledger!.waitUntilIdle()
         return (true, nil)
     }
 
@@ -236,11 +236,11 @@ package final class PoolModelDriver {
             while fetcher.script.pendingCount > 0 {
                 await answer(1) { .success(try! signer.sign(email: Self.email($0.account))) }
             }
-            await pool.waitUntilIdle()
+            await pool.ledger!.waitUntilIdle()
             if let failure = checkAccounts() { return failure }
             if pool.accounts.allSatisfy({ pool.state(of: $0).isIdentified }) { return nil }
             clock.advance(by: .seconds(60))
-            await pool.waitUntilIdle()
+            await pool.ledger!.waitUntilIdle()
         }
         let stuck = pool.accounts.filter { !pool.state(of: $0).isIdentified }.map { "\($0): \(pool.state(of: $0))" }
         return "the backend answered every fetch for \(Self.recoveryRounds) minutes, and \(stuck) are not identified"

@@ -37,7 +37,7 @@ struct DaemonHTTPTests {
             }
             // The HTML 403 through the engine: the account stays signed in and is retried.
             let engine = SessionEngine(
-                fetcher: backend.fetcher(query: "mode=html&code=403", clock: clock),
+                fetcher: RealTimeFetcher(backend.fetcher(query: "mode=html&code=403", clock: clock), clock: clock),
                 configuration: SessionConfiguration(randomSeed: 1),
                 clock: clock
             )
@@ -93,7 +93,8 @@ struct DaemonHTTPTests {
         try await withLoopbackBackend { backend in
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
             let engine = SessionEngine(
-                fetcher: backend.fetcher(query: "mode=status&code=429&retry=120", clock: clock),
+                fetcher: RealTimeFetcher(
+                    backend.fetcher(query: "mode=status&code=429&retry=120", clock: clock), clock: clock),
                 configuration: SessionConfiguration(
                     retry: RetryPolicy(initial: .seconds(1), multiplier: 2, cap: .seconds(30)),
                     randomSeed: 5
@@ -128,7 +129,7 @@ struct DaemonHTTPTests {
         try await withLoopbackBackend { backend in
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
             let engine = SessionEngine(
-                fetcher: backend.fetcher(backendOffset: -3600, clock: clock),
+                fetcher: RealTimeFetcher(backend.fetcher(backendOffset: -3600, clock: clock), clock: clock),
                 configuration: SessionConfiguration(randomSeed: 11),
                 clock: clock
             )
@@ -159,7 +160,7 @@ struct DaemonHTTPTests {
         try await withLoopbackBackend { backend in
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
             let engine = SessionEngine(
-                fetcher: backend.fetcher(backendOffset: 3600, clock: clock),
+                fetcher: RealTimeFetcher(backend.fetcher(backendOffset: 3600, clock: clock), clock: clock),
                 configuration: SessionConfiguration(randomSeed: 12),
                 clock: clock
             )

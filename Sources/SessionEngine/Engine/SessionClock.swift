@@ -21,6 +21,17 @@ public protocol SessionClock: Sendable {
     func sleep(for duration: Duration) async throws
 }
 
+/// A clock that also runs the work it times.
+///
+/// An engine or a pool on such a clock runs its actor and its tasks on the clock's ``workExecutor``, unless its
+/// configuration names a ``SessionConfiguration/taskExecutor`` of its own: everything the clock can wake then runs
+/// where its owner can see it. A test's manual clock is one, so that a test knows when no work of the engine can run
+/// by looking at one queue.
+package protocol ExecutingClock: SessionClock {
+    /// The executor that runs the actor and the tasks of every engine and pool on this clock.
+    var workExecutor: any SerialExecutor & TaskExecutor { get }
+}
+
 /// The system's clocks: `Date()` for wall time and `ContinuousClock` for sleeping.
 public struct SystemClock: SessionClock {
     /// Creates the system clock.

@@ -224,11 +224,7 @@ extension SessionEngine {
                     .identityMismatch, reason: "the account is signed in as another user than the one expected")
             }
             if let credential { try push(credential, for: target) }
-            if let timeout {
-                try await waitForIdentity(epoch: epoch, of: target, preparedBy: nil, within: timeout)
-                return
-            }
-            try await waitForIdentity(epoch: epoch)
+            try await waitForIdentity(identityWait(epoch: epoch, of: target, within: timeout), preparedBy: nil)
         case .began(let epoch, _):
             // The actions started this change's preparation; a caller returns only once it is done, even when a
             // later change superseded it, so no work of the previous account still runs.
@@ -239,7 +235,8 @@ extension SessionEngine {
             // The caller registers for the epoch's outcome in this step, before the preparation ends: a first fetch
             // that ends the backend session while the caller is still waking from the preparation then reaches it as
             // BACKEND_SESSION_ENDED, not as a superseded change.
-            try await waitForIdentity(epoch: epoch, of: target, preparedBy: preparation, within: timeout)
+            try await waitForIdentity(
+                identityWait(epoch: epoch, of: target, within: timeout, preparing: true), preparedBy: preparation)
         }
     }
 
@@ -262,35 +259,35 @@ extension SessionEngine {
         if preparation === latch { preparation = nil }
     }
 
-    private func waitForIdentity(epoch: UInt64) async throws {
-        if machine.epoch == epoch, machine.usableCredential != nil { return }
-        guard machine.epoch == epoch, machine.currentAccount != nil else {
-            if machine.isShutDown { throw SessionStateMachine.shutDownError }
-            throw SessionError(.accountChanged, reason: "another account change superseded this one")
-        }
-        _ = try await waitForOutcome(epoch: epoch, kind: .identity)
+    /// How a caller of an account change waits for the identity of `epoch`.
+    private enum IdentityWait {
+        /// The epoch is identified already.
+        case identified
+        /// The epoch is no longer the current one, or the engine has shut down.
+        case superseded(SessionError)
+        /// Registered for the epoch's identity, with the task that enforces the caller's deadline, if any.
+        case registered(OutcomeWaiters.Ticket, deadline: Task<Void, Never>?)
     }
 
-    /// Waits for the identity of `epoch`, and for at most `timeout` when one is given, the change's preparation
-    /// (`latch`) included.
+    /// Decides and registers the caller's wait for the identity of `epoch`, in the caller's step: nothing is awaited
+    /// between the step that began or joined the change and this registration, so no outcome of the epoch can slip
+    /// by, and a deadline covers the preparation too.
     ///
-    /// The caller registers for the epoch's identity at once, in the step that began the change, so no outcome of
-    /// the epoch can slip in while it waits for the preparation, and a deadline covers the preparation too: an
-    /// engine task sleeping on the engine's clock fails that one registration when the deadline passes. Every other
-    /// outcome, a superseding change's included, returns only once the change's preparation is done.
-    private func waitForIdentity(
-        epoch: UInt64,
-        of account: AccountID,
-        preparedBy latch: Latch?,
-        within timeout: Duration?
-    ) async throws {
-        if latch == nil, machine.epoch == epoch, machine.usableCredential != nil { return }
+    /// - Parameters:
+    ///   - epoch: The account session the caller waits for.
+    ///   - account: Its account, for the deadline's reason.
+    ///   - timeout: The caller's deadline on the engine's clock, if any.
+    ///   - preparing: Whether the change's preparation is still to come, so an installed credential cannot be this
+    ///     epoch's.
+    private func identityWait(
+        epoch: UInt64, of account: AccountID, within timeout: Duration?, preparing: Bool = false
+    ) -> IdentityWait {
+        if !preparing, machine.epoch == epoch, machine.usableCredential != nil { return .identified }
         guard machine.epoch == epoch, machine.currentAccount != nil else {
-            if machine.isShutDown { throw SessionStateMachine.shutDownError }
-            throw SessionError(.accountChanged, reason: "another account change superseded this one")
+            if machine.isShutDown { return .superseded(SessionStateMachine.shutDownError) }
+            return .superseded(SessionError(.accountChanged, reason: "another account change superseded this one"))
         }
         let ticket = registerWaiter(epoch: epoch, kind: .identity)
-        defer { dropWaitersIfNone() }
         let clock = self.clock
         let deadline = timeout.map { timeout in
             startTask { [weak self] in
@@ -302,16 +299,30 @@ extension SessionEngine {
                 await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
             }
         }
-        defer { deadline?.cancel() }
-        do {
-            _ = try await ticket.waiters.wait(ticket)
-        } catch let error as SessionError where error.code == .signInTimedOut {
-            throw error
-        } catch {
+        return .registered(ticket, deadline: deadline)
+    }
+
+    /// Waits for the identity `wait` registered for and, whatever the outcome but the caller's own deadline, for the
+    /// change's preparation (`latch`), so the call returns only once the previous account's work has drained.
+    private func waitForIdentity(_ wait: IdentityWait, preparedBy latch: Latch?) async throws {
+        switch wait {
+        case .identified:
+            await latch?.wait()
+        case .superseded(let error):
             await latch?.wait()
             throw error
+        case .registered(let ticket, let deadline):
+            defer { deadline?.cancel() }
+            do {
+                _ = try await waitForOutcome(ticket)
+            } catch let error as SessionError where error.code == .signInTimedOut {
+                throw error
+            } catch {
+                await latch?.wait()
+                throw error
+            }
+            await latch?.wait()
         }
-        await latch?.wait()
     }
 
     /// A sign-in's deadline passed: its caller fails with `SIGN_IN_TIMED_OUT` unless it was resolved already, and

@@ -82,6 +82,6 @@ extension SessionEngine {
         guard let epoch = machine.rejectionRenewalEpoch(for: credential) else {
             throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
         }
-        return try await waitForOutcome(epoch: epoch, kind: .nextOutcome)
+        return try await waitForOutcome(registerWaiter(epoch: epoch, kind: .nextOutcome))
     }
 }

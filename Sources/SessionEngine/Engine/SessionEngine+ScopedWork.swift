@@ -56,7 +56,7 @@ extension SessionEngine {
     ) async throws -> ScopedOutcome<T> {
         let store = self.store
         let ledger = self.ledger
-        let executor = configuration.taskExecutor
+        let executor = shared.taskExecutor
         let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
             ledger?.begin()
             return Task(executorPreference: executor) {

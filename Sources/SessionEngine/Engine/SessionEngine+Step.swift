@@ -140,7 +140,7 @@ extension SessionEngine {
         let recorder = self.recorder
         let ledger = self.ledger
         recorder.tasks(1)
-        return Task(executorPreference: configuration.taskExecutor) {
+        return Task(executorPreference: shared.taskExecutor) {
             defer {
                 recorder.tasks(-1)
                 ledger?.end()
@@ -161,6 +161,7 @@ extension SessionEngine {
             return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
         }
         let configuration = self.configuration
+        let taskExecutor = shared.taskExecutor
         let task = startTask {
             let result: Result<FetchedCredential, any Error>
             var waited = Duration.zero
@@ -183,7 +184,7 @@ extension SessionEngine {
                 // Counted in the job that calls the fetcher, so the count is of requests the backend can see.
                 let outcome = await FetchRace.run(
                     admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock, ledger: ledger,
-                    taskExecutor: configuration.taskExecutor, calling: { recorder.fetchStarted() })
+                    taskExecutor: taskExecutor, calling: { recorder.fetchStarted() })
                 switch outcome {
                 case .finished(let finished): result = finished
                 case .timedOut: result = .failure(Self.fetchTimedOut(after: configuration.fetchTimeout))

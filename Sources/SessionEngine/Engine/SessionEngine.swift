@@ -80,6 +80,12 @@ public actor SessionEngine {
         /// The actors whose serial executors the engines run on (``SessionEngine/unownedExecutor``): one for an
         /// engine of its own, a few for a pool's engines (at most 256), each engine on one of them for its whole life.
         let executors: [ExecutorActor]
+        /// The executor that runs the engines' tasks: the configuration's, else the clock's (``ExecutingClock``), else
+        /// `nil` for the global concurrent executor.
+        let taskExecutor: (any TaskExecutor)?
+        /// The executor that runs every engine's actor in place of ``executors``: an ``ExecutingClock``'s, when the
+        /// configuration names no task executor of its own.
+        let clockExecutor: (any SerialExecutor & TaskExecutor)?
 
         /// Creates what one engine, or every member of a pool, shares.
         ///
@@ -104,6 +110,17 @@ public actor SessionEngine {
             self.budget = budget
             self.timers = timers
             self.executors = (0..<min(256, max(1, executors))).map { _ in ExecutorActor() }
+            (self.taskExecutor, self.clockExecutor) = Self.executors(configuration, clock: clock)
+        }
+
+        /// Where the work of an engine or a pool on `clock` runs: the configuration's task executor, else the
+        /// clock's executor (``ExecutingClock``), which then also runs the actors.
+        static func executors(_ configuration: SessionConfiguration, clock: any SessionClock) -> (
+            task: (any TaskExecutor)?, clock: (any SerialExecutor & TaskExecutor)?
+        ) {
+            if let own = configuration.taskExecutor { return (own, nil) }
+            let clockExecutor = (clock as? any ExecutingClock)?.workExecutor
+            return (clockExecutor, clockExecutor)
         }
     }
 
@@ -115,13 +132,17 @@ public actor SessionEngine {
     /// isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that share an
     /// executor take turns.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
-        shared.executors[Int(executorIndex)].unownedExecutor
+        if let clockExecutor = shared.clockExecutor { return clockExecutor.asUnownedSerialExecutor() }
+        return shared.executors[Int(executorIndex)].unownedExecutor
     }
 
     /// Gets credentials from the host's backend.
     nonisolated var fetcher: any CredentialFetcher { shared.fetcher }
     /// The source of wall time and sleep.
     nonisolated var clock: any SessionClock { shared.clock }
+    /// The clock's executor, which runs this engine's actor and tasks (``ExecutingClock``); `nil` on other clocks or
+    /// when the configuration names a task executor.
+    package nonisolated var clockExecutor: (any SerialExecutor & TaskExecutor)? { shared.clockExecutor }
     /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
     package nonisolated var ledger: ActivityLedger? { shared.ledger }
     /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
@@ -235,10 +256,12 @@ public actor SessionEngine {
         return waiters.register(epoch: epoch, kind: kind)
     }
 
-    /// Waits for the epoch's next outcome of `kind`, registered in this step on the actor, and drops the waiters
-    /// afterwards if no caller is left.
-    func waitForOutcome(epoch: UInt64, kind: SessionStateMachine.WaiterKind) async throws -> IdentityCredential {
-        let ticket = registerWaiter(epoch: epoch, kind: kind)
+    /// Waits for the outcome `ticket` was registered for, and drops the waiters afterwards if no caller is left.
+    ///
+    /// The caller registers in the step that decided to wait, before it calls this: a call into an actor-isolated
+    /// method is a hop the runtime may enqueue (on a custom or a task executor it does), and a step of another job
+    /// may run in between; an outcome that comes then is kept for the ticket instead of slipping by.
+    func waitForOutcome(_ ticket: OutcomeWaiters.Ticket) async throws -> IdentityCredential {
         defer { dropWaitersIfNone() }
         return try await ticket.waiters.wait(ticket)
     }

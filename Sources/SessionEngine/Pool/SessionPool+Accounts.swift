@@ -256,7 +256,7 @@ extension SessionPool {
         // Oldest first; only the latest checkpoint at least the timeout old, and later ones, are kept.
         var checkpoints = [checkpoint()]
         ledger?.begin()
-        Task(executorPreference: configuration.session.taskExecutor) { [weak self] in
+        Task(executorPreference: engineShared.taskExecutor) { [weak self] in
             defer { ledger?.end() }
             while true {
                 do {

@@ -160,13 +160,14 @@ public final class SessionPool: Sendable {
         self.members = Mutex(Members(index: index))
         let ledger = ActivityLedger.of(clock, attaching: fetcher)
         self.ledger = ledger
+        let taskExecutor = SessionEngine.Shared.executors(configuration.session, clock: clock).task
         let outlets = Outlets(
             broadcaster: PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit), observer: observer,
             table: index.table)
         self.outlets = outlets
         self.budget = FetchBudget(
             limits: configuration.budget, clock: clock, ledger: ledger,
-            taskExecutor: configuration.session.taskExecutor,
+            taskExecutor: taskExecutor,
             onChange: { [log = configuration.session.log] change in
                 let event: SessionPoolEvent
                 switch change {
@@ -181,7 +182,7 @@ public final class SessionPool: Sendable {
                 }
                 outlets.publish(event, member: 0)
             })
-        self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: configuration.session.taskExecutor)
+        self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: taskExecutor)
         self.engineShared = SessionEngine.Shared(
             configuration.session, fetcher: fetcher, clock: clock, ledger: ledger, budget: budget, timers: timers,
             executors: Self.executorCount)
@@ -195,6 +196,10 @@ public final class SessionPool: Sendable {
     }
 
     // MARK: - Reading without an actor hop
+
+    /// The clock's executor, which runs the actors and tasks of the pool's accounts (``ExecutingClock``); `nil` on
+    /// other clocks or when the configuration names a task executor.
+    package var clockExecutor: (any SerialExecutor & TaskExecutor)? { engineShared.clockExecutor }
 
     /// The accounts the pool holds, signed in or signing in.
     public var accounts: [AccountID] { members.withLock { Array($0.index.accounts) } }
