@@ -202,6 +202,8 @@ package enum Explorer {
         var recordThreads = false
         /// The threads recorded.
         var threads: Set<UInt64> = []
+        /// Tasks waiting until no other job can run (``waitUntilIdle()``), in the order they came.
+        var idleWaiters: [UnsafeContinuation<Void, Never>] = []
     }
 
     /// The explorer's state (explorer's thread only).
@@ -327,6 +329,21 @@ package enum Explorer {
         }
     }
 
+    /// Suspends the calling task until no job of the run can run: every other task is parked (asleep on a manual
+    /// clock, held by a script, waiting for another task) or has finished. Then the first waiter is woken, alone:
+    /// what it does next is the run's next step.
+    ///
+    /// This is how a program under the explorer knows that the code it drives has done all it can, without counting
+    /// anything in that code: the explorer runs every job, so its run queue is empty exactly then.
+    ///
+    /// - Precondition: Called from a job of a run, on the explorer's thread.
+    package static func waitUntilIdle() async {
+        precondition(onExplorerThread && state.active, "Explorer.waitUntilIdle() is for programs inside a run")
+        await withUnsafeContinuation { continuation in
+            state.idleWaiters.append(continuation)
+        }
+    }
+
     /// Whether the calling thread is the explorer's thread.
     package static var onExplorerThread: Bool {
         se_explorer_on_explorer_thread() != 0
@@ -432,6 +449,11 @@ package enum Explorer {
                     "\(foreign) jobs were enqueued or locks taken on a thread other than the explorer's")
                 break
             }
+            if state.queue.isEmpty, !state.idleWaiters.isEmpty {
+                // Quiescent: the first task waiting for it goes on. Resuming it enqueues its job here.
+                state.idleWaiters.removeFirst().resume()
+                continue
+            }
             if state.queue.isEmpty {
                 switch result.value {
                 case .none: report.outcome = .deadlock(diagnostics())
@@ -471,6 +493,9 @@ package enum Explorer {
             chooser.stepFinished(job.info, runnable: runnable, footprint: state.footprint)
         }
         state.queue.removeAll()
+        // Waiters of a run that ended otherwise (a deadlock is reported before them; a step limit, broken capture)
+        // are dropped with the run's other jobs.
+        state.idleWaiters.removeAll()
         state.strays = 0
         state.active = false
         state.foreignAtLastRun = se_explorer_foreign_enqueues() + se_explorer_foreign_locks()

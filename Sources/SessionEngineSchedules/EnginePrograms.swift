@@ -19,7 +19,7 @@ enum EnginePrograms {
     /// A run of `operations` under the model's driver; it throws the first broken invariant.
     static func program(_ operations: [EngineOperation], seed: UInt64) -> @Sendable () async throws -> Void {
         {
-            let driver = EngineModelDriver(seed: seed, taskExecutor: Explorer.taskExecutor)
+            let driver = EngineModelDriver(seed: seed, explorer: .explorer)
             Diagnostics.current = { driver.activity }
             if let failure = await driver.run(operations) { throw failure }
         }
@@ -47,7 +47,7 @@ enum PoolPrograms {
     /// A run of `operations` under the pool model's driver; it throws the first broken rule.
     static func program(_ operations: [PoolOperation], seed: UInt64) -> @Sendable () async throws -> Void {
         {
-            let driver = PoolModelDriver(seed: seed, taskExecutor: Explorer.taskExecutor)
+            let driver = PoolModelDriver(seed: seed, explorer: .explorer)
             Diagnostics.current = { driver.activity }
             if let failure = await driver.run(operations) { throw failure }
         }
@@ -108,4 +108,9 @@ enum RegressionPrograms {
             ]
         ),
     ]
+}
+
+extension WorkOwner {
+    /// The explorer as the owner of a program's work: every task prefers its executor, and it knows when none can run.
+    static let explorer = WorkOwner(explorer: Explorer.taskExecutor, waitUntilIdle: { await Explorer.waitUntilIdle() })
 }

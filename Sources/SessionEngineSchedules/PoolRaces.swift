@@ -127,7 +127,7 @@ final class PoolRaceRig: Sendable {
     /// The budget was never exceeded, and once the pool is idle (a cancelled fetch may still be ending when the calls
     /// have returned) nothing is left in flight or queued.
     func checkBudget(maximumInFlight: Int) async throws {
-        await pool.ledger!.waitUntilIdle()
+        await Explorer.waitUntilIdle()
         if fetcher.maximumInFlight > maximumInFlight {
             throw RaceViolation("\(fetcher.maximumInFlight) fetches were in flight at once, at most \(maximumInFlight)")
         }
@@ -257,7 +257,7 @@ enum PoolRaces {
             let rig = PoolRaceRig(maximumInFlight: 2)
             try await rig.pool.signIn("alice")
             try await rig.pool.signIn("bob")
-            await rig.pool.ledger!.waitUntilIdle()
+            await Explorer.waitUntilIdle()
             // Short of expiry, past both renewal times: the shared timers wake once and fire both.
             rig.launch { _ in
                 rig.clock.advance(by: .seconds(890))
@@ -275,7 +275,7 @@ enum PoolRaces {
             }
             let outcomes = await rig.outcomes()
             if outcomes != ["advanced", "signed out", "read"] { throw RaceViolation("outcomes \(outcomes)") }
-            await rig.pool.ledger!.waitUntilIdle()
+            await Explorer.waitUntilIdle()
             if rig.pool.accounts != ["bob"] { throw RaceViolation("the pool holds \(rig.pool.accounts)") }
             guard rig.pool.state(of: "bob").isIdentified else {
                 throw RaceViolation("bob is \(rig.pool.state(of: "bob")) after his renewal")

@@ -45,10 +45,10 @@ enum RaceAnswer: Sendable, CustomStringConvertible {
 /// A backend whose every fetch answers, after a few scheduling points, as the program scripted it.
 ///
 /// The answer is not given by a driver once the engine is idle: it arrives while the engine's other jobs run, in
-/// whatever order the schedule picks, since the fetch yields before it answers. A fetch that hangs parks on the
-/// clock's ledger, so the engine counts as idle while it waits. Every credential it issues is recorded with the
+/// whatever order the schedule picks, since the fetch yields before it answers. A fetch that hangs has no job,
+/// so the engine counts as idle while it waits. Every credential it issues is recorded with the
 /// epoch and account it was issued for.
-final class RaceFetcher: CredentialFetcher, ActivityLedgerFetcher {
+final class RaceFetcher: CredentialFetcher {
     private struct Waiting {
         var continuation: CheckedContinuation<IdentityCredential, any Error>
         var epoch: UInt64
@@ -77,8 +77,6 @@ final class RaceFetcher: CredentialFetcher, ActivityLedgerFetcher {
         self.probe = probe
         self.latency = latency
     }
-
-    func attach(_ ledger: ActivityLedger) {}
 
     /// Scripts the answers of the next fetches; once they are spent every fetch gets a 900-second credential.
     func script(_ answers: RaceAnswer...) {
@@ -156,8 +154,7 @@ final class RaceFetcher: CredentialFetcher, ActivityLedgerFetcher {
     }
 
     private func hang(id: Int, epoch: UInt64) async throws -> IdentityCredential {
-        let ledger = clock.activityLedger
-        return try await withTaskCancellationHandler {
+        try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let cancelled = state.withLock { state -> Bool in
                     if Task.isCancelled {
@@ -165,7 +162,6 @@ final class RaceFetcher: CredentialFetcher, ActivityLedgerFetcher {
                         return true
                     }
                     state.waiting[id] = Waiting(continuation: continuation, epoch: epoch)
-                    ledger.park()
                     return false
                 }
                 if cancelled { continuation.resume(throwing: CancellationError()) }
@@ -177,7 +173,6 @@ final class RaceFetcher: CredentialFetcher, ActivityLedgerFetcher {
                 return waiting
             }
             guard let waiting else { return }
-            ledger.unpark()
             waiting.continuation.resume(throwing: CancellationError())
         }
     }
@@ -314,9 +309,8 @@ final class RaceRig: Sendable {
     private let subscriber: Task<[SessionState], Never>
     /// Where the program's main task is, for a deadlock's report.
     let phase = Mutex("setting up")
-    /// The calls launched that do not call the engine (they move the clock, read the fast path, cancel a task), and
-    /// the ledger's count of calls entered once every launched engine call has entered.
-    private let launched = Mutex<(side: [Task<Void, Never>], entered: UInt64?)>(([], nil))
+    /// The calls launched that do not call the engine (they move the clock, read the fast path, cancel a task).
+    private let launched = Mutex<[Task<Void, Never>]>([])
 
     init(latency: Int = 1) {
         let probe = self.probe
@@ -375,7 +369,6 @@ final class RaceRig: Sendable {
         _ call: @escaping @Sendable (RaceRig) async throws -> String
     ) -> Task<Void, Never> {
         probe.callStarted()
-        let entered = engine.ledger?.callsEntered ?? 0
         let body: @Sendable () async -> Void = {
             defer { self.probe.callFinished() }
             do {
@@ -398,10 +391,7 @@ final class RaceRig: Sendable {
             Self.callsFollowTheirThread
             ? Task(priority: priority, operation: body)
             : Task(executorPreference: Explorer.taskExecutor, priority: priority, operation: body)
-        launched.withLock { launched in
-            if enters == 0 { launched.side.append(task) }
-            launched.entered = (launched.entered ?? entered) + enters
-        }
+        if enters == 0 { launched.withLock { $0.append(task) } }
         return task
     }
 
@@ -550,25 +540,18 @@ final class RaceRig: Sendable {
     /// engine is idle with calls still waiting.
     func settle() async throws {
         var steps = 0
-        let (side, entered) = launched.withLock { launched in
-            defer { launched = ([], nil) }
+        let side = launched.withLock { launched in
+            defer { launched = [] }
             return launched
         }
         phase.withLock { $0 = "settling: waiting for the calls that do not enter the engine" }
         for task in side { await task.value }
-        if let entered, let ledger = engine.ledger {
-            phase.withLock { $0 = "settling: waiting until every launched call has entered the engine" }
-            await ledger.waitUntilIdle(callsEntered: entered)
-        }
         while true {
             phase.withLock { $0 = "settling: waiting until idle" }
-            await engine.ledger!.waitUntilIdle()
-            phase.withLock { $0 = "settling: waiting for calls that left the engine" }
-            await probe.waitUntilCallsFinished(leaving: engine.ledger?.callsInside ?? 0)
+            // The explorer runs every job, so nothing can run now: every launched call has returned or waits.
+            await Explorer.waitUntilIdle()
             phase.withLock { $0 = "settling" }
             if probe.outstanding == 0 { return }
-            // A call that finished may have woken the engine (one that moved the clock): wait for it again.
-            if engine.ledger?.runnable ?? 0 > 0 { continue }
             if engine.state.isIdentified && engine.metrics.waiters > 0 {
                 throw RaceViolation(
                     "\(engine.metrics.waiters) callers wait in identified for an outcome that never comes: \(activity)"
@@ -593,7 +576,7 @@ final class RaceRig: Sendable {
     func advance(seconds: Int) async {
         let target = clock.uptime + .seconds(seconds)
         while true {
-            await engine.ledger!.waitUntilIdle()
+            await Explorer.waitUntilIdle()
             let now = clock.uptime
             guard now < target else { return }
             let next = min(target, clock.nextDeadline ?? target)
@@ -606,8 +589,7 @@ final class RaceRig: Sendable {
         return
             "\(phase.withLock { $0 }); state \(engine.state), tasks \(metrics.liveTasks), waiters \(metrics.waiters), "
             + "scoped work \(metrics.scopedWork), fetches pending \(fetcher.pending), calls \(probe.outstanding), "
-            + "sleepers \(clock.sleeperCount), ledger runnable \(engine.ledger?.runnable ?? -1), "
-            + "calls inside \(engine.ledger?.callsInside ?? -1)"
+            + "sleepers \(clock.sleeperCount)"
     }
 
     /// The checks every race ends with: the rules its tasks saw broken, the published states against the transition
@@ -639,7 +621,7 @@ final class RaceRig: Sendable {
         }
         try checkHooks(changes: changes, endingAt: hooksEndAt ?? [finalAccount])
         await engine.shutdown()
-        await engine.ledger!.waitUntilIdle()
+        await Explorer.waitUntilIdle()
         let streamed = await subscriber.value
         if Array(streamed.dropFirst()) != probe.states || streamed.first != .signedOut {
             throw RaceViolation(

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineExplorer
 import SessionEngineTestKit
 
 /// A program whose every interleaving is explored: a setup, then two or three calls that race, then the checks.
@@ -253,7 +254,7 @@ enum Races {
             // Wait until bob's fetch hangs (or, when the late answer went to bob's first fetch, bob is identified),
             // then shut down: a hanging fetch must be cancelled.
             for _ in 0..<20 {
-                await rig.engine.ledger!.waitUntilIdle()
+                await Explorer.waitUntilIdle()
                 if rig.fetcher.pending > 0 || (rig.engine.state.isIdentified && rig.engine.state.account == "bob") {
                     break
                 }

@@ -3,9 +3,9 @@ import Synchronization
 
 /// A gate that code the engine runs (an account-change hook, scoped work) waits at until the test opens it.
 ///
-/// Waiting at the gate counts as parked for ``SessionEngine/SessionEngine/waitUntilIdle()``, like a fetch the script
-/// holds, so a test can hold an account change inside its hooks, wait until everything else has settled, act, and
-/// then open the gate. Only tasks the engine counts may wait at a gate: its hooks and scoped work.
+/// A task waiting at the gate has no job on the clock's ``ManualExecutor``, like a fetch the script holds, so a test
+/// can hold an account change inside its hooks, wait until everything else has settled
+/// (``SessionEngine/SessionEngine/waitUntilIdle()``), act, and then open the gate.
 public final class Gate: Sendable {
     private struct State {
         var isOpen = false
@@ -13,14 +13,12 @@ public final class Gate: Sendable {
     }
 
     private let state = Mutex(State())
-    private let ledger: ActivityLedger
 
     /// Creates a closed gate.
     ///
-    /// - Parameter clock: The clock whose engines' work waits at the gate.
-    public init(clock: ManualClock) {
-        ledger = clock.activityLedger
-    }
+    /// - Parameter clock: The clock whose engines' work waits at the gate; kept for source compatibility, the gate
+    ///   needs nothing of it.
+    public init(clock: ManualClock) {}
 
     /// Whether anyone waits at the gate.
     public var isHolding: Bool { state.withLock { !$0.waiters.isEmpty } }
@@ -34,7 +32,6 @@ public final class Gate: Sendable {
             let open = state.withLock { state -> Bool in
                 if state.isOpen { return true }
                 state.waiters.append(continuation)
-                ledger.park()
                 return false
             }
             if open { continuation.resume() }
@@ -48,9 +45,6 @@ public final class Gate: Sendable {
             defer { state.waiters.removeAll() }
             return state.waiters
         }
-        for waiter in waiters {
-            ledger.unpark()
-            waiter.resume()
-        }
+        for waiter in waiters { waiter.resume() }
     }
 }

@@ -8,11 +8,10 @@ import Synchronization
 /// ``jumpWallClock(by:)`` moves only the wall clock, as an NTP correction or a suspended machine does; sleepers
 /// are not woken by it, just as a monotonic sleep is not.
 ///
-/// The clock also keeps the ledger behind ``SessionEngine/SessionEngine/waitUntilIdle()``: every engine it drives
-/// counts its activities there, and a task asleep on the clock counts as parked. Every task that sleeps on a manual
-/// clock must therefore be one the ledger counts: an engine's own task or scoped work run through
-/// `SessionEngine.withIdentity(_:)`. Nothing here waits on real time.
-public final class ManualClock: SessionClock, ActivityLedgerClock, ExecutingClock {
+/// The clock also owns the ``executor`` that runs every engine and pool on it, so that
+/// ``SessionEngine/SessionEngine/waitUntilIdle()`` knows when none of their work can run: a task asleep on the clock has
+/// no job until ``advance(by:)`` wakes it. Nothing here waits on real time.
+public final class ManualClock: SessionClock, ExecutingClock {
     private struct Sleeper {
         var deadline: Duration
         var continuation: CheckedContinuation<Void, any Error>
@@ -43,9 +42,6 @@ public final class ManualClock: SessionClock, ActivityLedgerClock, ExecutingCloc
 
     private let state: Mutex<State>
 
-    /// The ledger shared by the engines this clock drives and the test doubles that park on it.
-    package let activityLedger = ActivityLedger()
-
     /// The executor that runs the actor and the tasks of every engine and pool on this clock, unless their
     /// configuration names a task executor of its own; ``SessionEngine/SessionEngine/waitUntilIdle()`` waits until it
     /// has nothing left to run.
@@ -75,7 +71,8 @@ public final class ManualClock: SessionClock, ActivityLedgerClock, ExecutingCloc
 
     /// Suspends until the clock has been advanced by `duration`.
     ///
-    /// The sleeping task counts as parked for ``SessionEngine/SessionEngine/waitUntilIdle()`` until the clock wakes it.
+    /// The sleeping task has no job for ``SessionEngine/SessionEngine/waitUntilIdle()`` to wait for until the clock wakes
+    /// it.
     ///
     /// - Parameter duration: How long to sleep in the clock's monotonic time.
     /// - Throws: `CancellationError` when the calling task is cancelled.
@@ -100,13 +97,11 @@ public final class ManualClock: SessionClock, ActivityLedgerClock, ExecutingCloc
             state.nextID += 1
             return state.nextID
         }
-        let ledger = activityLedger
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let (cancelled, ready) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
                     if Task.isCancelled && !ignoringCancellation { return (true, []) }
                     state.sleepers[id] = Sleeper(deadline: state.elapsed + duration, continuation: continuation)
-                    ledger.park()
                     return (false, state.readyWaiters())
                 }
                 if cancelled { continuation.resume(throwing: CancellationError()) }
@@ -116,7 +111,6 @@ public final class ManualClock: SessionClock, ActivityLedgerClock, ExecutingCloc
             guard !ignoringCancellation else { return }
             let sleeper = state.withLock { $0.sleepers.removeValue(forKey: id) }
             guard let sleeper else { return }
-            ledger.unpark()
             sleeper.continuation.resume(throwing: CancellationError())
         }
     }
@@ -135,10 +129,7 @@ public final class ManualClock: SessionClock, ActivityLedgerClock, ExecutingCloc
                 .map(\.key)
             return dueIDs.compactMap { state.sleepers.removeValue(forKey: $0)?.continuation }
         }
-        for continuation in due {
-            activityLedger.unpark()
-            continuation.resume()
-        }
+        for continuation in due { continuation.resume() }
     }
 
     /// Advances the clock to the earliest sleeper's deadline, if any sleeps, and wakes the sleepers due then.

@@ -10,9 +10,9 @@ import Synchronization
 ///
 /// A request whose fetching task is cancelled ends with `CancellationError` and is counted in ``cancelledCount``.
 ///
-/// A fetch waiting for its answer counts as parked for ``SessionEngine/SessionEngine/waitUntilIdle()`` when the
-/// engine runs on a ``ManualClock``: the engine is idle while the script holds the fetch.
-public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerFetcher {
+/// A fetch waiting for its answer has no job on the ``ManualClock``'s executor: the engine is idle
+/// (``SessionEngine/SessionEngine/waitUntilIdle()``) while the script holds the fetch.
+public final class ScriptedCredentialFetcher: CredentialFetcher {
     /// One fetch the engine made.
     public struct Request: Sendable, Hashable, CustomStringConvertible {
         /// The request's sequence number, from 1.
@@ -31,11 +31,8 @@ public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerF
     private struct Pending {
         var request: Request
         var continuation: CheckedContinuation<IdentityCredential, any Error>
-        /// Where the waiting fetch is parked.
-        var ledger: ActivityLedger?
 
         func resume(with result: Result<IdentityCredential, any Error>) {
-            ledger?.unpark()
             continuation.resume(with: result)
         }
     }
@@ -48,7 +45,6 @@ public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerF
         var requestWaiters: [CheckedContinuation<Request, Never>] = []
         var responder: (@Sendable (AccountID) throws -> IdentityCredential)?
         var accounts: [AccountID] = []
-        var ledger: ActivityLedger?
     }
 
     private let state = Mutex(State())
@@ -80,20 +76,13 @@ public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerF
     /// The accounts of every fetch, in order.
     public var requestedAccounts: [AccountID] { state.withLock { $0.accounts } }
 
-    /// Parks the engine's waiting fetches on `ledger`; the first engine's ledger is kept.
-    package func attach(_ ledger: ActivityLedger) {
-        state.withLock { state in
-            if state.ledger == nil { state.ledger = ledger }
-        }
-    }
-
     /// Records a fetch made outside an engine, then answers it like one of the engine's.
     ///
     /// - Parameter account: The account to fetch for.
     /// - Returns: The credential the test supplied.
     /// - Throws: The error the test supplied, or `CancellationError` when the fetch was cancelled.
     public func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        try await fetch(account: account, epoch: 0, attempt: 1, parks: false)
+        try await fetch(account: account, epoch: 0, attempt: 1)
     }
 
     /// Records the engine's fetch, then answers it with the responder or waits for ``respond(to:with:)``.
@@ -102,17 +91,17 @@ public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerF
     /// - Returns: The credential the test supplied.
     /// - Throws: The error the test supplied, or `CancellationError` when the fetch was cancelled.
     public func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
-        try await fetch(account: request.account, epoch: request.epoch, attempt: request.attempt, parks: true)
+        try await fetch(account: request.account, epoch: request.epoch, attempt: request.attempt)
     }
 
-    private func fetch(account: AccountID, epoch: UInt64, attempt: Int, parks: Bool) async throws
+    private func fetch(account: AccountID, epoch: UInt64, attempt: Int) async throws
         -> IdentityCredential
     {
-        let (request, responder, ledger) = state.withLock { state in
+        let (request, responder) = state.withLock { state in
             state.total += 1
             state.accounts.append(account)
             let request = Request(id: state.total, account: account, epoch: epoch, attempt: attempt)
-            return (request, state.responder, parks ? state.ledger : nil)
+            return (request, state.responder)
         }
         if let responder { return try responder(account) }
         return try await withTaskCancellationHandler {
@@ -122,8 +111,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher, ActivityLedgerF
                         state.cancelled += 1
                         return (true, nil)
                     }
-                    state.pending[request.id] = Pending(request: request, continuation: continuation, ledger: ledger)
-                    ledger?.park()
+                    state.pending[request.id] = Pending(request: request, continuation: continuation)
                     if state.requestWaiters.isEmpty {
                         state.unclaimed.append(request)
                         return (false, nil)

@@ -81,8 +81,7 @@ extension EngineModelDriver {
         }
         let flag = Locked(false)
         let task = await beginChange(to: account, cancelled: flag)
-        await engine.ledger!.waitUntilIdle()
-        await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
+        await owner.waitUntilIdle()
         // Still waiting when nothing can run: it waits for the first credential (or for work to drain).
         guard probe.callsInProgress.contains("switchAccount(to: \(account))"), cancelled else { return }
         try await cancelWhileWaiting(task, flag: flag, name: "switchAccount(to: \(account))")
@@ -113,9 +112,8 @@ extension EngineModelDriver {
                     ])
             }
         }
-        await engine.ledger!.waitUntilIdle()
+        await owner.waitUntilIdle()
         // A call that has left the engine finishes first; one still in progress then waits inside it.
-        await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
         guard probe.callsInProgress.contains("cancelled renew()") else { return }
         try await cancelWhileWaiting(task, flag: flag, name: "renew()")
     }
@@ -154,10 +152,9 @@ extension EngineModelDriver {
                     ])
             }
         }
-        await engine.ledger!.waitUntilIdle()
+        await owner.waitUntilIdle()
         // The work ran, so its rejection was reported with the credential it received, the installed one.
         if runs.withLock({ $0 }) > 0, model.installed == installed { model.rejected = installed.signature }
-        await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
         guard probe.callsInProgress.contains("cancelled withIdentity") else { return }
         try await cancelWhileWaiting(task, flag: flag, name: "withIdentity")
     }
@@ -171,7 +168,7 @@ extension EngineModelDriver {
         let waiters = engine.metrics.waiters
         flag.withLock { $0 = true }
         task.cancel()
-        await engine.ledger!.waitUntilIdle()
+        await owner.waitUntilIdle()
         if engine.state != state || probe.eventCount != events || fetcher.total != fetches
             || fetcher.pendingCount != pending
         {

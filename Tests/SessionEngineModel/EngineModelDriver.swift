@@ -8,10 +8,11 @@ import Synchronization
 /// every step.
 ///
 /// The driver learns what the engine did only from typed values: the events it publishes (through the engine's
-/// observer, in the step that publishes them), its metrics and state, and the ledger of runnable work behind
-/// ``SessionEngine/waitUntilIdle()``. Every call of the program is counted as made only once it has entered the
-/// engine, so the engine receives calls in program order. After each step the driver waits until the engine is idle
-/// (every task and call parked on the clock, the backend, a gate, an outcome or draining work), answers the backend's
+/// observer, in the step that publishes them), its metrics and state. Every task of the program and of the engine runs
+/// where the program's ``WorkOwner`` sees it (the clock's executor, or the schedule explorer), and a call of the
+/// program is made only once the previous one has done all it can, so the engine receives calls in program order.
+/// After each step the driver waits until the engine is idle (every task and call parked on the clock, the backend, a
+/// gate, an outcome or draining work), answers the backend's
 /// due fetches, and waits again, until nothing is due; then every subscriber has received every event. It never
 /// polls and never sleeps on real time.
 package final class EngineModelDriver {
@@ -44,9 +45,9 @@ package final class EngineModelDriver {
     package let probe = ModelProbe()
     package let fetcher: ModelFetcher
     package let engine: SessionEngine
-    /// The executor the engine's tasks and the program's own tasks prefer; the schedule explorer passes its own, so
-    /// that every hop of every task is a step it schedules.
-    package let taskExecutor: (any TaskExecutor)?
+    /// Runs the engine's and the program's tasks and says when none can run: the clock's executor, or the schedule
+    /// explorer, so that every hop of every task is a step it schedules.
+    package let owner: WorkOwner
     package let verifier: ServiceVerifier
     /// The backend: its signer and clocks, shared with the fetches that answer by themselves.
     package let backend: ModelBackend
@@ -71,20 +72,21 @@ package final class EngineModelDriver {
     /// - Parameters:
     ///   - seed: The engine's random seed.
     ///   - log: The engine's log hook; the driver never reads it.
-    ///   - taskExecutor: The executor the engine's own tasks prefer; the schedule explorer passes its own.
+    ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor.
     package init(
         seed: UInt64,
         log: (@Sendable (SessionLogRecord) -> Void)? = nil,
-        taskExecutor: (any TaskExecutor)? = nil
+        explorer: WorkOwner? = nil
     ) {
         let probe = self.probe
+        let owner = explorer ?? WorkOwner(clock: clock)
         var configuration = Self.configuration
         configuration.randomSeed = seed
         configuration.log = log
-        configuration.taskExecutor = taskExecutor
-        self.taskExecutor = taskExecutor
+        configuration.taskExecutor = owner.configuredExecutor
+        self.owner = owner
         fetcher = ModelFetcher(
-            clock: clock, minimumInterval: configuration.minimumFetchInterval, taskExecutor: taskExecutor)
+            clock: clock, minimumInterval: configuration.minimumFetchInterval, taskExecutor: owner.taskExecutor)
         engine = SessionEngine(
             fetcher: fetcher,
             configuration: configuration,
@@ -226,14 +228,12 @@ package final class EngineModelDriver {
 
     // MARK: - Calls
 
-    /// Starts `call` in a task of its own and returns once it has entered the engine, so the engine receives the
-    /// program's calls in program order; the call runs on.
+    /// Starts `call` in a task of its own and returns once it has done all it can (it has entered the engine and
+    /// waits there, or returned), so the engine receives the program's calls in program order; the call runs on.
     @discardableResult
     package func enter(_ call: @escaping @Sendable () async -> Void) async -> Task<Void, Never> {
-        let ledger = engine.ledger!
-        let entered = ledger.callsEntered + 1
-        let task = Task(executorPreference: taskExecutor) { await call() }
-        await ledger.waitUntilEntered(entered)
+        let task = owner.start { await call() }
+        await owner.waitUntilIdle()
         return task
     }
 
@@ -444,7 +444,7 @@ package final class EngineModelDriver {
         probe.stallNextHook(clock: clock)
         await beginChange(to: target)
         // Only the held change is neither waiting nor asleep: the engine is idle once its hooks wait at the gate.
-        await engine.ledger!.waitUntilIdle()
+        await owner.waitUntilIdle()
         guard probe.hookStalled else {
             throw Violation("the change's hooks did not run while the engine had nothing else to do: \(activity)")
         }
@@ -458,7 +458,7 @@ package final class EngineModelDriver {
         case .readHeaders:
             _ = try checkFastPath()
         }
-        await engine.ledger!.waitUntilIdle()
+        await owner.waitUntilIdle()
         probe.releaseHooks()
     }
 
@@ -470,7 +470,7 @@ package final class EngineModelDriver {
         let engine = self.engine
         let probe = self.probe
         let startSequence = log.startSequence
-        let task = Task(executorPreference: taskExecutor) {
+        let task = owner.start {
             for await event in events {
                 switch event.kind {
                 case .stateChanged, .renewed:
@@ -513,12 +513,10 @@ package final class EngineModelDriver {
     /// Waits until the engine is idle with no live fetch due.
     private func settleLive() async {
         repeat {
-            await engine.ledger!.waitUntilIdle()
+            await owner.waitUntilIdle()
             reconcileDeliveries()
             applyDeferredPush()
         } while answerLiveRequests()
-        // Calls that have left the engine finish their checks before the program goes on: a check reads the clock.
-        await probe.waitUntilCallsFinished(leaving: engine.ledger!.callsInside)
     }
 
     /// A credential handed over during its account's change is installed once the change is prepared, if it is
@@ -531,7 +529,7 @@ package final class EngineModelDriver {
 
     package var activity: String {
         let metrics = engine.metrics
-        return "tasks \(metrics.liveTasks), runnable \(engine.ledger!.runnable), sleepers \(clock.sleeperCount), "
+        return "tasks \(metrics.liveTasks), sleepers \(clock.sleeperCount), "
             + "fetches \(fetcher.pendingCount), calls \(probe.outstanding), waiters \(metrics.waiters), "
             + "scoped work \(metrics.scopedWork), changes held by work \(probe.changesHeldByWork), "
             + "subscribers \(metrics.subscribers), states \(probe.stateCount), state \(engine.state), "

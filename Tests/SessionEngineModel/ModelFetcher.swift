@@ -19,9 +19,10 @@ package struct Violation: Error, CustomStringConvertible {
 /// Each fetch takes the next scripted ``FetchBehaviour`` and is tagged with the epoch the engine started it in and
 /// the monotonic time it started, so the fetcher can check that at most one fetch per epoch is in flight and that
 /// fetch starts keep the minimum interval; the driver checks every start against the backoff the engine announced.
-/// A fetch waiting for the driver is parked on the clock's ledger, so the engine counts as idle while the backend
-/// holds it; a fetch that answers by itself stays runnable until it has answered.
-package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
+/// A fetch waiting for the driver has no job, so the engine counts as idle while the backend holds it; a fetch that
+/// answers by itself does so from a task on the program's executor, so the engine is not idle before the answer has
+/// landed.
+package final class ModelFetcher: CredentialFetcher {
     package struct Request: Sendable {
         package let id: Int
         package let account: AccountID
@@ -70,16 +71,13 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     private let clock: ManualClock
     private let minimumInterval: Duration
     /// The executor the tasks that answer on their own prefer.
-    private let taskExecutor: (any TaskExecutor)?
+    private let taskExecutor: any TaskExecutor
 
-    package init(clock: ManualClock, minimumInterval: Duration, taskExecutor: (any TaskExecutor)? = nil) {
+    package init(clock: ManualClock, minimumInterval: Duration, taskExecutor: any TaskExecutor) {
         self.clock = clock
         self.minimumInterval = minimumInterval
         self.taskExecutor = taskExecutor
     }
-
-    /// The engine's fetches park on the clock's ledger, which the fetcher already knows.
-    package func attach(_ ledger: ActivityLedger) {}
 
     /// Sets how a fetch that answers by itself computes its answer.
     package func answerOnItsOwn(with oracle: @escaping Oracle) {
@@ -98,7 +96,6 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
         let start = clock.uptime
         let minimumInterval = self.minimumInterval
         let (account, epoch) = (fetch.account, fetch.epoch)
-        let ledger = clock.activityLedger
         let request = state.withLock { state -> Request in
             state.total += 1
             var behaviour = Self.defaultBehaviour
@@ -134,7 +131,6 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
                     if request.cancelled { state.inFlight[request.epoch, default: 1] -= 1 }
                     if request.cancelled && !request.behaviour.ignoresCancellation { return true }
                     state.pending[request.id] = Pending(request: request, continuation: continuation)
-                    ledger.park()
                     return false
                 }
                 if cancelled { continuation.resume(throwing: CancellationError()) }
@@ -152,7 +148,6 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
                 return pending
             }
             guard let pending else { return }
-            ledger.unpark()
             pending.continuation.resume(throwing: CancellationError())
         }
     }
@@ -252,7 +247,6 @@ package final class ModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
             return pending
         }
         guard let pending else { return }
-        clock.activityLedger.unpark()
         pending.continuation.resume(with: result)
     }
 

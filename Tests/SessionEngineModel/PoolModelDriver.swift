@@ -28,10 +28,9 @@ package final class PoolModelDriver {
     package let probes = MemberProbes()
     package let names = (0..<PoolModelDriver.accounts).map { AccountID("member-\($0)") }
     let signer: IdentitySigner
-    let taskExecutor: (any TaskExecutor)?
+    /// Runs the pool's and the program's tasks and says when none can run.
+    let owner: WorkOwner
     private var tasks: [Task<Void, Never>] = []
-    /// Calls started and not yet waited for.
-    private var startedCalls = 0
     /// Per account, the steps at which the program signed it out; work cancelled by the pool must follow one.
     private var signedOutAt: [AccountID: [Int]] = [:]
     /// What the program's tasks saw.
@@ -49,15 +48,16 @@ package final class PoolModelDriver {
     ///
     /// - Parameters:
     ///   - seed: The accounts' random seed (each account mixes it with its name).
-    ///   - taskExecutor: The executor the pool's tasks and the program's own tasks prefer.
-    package init(seed: UInt64, taskExecutor: (any TaskExecutor)? = nil) {
+    ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor.
+    package init(seed: UInt64, explorer: WorkOwner? = nil) {
         let clock = self.clock
         let probes = self.probes
-        self.taskExecutor = taskExecutor
+        let owner = explorer ?? WorkOwner(clock: clock)
+        self.owner = owner
         fetcher = PoolModelFetcher(clock: clock)
         signer = try! IdentitySigner(projectID: "proj_pool_model", secret: "pool-model-secret", clock: clock)
         var session = SessionConfiguration(randomSeed: seed)
-        session.taskExecutor = taskExecutor
+        session.taskExecutor = owner.configuredExecutor
         pool = SessionPool(
             fetcher: fetcher,
             configuration: SessionPoolConfiguration(
@@ -106,19 +106,17 @@ package final class PoolModelDriver {
     /// Performs one operation; returns whether it left the pool idle, or what it found broken.
     private func perform(_ operation: PoolOperation, step: Int) async -> (isIdle: Bool, failure: String?) {
         if operation.isCall {
-            let entered = pool.ledger!.callsEntered
             startCall(operation, step: step)
-            await waitUntilEntered(since: entered)
+            await owner.waitUntilIdle()
             return (false, nil)
         }
         switch operation {
         case .signIn, .signOut, .work, .renew:
             preconditionFailure("a call is started above")
         case .together(let first, let second):
-            let entered = pool.ledger!.callsEntered
             startCall(first, step: step)
             startCall(second, step: step)
-            await waitUntilEntered(since: entered)
+            await owner.waitUntilIdle()
             return (false, nil)
         case .read(let index):
             if let headers = try? pool.identityHeaders(for: names[index]),
@@ -161,7 +159,7 @@ package final class PoolModelDriver {
         case .advance(let seconds):
             clock.advance(by: .seconds(seconds))
         }
-        await pool.ledger!.waitUntilIdle()
+        await owner.waitUntilIdle()
         return (true, nil)
     }
 
@@ -201,20 +199,11 @@ package final class PoolModelDriver {
         }
     }
 
-    /// Starts `call` in a task of its own, counted as one call on the pool's activity ledger from the task's start
-    /// (`ActivityLedger.countingCall`), so that a call the pool refuses before it reaches an engine (an account that
-    /// left under a racing call) counts as entered too; the caller waits with ``waitUntilEntered(since:)``.
+    /// Starts `call` in a task of its own on the program's executor, without waiting for it: the caller waits until
+    /// the pool is idle, when the call has done all it can (returned, or waits inside an account's engine).
     private func start(_ call: @escaping @Sendable (SessionPool) async throws -> Void) {
-        let (pool, ledger) = (pool, pool.ledger!)
-        tasks.append(Task(executorPreference: taskExecutor) { try? await ledger.countingCall { try await call(pool) } })
-        startedCalls += 1
-    }
-
-    /// Waits until every call started since the ledger counted `entered` calls has begun and the pool is idle again;
-    /// the calls run on.
-    private func waitUntilEntered(since entered: UInt64) async {
-        await pool.ledger!.waitUntilIdle(callsEntered: entered + UInt64(startedCalls))
-        startedCalls = 0
+        let pool = pool
+        tasks.append(owner.start { try? await call(pool) })
     }
 
     /// Answers up to `count` of the fetches waiting at the backend, oldest first.
@@ -236,11 +225,11 @@ package final class PoolModelDriver {
             while fetcher.script.pendingCount > 0 {
                 await answer(1) { .success(try! signer.sign(email: Self.email($0.account))) }
             }
-            await pool.ledger!.waitUntilIdle()
+            await owner.waitUntilIdle()
             if let failure = checkAccounts() { return failure }
             if pool.accounts.allSatisfy({ pool.state(of: $0).isIdentified }) { return nil }
             clock.advance(by: .seconds(60))
-            await pool.ledger!.waitUntilIdle()
+            await owner.waitUntilIdle()
         }
         let stuck = pool.accounts.filter { !pool.state(of: $0).isIdentified }.map { "\($0): \(pool.state(of: $0))" }
         return "the backend answered every fetch for \(Self.recoveryRounds) minutes, and \(stuck) are not identified"

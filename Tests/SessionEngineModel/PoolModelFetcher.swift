@@ -4,7 +4,7 @@ package import SessionEngineTestKit
 import Synchronization
 
 /// A scripted fetcher that also records when, on the pool's clock, each fetch reached it, and from which member.
-package final class PoolModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
+package final class PoolModelFetcher: CredentialFetcher {
     package struct Start {
         /// When, on the monotonic clock, the member's engine started the fetch: its request's `startedAt`. The
         /// request may then wait for the pool's budget before it reaches the backend.
@@ -56,8 +56,6 @@ package final class PoolModelFetcher: CredentialFetcher, ActivityLedgerFetcher {
     package func lookUpMembers(with lookup: (@Sendable (AccountID) -> UInt64?)?) {
         memberOf.withLock { $0 = lookup }
     }
-
-    package func attach(_ ledger: ActivityLedger) { script.attach(ledger) }
 
     package var startTimes: [Duration] { starts.withLock { $0.all } }
 

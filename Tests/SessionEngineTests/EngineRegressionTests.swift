@@ -172,7 +172,7 @@ extension EngineRegressionTests {
 /// An actor that waits on its waiters while another of its jobs is queued, as the engine does when a fetch result
 /// arrives while a caller decides to wait.
 private actor WaitingHost {
-    nonisolated let waiters = OutcomeWaiters(ledger: nil)
+    nonisolated let waiters = OutcomeWaiters()
     /// Whether the queued job found the waiter registered, once it ran.
     nonisolated let registrationChecked = AsyncGate<Bool>()
 

@@ -172,7 +172,7 @@ private final class HangingFetcher: CredentialFetcher {
         let budget = FetchBudget(
             limits: .init(
                 maximumInFlight: 4, startsPerSecond: 1000, outageThreshold: 3, outageProbeInterval: .seconds(5)),
-            clock: clock, ledger: clock.activityLedger, taskExecutor: nil)
+            clock: clock, taskExecutor: clock.executor)
         // Three accounts fail in a row: an outage.
         for name in ["a", "b", "c"] {
             let ticket = budget.ticket(urgency: .needed, deadline: .zero, account: AccountID(name))
@@ -189,17 +189,17 @@ private final class HangingFetcher: CredentialFetcher {
         var failing = await queue("failing", deadline: .zero)
         let healthy = await queue("healthy", deadline: .seconds(1))
         clock.advance(by: .seconds(5))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["failing"])
         budget.release(failing, outcome: .outage)
         failing = await queue("failing", deadline: .zero)
         clock.advance(by: .seconds(5))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(
             admitted.all == ["failing", "healthy"],
             "the next probe is another account's, though the failing account's retry comes first")
         budget.release(healthy, outcome: .answered)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(!budget.snapshot.holdsForOutage)
         #expect(admitted.all == ["failing", "healthy", "failing"])
         budget.release(failing, outcome: .answered)
@@ -209,8 +209,8 @@ private final class HangingFetcher: CredentialFetcher {
         let clock = ManualClock()
         let changes = Mutex<[FetchBudget.Change]>([])
         let budget = FetchBudget(
-            limits: .init(maximumInFlight: 1, startsPerSecond: 1000), clock: clock, ledger: clock.activityLedger,
-            taskExecutor: nil, onChange: { change in changes.withLock { $0.append(change) } })
+            limits: .init(maximumInFlight: 1, startsPerSecond: 1000), clock: clock,
+            taskExecutor: clock.executor, onChange: { change in changes.withLock { $0.append(change) } })
         let admitted = Admitted()
         func queue(_ name: String, _ urgency: FetchUrgency, deadline: Duration) async -> FetchBudget.Ticket {
             await FetchBudgetTests.start(
@@ -220,15 +220,15 @@ private final class HangingFetcher: CredentialFetcher {
         let first = await queue("first", .needed, deadline: .zero)
         let onTime = await queue("on-time", .proactive, deadline: .seconds(100))
         budget.release(first, outcome: .answered)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["first", "on-time"] && budget.snapshot.lateRenewals == 0)
         let late = await queue("late", .proactive, deadline: clock.uptime + .seconds(10))
         let later = await queue("later", .proactive, deadline: clock.uptime + .seconds(11))
         clock.advance(by: .seconds(20))
         budget.release(onTime, outcome: .answered)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         budget.release(late, outcome: .answered)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["first", "on-time", "late", "later"])
         #expect(budget.snapshot.lateRenewals == 2, "both were admitted after their credentials expired")
         #expect(changes.withLock { $0 } == [.behind("late")], "reported once until the queue empties")
@@ -239,7 +239,7 @@ private final class HangingFetcher: CredentialFetcher {
         let clock = ManualClock()
         let budget = FetchBudget(
             limits: .init(maximumInFlight: 100, startsPerSecond: 1000, outageThreshold: 4),
-            clock: clock, ledger: nil, taskExecutor: nil)
+            clock: clock, taskExecutor: nil)
         func fail(_ name: String) async {
             let ticket = budget.ticket(urgency: .needed, deadline: .zero, account: AccountID(name))
             #expect(await budget.acquire(ticket))

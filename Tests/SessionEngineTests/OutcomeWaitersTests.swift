@@ -8,7 +8,7 @@ import Testing
     private static let failure = SessionError(.signedOut, reason: "resolved")
 
     @Test func storageIsReleasedOnceTheLastCallerIsResolved() async {
-        let waiters = OutcomeWaiters(ledger: nil)
+        let waiters = OutcomeWaiters()
         #expect(!waiters.holdsStorage)
         // Resolved before it suspends: the outcome waits in the slot, and the wait takes it.
         let early = waiters.register(epoch: 1, kind: .identity)
@@ -23,7 +23,7 @@ import Testing
     }
 
     @Test func storageIsReleasedWhenTheLastCallerSuspendedIsResolvedOrFailed() async {
-        let waiters = OutcomeWaiters(ledger: nil)
+        let waiters = OutcomeWaiters()
         let resolved = waiters.register(epoch: 1, kind: .identity)
         let failed = waiters.register(epoch: 2, kind: .identity)
         let first = Task { try await waiters.wait(resolved) }

@@ -429,7 +429,7 @@ final class Admitted: Sendable {
             limits: .init(
                 maximumInFlight: inFlight, startsPerSecond: rate, burst: burst, outageThreshold: outageThreshold,
                 outageProbeInterval: .seconds(5)),
-            clock: clock, ledger: clock.activityLedger, taskExecutor: nil, onChange: onChange)
+            clock: clock, taskExecutor: clock.executor, onChange: onChange)
     }
 
     /// Ends one admitted fetch that was no probe, as neither an answer nor an outage.
@@ -469,23 +469,23 @@ final class Admitted: Sendable {
         ).ticket
         #expect(admitted.all.count == 6, "nothing starts before the probe interval")
         clock.advance(by: .seconds(5))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all.last == "probe", "the first in urgency order goes alone")
         clock.advance(by: .seconds(60))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(!admitted.all.contains("held"), "one probe at a time")
         budget.release(probe, outcome: .outage)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         clock.advance(by: .seconds(4))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(!admitted.all.contains("held"), "the next probe waits the interval after the last one failed")
         clock.advance(by: .seconds(1))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all.last == "held")
         let late = await Self.start(budget, clock: clock, admitted: admitted, name: "late").ticket
         #expect(admitted.all.last == "held")
         budget.release(held, outcome: .answered)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(!budget.snapshot.holdsForOutage && budget.snapshot.outages == 1)
         #expect(budget.snapshot.inFlight == 1, "the bucket holds one start when the outage ends")
         #expect(admitted.all.last == "late", "the answer ends the outage and the held fetches go")
@@ -510,7 +510,7 @@ final class Admitted: Sendable {
         let task: Task<Void, Never>
     }
 
-    /// Starts `acquire` in a task registered with the ledger, as the engine's fetch tasks are, for a ticket of the
+    /// Starts `acquire` in a task on the clock's executor, as the engine's fetch tasks are, for a ticket of the
     /// account `name`; `name` joins `admitted` once the fetch is admitted.
     @discardableResult
     static func start(
@@ -518,12 +518,10 @@ final class Admitted: Sendable {
         admitted: Admitted, name: String
     ) async -> Started {
         let ticket = budget.ticket(urgency: urgency, deadline: deadline, account: AccountID(name))
-        clock.activityLedger.begin()
-        let task = Task {
-            defer { clock.activityLedger.end() }
+        let task = Task(executorPreference: clock.executor) {
             if await budget.acquire(ticket) { admitted.append(name) }
         }
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         return Started(ticket: ticket, task: task)
     }
 
@@ -542,7 +540,7 @@ final class Admitted: Sendable {
         #expect(budget.snapshot.queuedNeeded == 1 && budget.snapshot.queuedProactive == 2)
         for _ in 0..<3 {
             releaseOne(budget)
-            await clock.activityLedger.waitUntilIdle()
+            await clock.executor.waitUntilIdle()
         }
         #expect(admitted.all == ["first", "caller", "early renewal", "late renewal"])
     }
@@ -557,10 +555,10 @@ final class Admitted: Sendable {
         await Self.start(
             budget, .needed, deadline: clock.uptime, clock: clock, admitted: admitted, name: "caller")
         releaseOne(budget)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["first", "renewal"])
         releaseOne(budget)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["first", "renewal", "caller"])
     }
 
@@ -574,7 +572,7 @@ final class Admitted: Sendable {
             budget, .proactive, deadline: .seconds(200), clock: clock, admitted: admitted, name: "b")
         budget.promote(b.ticket)
         releaseOne(budget)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["first", "b"])
     }
 
@@ -589,7 +587,7 @@ final class Admitted: Sendable {
         await cancelled.task.value
         #expect(budget.snapshot.queuedNeeded == 1)
         releaseOne(budget)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["first", "next"])
         #expect(budget.snapshot.inFlight == 1)
     }
@@ -603,19 +601,19 @@ final class Admitted: Sendable {
         await Self.start(budget, .proactive, deadline: .seconds(900), clock: clock, admitted: admitted, name: "b")
         await Self.start(budget, .proactive, deadline: .seconds(950), clock: clock, admitted: admitted, name: "c")
         clock.advance(by: .seconds(29))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all.isEmpty)
         clock.advance(by: .seconds(1))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["a"], "the first in urgency order goes alone, as an outage's probe does")
         clock.advance(by: .seconds(60))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["a"], "the others wait for the backend's answer to it")
         budget.release(a.ticket, outcome: .answered)
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["a", "b"], "one start in the bucket when the pause ends")
         clock.advance(by: .milliseconds(1))
-        await clock.activityLedger.waitUntilIdle()
+        await clock.executor.waitUntilIdle()
         #expect(admitted.all == ["a", "b", "c"], "then the budget's rate")
         #expect(budget.snapshot.outages == 0 && !budget.snapshot.holdsForOutage, "a pause is no outage")
     }

@@ -26,11 +26,8 @@ final class FetchRace: Sendable {
     }
 
     private let state = Mutex(State.running)
-    private let ledger: ActivityLedger?
 
-    private init(ledger: ActivityLedger?) {
-        self.ledger = ledger
-    }
+    private init() {}
 
     /// Runs `request` on `fetcher` and waits for the first of its result, its deadline `timeout` on `clock`, and the
     /// calling task's cancellation.
@@ -40,7 +37,6 @@ final class FetchRace: Sendable {
     ///   - fetcher: The host's backend.
     ///   - timeout: How long the fetcher may take.
     ///   - clock: The engine's clock, which the deadline sleeps on.
-    ///   - ledger: The clock's activity ledger, on which the two tasks count and the waiting task parks.
     ///   - taskExecutor: The executor the two tasks prefer.
     ///   - calling: Runs in the job that calls the fetcher, right before the call; never for a fetch abandoned
     ///     before it.
@@ -50,14 +46,11 @@ final class FetchRace: Sendable {
         on fetcher: any CredentialFetcher,
         timeout: Duration,
         clock: any SessionClock,
-        ledger: ActivityLedger?,
         taskExecutor: (any TaskExecutor)?,
         calling: @escaping @Sendable () -> Void
     ) async -> Outcome {
-        let race = FetchRace(ledger: ledger)
-        ledger?.begin(count: 2)
+        let race = FetchRace()
         let fetch = Task(executorPreference: taskExecutor) {
-            defer { ledger?.end() }
             // Abandoned before it first ran (the account session ended): its request never reaches the backend,
             // which by now may be serving the next account's hooks. Checked in the job that calls the fetcher.
             guard !Task.isCancelled, !race.isDecided else { return }
@@ -71,7 +64,6 @@ final class FetchRace: Sendable {
             race.decide(.finished(result))
         }
         let deadline = Task(executorPreference: taskExecutor) {
-            defer { ledger?.end() }
             guard (try? await clock.sleep(for: timeout)) != nil else { return }
             race.decide(.timedOut)
         }
@@ -105,7 +97,6 @@ final class FetchRace: Sendable {
                 return nil
             case .waiting(let continuation):
                 state = .taken
-                ledger?.unpark()
                 return continuation
             case .decided, .taken:
                 return nil
@@ -114,7 +105,7 @@ final class FetchRace: Sendable {
         waiter?.resume(returning: outcome)
     }
 
-    /// Waits for the first outcome, parked on the ledger until it comes.
+    /// Waits for the first outcome.
     private func wait() async -> Outcome {
         await withUnsafeContinuation { continuation in
             let decided = state.withLock { state -> Outcome? in
@@ -124,7 +115,6 @@ final class FetchRace: Sendable {
                     return outcome
                 case .running:
                     state = .waiting(continuation)
-                    ledger?.park()
                     return nil
                 case .waiting, .taken:
                     preconditionFailure("a fetch's race is waited for once")

@@ -2,8 +2,6 @@ import Synchronization
 
 /// A one-shot signal that any number of callers wait for: an account change's preparation finishing, or the
 /// engine's shutdown.
-///
-/// Waiting parks the caller on the engine's ``ActivityLedger``; opening unparks each waiter before resuming it.
 final class Latch: Sendable {
     private struct State {
         var isOpen = false
@@ -12,14 +10,9 @@ final class Latch: Sendable {
     }
 
     private let state = Mutex(State())
-    private let ledger: ActivityLedger?
 
     /// Creates a closed latch.
-    ///
-    /// - Parameter ledger: Where waiting callers are parked.
-    init(ledger: ActivityLedger?) {
-        self.ledger = ledger
-    }
+    init() {}
 
     /// Whether the latch has opened.
     var isOpen: Bool { state.withLock { $0.isOpen } }
@@ -37,7 +30,6 @@ final class Latch: Sendable {
                 let now = state.withLock { state -> Bool in
                     if state.isOpen || (stopsOnCancellation && Task.isCancelled) { return true }
                     state.waiters[id] = continuation
-                    ledger?.park()
                     return false
                 }
                 if now { continuation.resume() }
@@ -46,7 +38,6 @@ final class Latch: Sendable {
             guard stopsOnCancellation else { return }
             let waiter = state.withLock { $0.waiters.removeValue(forKey: id) }
             guard let waiter else { return }
-            ledger?.unpark()
             waiter.resume()
         }
     }
@@ -59,7 +50,6 @@ final class Latch: Sendable {
             return Array(state.waiters.values)
         }
         for waiter in waiters {
-            ledger?.unpark()
             waiter.resume()
         }
     }

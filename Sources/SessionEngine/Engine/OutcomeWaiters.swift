@@ -30,7 +30,7 @@ final class OutcomeWaiters: Sendable {
     private enum Slot {
         /// Registered; the caller has not suspended yet.
         case registered(epoch: UInt64, kind: SessionStateMachine.WaiterKind)
-        /// The caller is suspended; it is parked on the ledger.
+        /// The caller is suspended.
         case waiting(
             epoch: UInt64,
             kind: SessionStateMachine.WaiterKind,
@@ -103,14 +103,9 @@ final class OutcomeWaiters: Sendable {
     }
 
     private let state = Mutex(State())
-    private let ledger: ActivityLedger?
 
     /// Creates an empty set of waiters.
-    ///
-    /// - Parameter ledger: Where waiting callers are parked.
-    init(ledger: ActivityLedger?) {
-        self.ledger = ledger
-    }
+    init() {}
 
     /// The number of callers waiting for an outcome.
     var count: Int { state.withLock { $0.awaiting } }
@@ -147,7 +142,6 @@ final class OutcomeWaiters: Sendable {
                     switch state.slots[ticket.id] {
                     case .registered(let epoch, let kind):
                         state.slots[ticket.id] = .waiting(epoch: epoch, kind: kind, continuation: continuation)
-                        ledger?.park()
                         return nil
                     case .resolved(let outcome):
                         state.remove(ticket.id)
@@ -196,7 +190,6 @@ final class OutcomeWaiters: Sendable {
             }
         }
         guard let waiting else { return }
-        ledger?.unpark()
         waiting.resume(throwing: error)
     }
 
@@ -226,13 +219,11 @@ final class OutcomeWaiters: Sendable {
         resume(resumed, with: result)
     }
 
-    /// Makes the callers runnable on the ledger, all in one step before any is resumed, then resumes them in order;
-    /// they run on their own executors.
+    /// Resumes the callers in order; they run on their own executors.
     private func resume(
         _ continuations: [UnsafeContinuation<IdentityCredential, any Error>],
         with result: Result<IdentityCredential, any Error>
     ) {
-        ledger?.unpark(count: continuations.count)
         for continuation in continuations {
             continuation.resume(with: result)
         }

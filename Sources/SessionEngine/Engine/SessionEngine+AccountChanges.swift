@@ -20,8 +20,6 @@ extension SessionEngine {
     ///   superseded this one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was
     ///   cancelled.
     public func signIn(_ account: AccountID) async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try await changeAccount(to: account)
     }
 
@@ -43,8 +41,6 @@ extension SessionEngine {
     /// - Throws: ``SessionError`` with ``SessionError/Code/signInTimedOut`` when the deadline passed first; otherwise
     ///   as ``signIn(_:)``.
     public func signIn(_ account: AccountID, timeout: Duration) async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try await changeAccount(to: account, timeout: max(.zero, timeout))
     }
 
@@ -67,8 +63,6 @@ extension SessionEngine {
     ///   ``SessionError/Code/identityMismatch`` when the current account is pinned to another user; otherwise as
     ///   ``signIn(_:)`` and ``signIn(_:timeout:)``.
     public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try await changeAccount(
             to: account, expecting: try Self.expectedEmail(email), timeout: timeout.map { max(.zero, $0) })
     }
@@ -103,8 +97,6 @@ extension SessionEngine {
     ///   ``SessionError/Code/lifetimeTooLong`` for a refused credential, ``SessionError/Code/identityMismatch`` when
     ///   the account is current and the credential names another user; otherwise as ``signIn(_:)``.
     public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try await changeAccount(to: account, pushing: credential)
     }
 
@@ -130,8 +122,6 @@ extension SessionEngine {
     ///   credential; ``SessionError/Code/accountChanged`` when the engine is not signed in to `account`;
     ///   ``SessionError/Code/shutDown`` after shutdown. Nothing is installed when it throws.
     public func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try push(credential, for: account)
     }
 
@@ -151,8 +141,6 @@ extension SessionEngine {
     /// - Parameter account: The account to switch to.
     /// - Throws: As ``signIn(_:)``.
     public func switchAccount(to account: AccountID) async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try await changeAccount(to: account)
     }
 
@@ -168,8 +156,6 @@ extension SessionEngine {
     ///   - timeout: How long to wait for the next account's first credential, on the engine's clock; from the call.
     /// - Throws: As ``signIn(_:timeout:)``.
     public func switchAccount(to account: AccountID, timeout: Duration) async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try await changeAccount(to: account, timeout: max(.zero, timeout))
     }
 
@@ -178,8 +164,6 @@ extension SessionEngine {
     /// Any fetch in flight is cancelled and its result discarded. Returns once the state is
     /// ``SessionState/signedOut`` (or a later change superseded the sign-out).
     public func signOut() async {
-        ledger?.enter()
-        defer { ledger?.leave() }
         try? await changeAccount(to: nil)
     }
 

@@ -13,8 +13,6 @@ extension SessionEngine {
     /// - Throws: Nothing today: it returns when the engine has shut down. The signature is `throws` so that a
     ///   start-up failure can be reported later without breaking callers.
     public func run() async throws {
-        ledger?.enter()
-        defer { ledger?.leave() }
         await waitUntilStopped(stopsOnCancellation: true)
         await beginShutdown()
     }
@@ -26,8 +24,6 @@ extension SessionEngine {
     /// Calls after shutdown fail with ``SessionError/Code/shutDown``. Concurrent calls all return once the engine
     /// has shut down.
     public func shutdown() async {
-        ledger?.enter()
-        defer { ledger?.leave() }
         await beginShutdown()
     }
 
@@ -48,8 +44,6 @@ extension SessionEngine {
     ///
     /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled.
     public func shutdown(gracePeriod: Duration) async {
-        ledger?.enter()
-        defer { ledger?.leave() }
         step(
             announcing: { actions in
                 if !actions.isEmpty {
@@ -69,7 +63,7 @@ extension SessionEngine {
     /// - Parameter stopsOnCancellation: Whether cancelling the calling task ends the wait early.
     private func waitUntilStopped(stopsOnCancellation: Bool = false) async {
         guard !machine.isShutDown else { return }
-        let latch = stopped ?? Latch(ledger: ledger)
+        let latch = stopped ?? Latch()
         stopped = latch
         await latch.wait(stopsOnCancellation: stopsOnCancellation)
     }

@@ -13,11 +13,9 @@ extension SessionEngine {
     ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
     ///   `CancellationError`.
     public nonisolated func renew() async throws -> IdentityCredential {
-        // Only the decision and the registration run on the actor, where the call enters the ledger in order; the
-        // wait does not, so callers woken together resume on their own executors instead of queueing on the actor
+        // Only the decision and the registration run on the actor, in the order the calls arrive; the wait does not, so callers woken together resume on their own executors instead of queueing on the actor
         // to return.
         let answer = await requestRenewal()
-        defer { ledger?.leave() }
         switch answer {
         case .now(let credential): return credential
         case .wait(let ticket): return try await ticket.waiters.wait(ticket)
@@ -25,9 +23,8 @@ extension SessionEngine {
         }
     }
 
-    /// Enters the call and decides it: the credential to return at once, the caller's registered wait, or a failure.
+    /// Decides the call: the credential to return at once, the caller's registered wait, or a failure.
     private func requestRenewal() -> OutcomeWaiters.Answer {
-        ledger?.enter()
         switch step({ $0.renewRequested(at: $1) }) {
         case .current(let credential):
             return .now(credential)
@@ -50,8 +47,6 @@ extension SessionEngine {
     ///
     /// - Parameter credential: The credential the service rejected.
     public func credentialRejected(_ credential: IdentityCredential) async {
-        ledger?.enter()
-        defer { ledger?.leave() }
         reportRejection(of: credential)
     }
 

@@ -24,8 +24,6 @@ extension SessionEngine {
     public nonisolated func withIdentity<T: Sendable>(
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T
     ) async throws -> T {
-        ledger?.enter()
-        defer { ledger?.leave() }
         switch try await runScoped(body, requiring: nil) {
         case .finished(let value):
             return value
@@ -55,18 +53,13 @@ extension SessionEngine {
         requiring required: (credential: IdentityCredential, epoch: UInt64)?
     ) async throws -> ScopedOutcome<T> {
         let store = self.store
-        let ledger = self.ledger
         let executor = shared.taskExecutor
         let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
-            ledger?.begin()
             return Task(executorPreference: executor) {
-                // The caller, parked while it waits for the work, becomes runnable as the work ends: one activity
-                // takes the other's place, so the ledger's count does not change.
                 defer { store.finishWork(id) }
                 return try await body(credential)
             }
         }
-        ledger?.park()
         do {
             return .finished(
                 try await withTaskCancellationHandler {

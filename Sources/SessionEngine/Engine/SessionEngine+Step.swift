@@ -110,7 +110,7 @@ extension SessionEngine {
             waitersIfAny?.failAll(error)
         case .prepareChange(let epoch):
             let previous = preparation
-            let done = Latch(ledger: ledger)
+            let done = Latch()
             preparation = done
             // The task holds the engine until the change is prepared, as the fetch task holds it until the fetch has
             // ended: an engine's tasks reference it strongly, so no weak reference gives it a side table.
@@ -129,22 +129,12 @@ extension SessionEngine {
         }
     }
 
-    /// Starts one of the engine's own tasks, counted until it ends.
-    func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        ledger?.begin()
-        return startBegunTask(body)
-    }
-
-    /// Starts one of the engine's own tasks that the caller already began on the ledger, counted until it ends.
-    nonisolated func startBegunTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+    /// Starts one of the engine's own tasks on its task executor, counted in the metrics until it ends.
+    nonisolated func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
         let recorder = self.recorder
-        let ledger = self.ledger
         recorder.tasks(1)
         return Task(executorPreference: shared.taskExecutor) {
-            defer {
-                recorder.tasks(-1)
-                ledger?.end()
-            }
+            defer { recorder.tasks(-1) }
             await body()
         }
     }
@@ -155,7 +145,6 @@ extension SessionEngine {
         let recorder = self.recorder
         let budget = self.budget
         let clock = self.clock
-        let ledger = self.ledger
         let ticket = budget.map { budget in
             let (urgency, deadline) = machine.fetchUrgency(at: now, callersWaiting: waitingCallers > 0)
             return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
@@ -183,7 +172,7 @@ extension SessionEngine {
                 }
                 // Counted in the job that calls the fetcher, so the count is of requests the backend can see.
                 let outcome = await FetchRace.run(
-                    admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock, ledger: ledger,
+                    admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock,
                     taskExecutor: taskExecutor, calling: { recorder.fetchStarted() })
                 switch outcome {
                 case .finished(let finished): result = finished
@@ -278,9 +267,9 @@ extension SessionEngine {
         step { $0.timerFired(id, at: $1) }
     }
 
-    /// Fires the timer `id` that the pool's timers held, in a task of its own that they already began on the ledger.
+    /// Fires the timer `id` that the pool's timers held, in a task of its own.
     nonisolated func fireTimer(_ id: TimerID) {
-        _ = startBegunTask { await self.timerFired(id) }
+        _ = startTask { await self.timerFired(id) }
     }
 
     /// How a fetch that reached the fetcher ended, as the pool's budget counts it toward an outage.

@@ -70,8 +70,6 @@ public actor SessionEngine {
         let clock: any SessionClock
         /// The check of `clock` against a credential's expiry that every engine's store makes, held here once.
         let wallClock: SharedWallClockCheck
-        /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
-        let ledger: ActivityLedger?
         /// The pool's budget toward the backend that the engines' fetches share; `nil` for an engine of its own.
         let budget: FetchBudget?
         /// The pool's timers, which hold each engine's timer instead of a task of its own; `nil` for an engine of
@@ -93,20 +91,18 @@ public actor SessionEngine {
         ///   - configuration: Renewal, retry and buffering policies.
         ///   - fetcher: Gets credentials from the host's backend.
         ///   - clock: The source of wall time and sleep.
-        ///   - ledger: The clock's activity ledger, which the fetcher has been attached to; `nil` on other clocks.
         ///   - budget: A pool's budget toward the backend.
         ///   - timers: A pool's timers.
         ///   - executors: How many executors the engines share: one for an engine of its own.
         init(
             _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
-            ledger: ActivityLedger?, budget: FetchBudget?, timers: PoolTimers?, executors: Int = 1
+            budget: FetchBudget?, timers: PoolTimers?, executors: Int = 1
         ) {
             session = configuration
             machine = SessionStateMachine.Configuration(configuration)
             self.fetcher = fetcher
             self.clock = clock
             self.wallClock = SharedWallClockCheck(clock)
-            self.ledger = ledger
             self.budget = budget
             self.timers = timers
             self.executors = (0..<min(256, max(1, executors))).map { _ in ExecutorActor() }
@@ -143,8 +139,6 @@ public actor SessionEngine {
     /// The clock's executor, which runs this engine's actor and tasks (``ExecutingClock``); `nil` on other clocks or
     /// when the configuration names a task executor.
     package nonisolated var clockExecutor: (any SerialExecutor & TaskExecutor)? { shared.clockExecutor }
-    /// Counts runnable engine work for tests driven by a manual clock; `nil` on other clocks.
-    package nonisolated var ledger: ActivityLedger? { shared.ledger }
     /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
     nonisolated var budget: FetchBudget? { shared.budget }
     /// The pool's timers, which hold this engine's timer instead of a task of its own; `nil` for an engine of its own.
@@ -180,9 +174,8 @@ public actor SessionEngine {
         clock: some SessionClock = SystemClock(),
         observer: (@Sendable (SessionEvent) -> Void)?
     ) {
-        let ledger = ActivityLedger.of(clock, attaching: fetcher)
         self.init(
-            shared: Shared(configuration, fetcher: fetcher, clock: clock, ledger: ledger, budget: nil, timers: nil),
+            shared: Shared(configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil),
             randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],
             readMirror: nil, executor: 0)
     }
@@ -217,9 +210,9 @@ public actor SessionEngine {
             var system = SystemRandomNumberGenerator()
             seed = system.next()
         }
-        let (clock, ledger) = (shared.clock, shared.ledger)
+        let clock = shared.clock
         self.machine = SessionStateMachine(configuration: shared.machine, seed: seed)
-        self.store = SessionStore(wallClock: shared.wallClock, ledger: ledger, mirror: readMirror)
+        self.store = SessionStore(wallClock: shared.wallClock, mirror: readMirror)
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
         self.broadcaster = EventBroadcaster(
             initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),
@@ -249,7 +242,7 @@ public actor SessionEngine {
     func registerWaiter(epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> OutcomeWaiters.Ticket {
         let waiters = waiterTable.withLock { table in
             if let table { return table }
-            let made = OutcomeWaiters(ledger: ledger)
+            let made = OutcomeWaiters()
             table = made
             return made
         }

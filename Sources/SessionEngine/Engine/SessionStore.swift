@@ -151,18 +151,15 @@ final class SessionStore: Sendable {
     private let wallClock: SharedWallClockCheck
     /// The clock that decides local expiry, the one the check reads.
     private var clock: any SessionClock { wallClock.clock }
-    private let ledger: ActivityLedger?
     private let mirror: Mirror?
 
     /// Creates an empty store.
     ///
     /// - Parameters:
     ///   - wallClock: The check of the clock that decides local expiry, shared with the engine's other stores.
-    ///   - ledger: Where drains waiting for work are parked.
     ///   - mirror: Receives every change of the store's read; `nil` for none.
-    init(wallClock: SharedWallClockCheck, ledger: ActivityLedger?, mirror: Mirror? = nil) {
+    init(wallClock: SharedWallClockCheck, mirror: Mirror? = nil) {
         self.wallClock = wallClock
-        self.ledger = ledger
         self.mirror = mirror
     }
 
@@ -348,7 +345,6 @@ final class SessionStore: Sendable {
             return (work, ready)
         }
         for continuation in ready {
-            ledger?.unpark()
             continuation.resume()
         }
     }
@@ -380,7 +376,6 @@ final class SessionStore: Sendable {
             let done = state.withLock { state -> Bool in
                 guard state.hasWork(before: epoch) else { return true }
                 state.openBooks().drainWaiters.append(DrainWaiter(epoch: epoch, continuation: continuation))
-                ledger?.park()
                 return false
             }
             if done { continuation.resume() }

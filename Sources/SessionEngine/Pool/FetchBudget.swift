@@ -98,7 +98,6 @@ final class FetchBudget: Sendable {
     }
 
     private let clock: any SessionClock
-    private let ledger: ActivityLedger?
     private let taskExecutor: (any TaskExecutor)?
     private let state: Mutex<Locked>
     /// Receives each change in the lock step that makes it, so in order; it must return quickly and must not call the
@@ -108,12 +107,10 @@ final class FetchBudget: Sendable {
     init(
         limits: SessionPoolConfiguration.Budget,
         clock: any SessionClock,
-        ledger: ActivityLedger?,
         taskExecutor: (any TaskExecutor)?,
         onChange: (@Sendable (Change) -> Void)? = nil
     ) {
         self.clock = clock
-        self.ledger = ledger
         self.taskExecutor = taskExecutor
         self.onChange = onChange
         state = Mutex(Locked(machine: StateMachine(limits: limits, now: clock.uptime)))
@@ -158,12 +155,6 @@ final class FetchBudget: Sendable {
                     }
                     state.parked[order] = continuation
                     let (ready, sleep) = perform(action, &state)
-                    // The ledger's count only grows before this fetch parks, last, so it never reads zero while
-                    // something admitted here, or the sleeper, is about to run.
-                    let admittedItself = state.parked[order] == nil
-                    ledger?.unpark(count: ready.count - (admittedItself ? 1 : 0))
-                    if sleep != nil { ledger?.begin() }
-                    if !admittedItself { ledger?.park() }
                     return .queued(ready, sleep: sleep)
                 }
                 switch start {
@@ -182,7 +173,6 @@ final class FetchBudget: Sendable {
                 guard state.machine.cancel(ticket) == .resumeCancelled,
                     let continuation = state.parked.removeValue(forKey: order)
                 else { return nil }
-                ledger?.unpark()
                 return continuation
             }
             continuation?.resume(returning: false)
@@ -221,24 +211,19 @@ final class FetchBudget: Sendable {
         return (ready, action.startSleeper)
     }
 
-    /// Performs an action for a runnable caller (a fetch that ended, the sleeper) and counts what it made runnable on
-    /// the ledger, in the same lock step: each admitted fetch unparked, a new sleeper begun.
+    /// Performs an action for a runnable caller (a fetch that ended, the sleeper).
     private func wake(
         _ state: inout Locked, _ action: StateMachine.Action
     ) -> ([UnsafeContinuation<Bool, Never>], Duration?) {
-        let (ready, sleep) = perform(action, &state)
-        ledger?.unpark(count: ready.count)
-        if sleep != nil { ledger?.begin() }
-        return (ready, sleep)
+        perform(action, &state)
     }
 
     // MARK: - The sleeper
 
-    /// Starts the sleeper, already begun on the ledger by the lock step that asked for it.
+    /// Starts the sleeper that the lock step which asked for it recorded.
     private func startSleeper(for duration: Duration) {
         let clock = self.clock
         Task(executorPreference: taskExecutor) { [self] in
-            defer { ledger?.end() }
             try? await clock.sleep(for: duration)
             let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
                 let action = state.machine.sleeperFired(at: clock.uptime)

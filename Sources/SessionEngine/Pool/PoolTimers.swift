@@ -59,7 +59,6 @@ final class PoolTimers: Sendable {
     }
 
     private let clock: any SessionClock
-    private let ledger: ActivityLedger?
     private let taskExecutor: (any TaskExecutor)?
     private let state = Mutex(State())
 
@@ -68,9 +67,8 @@ final class PoolTimers: Sendable {
     /// How far the offset between the clocks may move before every key is computed again.
     private static let jumpTolerance: TimeInterval = 1
 
-    init(clock: any SessionClock, ledger: ActivityLedger?, taskExecutor: (any TaskExecutor)?) {
+    init(clock: any SessionClock, taskExecutor: (any TaskExecutor)?) {
         self.clock = clock
-        self.ledger = ledger
         self.taskExecutor = taskExecutor
     }
 
@@ -191,8 +189,8 @@ final class PoolTimers: Sendable {
         state.heap = heap
     }
 
-    /// A new sleeper's wait and identity when none sleeps or the one that does wakes after `due`; begun on the
-    /// ledger in this lock step. The sleeper it replaces is cancelled.
+    /// A new sleeper's wait and identity when none sleeps or the one that does wakes after `due`, recorded in
+    /// this lock step. The sleeper it replaces is cancelled.
     private func sleeperIfEarlier(_ state: inout State, than due: Duration, at now: SessionInstant) -> (
         wait: Duration, id: UInt64
     )? {
@@ -205,18 +203,15 @@ final class PoolTimers: Sendable {
         state.nextGeneration += 1
         let id = state.nextGeneration
         state.sleeper = (nil, wakesAt, id)
-        ledger?.begin()
         return (wait, id)
     }
 
     // MARK: - The sleeper
 
-    /// Starts the sleeper planned by ``sleeperIfEarlier(_:than:at:)``, already begun on the ledger.
+    /// Starts the sleeper planned by ``sleeperIfEarlier(_:than:at:)``.
     private func startSleeper(_ plan: (wait: Duration, id: UInt64)) {
         let clock = self.clock
-        let ledger = self.ledger
         let task = Task(executorPreference: taskExecutor) { [weak self] in
-            defer { ledger?.end() }
             do {
                 try await clock.sleep(for: plan.wait)
             } catch {
@@ -261,7 +256,6 @@ final class PoolTimers: Sendable {
             }
             for key in early { state.heap.insert(key) }
             // Each firing is runnable from this lock step on.
-            ledger?.begin(count: due.count)
             var next: (wait: Duration, id: UInt64)?
             while let key = state.heap.min {
                 if let entry = state.entries[key.slot], entry.generation == key.generation {

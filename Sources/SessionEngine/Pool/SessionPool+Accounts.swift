@@ -72,7 +72,7 @@ extension SessionPool {
     /// - Parameter account: The account to sign out; nothing happens for one the pool does not hold.
     public func signOut(_ account: AccountID) async {
         guard let member = member(account) else { return }
-        await counted { await remove(member, because: nil) }
+        await remove(member, because: nil)
     }
 
     /// Registers a hook that runs during every account change of every account, as
@@ -85,7 +85,7 @@ extension SessionPool {
             members.hooks.append(hook)
             return Array(members.index.members)
         }
-        await counted { for member in current { await member.engine.addAccountChangeHook(hook) } }
+        for member in current { await member.engine.addAccountChangeHook(hook) }
     }
 
     /// Shuts every account down gracefully, as ``SessionEngine/shutdown(gracePeriod:)`` does for its account: lets
@@ -128,22 +128,11 @@ extension SessionPool {
 
     // MARK: - Joining and leaving
 
-    /// Runs `body`, a call that makes several engine calls in a row, as one call on the activity ledger
-    /// (``ActivityLedger/countingCall(_:)``), so that a test's `waitUntilIdle()` never returns between two of them.
-    func counted<T>(_ body: () async throws -> T) async rethrows -> T {
-        guard let ledger else { return try await body() }
-        return try await ledger.countingCall(body)
-    }
-
     /// Runs `call` on the account's engine, making the member first (and evicting one over the cap). A sign-out or
     /// eviction that shut the engine down under the call is retried once on a fresh member.
     private func withMember(_ account: AccountID, _ call: (SessionEngine) async throws -> Void) async throws {
         // Checked before the pool makes a member, so an ID that cannot name an account takes no place in the pool.
         try account.validate()
-        try await counted { try await withMemberCounted(account, call) }
-    }
-
-    private func withMemberCounted(_ account: AccountID, _ call: (SessionEngine) async throws -> Void) async throws {
         for attempt in 0..<2 {
             let (member, evicted) = try join(account)
             if let evicted { await remove(evicted, because: .capacity) }
@@ -249,15 +238,12 @@ extension SessionPool {
     /// checkpoint every half timeout, a member goes within one and a half timeouts of its last use.
     private func startIdleSweeper() {
         guard let timeout = configuration.idleTimeout else { return }
-        let ledger = self.ledger
         let clock = self.clock
         let table = self.table
         let checkpoint = { (use: table.nextUse(), at: clock.uptime) }
         // Oldest first; only the latest checkpoint at least the timeout old, and later ones, are kept.
         var checkpoints = [checkpoint()]
-        ledger?.begin()
         Task(executorPreference: engineShared.taskExecutor) { [weak self] in
-            defer { ledger?.end() }
             while true {
                 do {
                     try await clock.sleep(for: timeout / 2)

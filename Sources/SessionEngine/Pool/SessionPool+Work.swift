@@ -54,9 +54,6 @@ extension SessionPool {
     /// - Throws: Nothing today: it returns when the pool has shut down. The signature is `throws` so that a
     ///   start-up failure can be reported later without breaking callers.
     public func run() async throws {
-        let ledger = self.ledger
-        ledger?.enter()
-        defer { ledger?.leave() }
         await stopped.wait(stopsOnCancellation: true)
         await shutdown()
     }

@@ -100,8 +100,6 @@ public final class SessionPool: Sendable {
     let budget: FetchBudget
     /// Every account's timer.
     let timers: PoolTimers
-    /// Counts runnable work for tests on a manual clock; `nil` on other clocks.
-    package let ledger: ActivityLedger?
     let members: Mutex<Members>
     /// The hash of the members' index, used outside its lock.
     let memberHasher: MemberIndex.Hasher
@@ -158,15 +156,13 @@ public final class SessionPool: Sendable {
         let index = MemberIndex(hasher: memberHasher)
         self.table = index.table
         self.members = Mutex(Members(index: index))
-        let ledger = ActivityLedger.of(clock, attaching: fetcher)
-        self.ledger = ledger
         let taskExecutor = SessionEngine.Shared.executors(configuration.session, clock: clock).task
         let outlets = Outlets(
             broadcaster: PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit), observer: observer,
             table: index.table)
         self.outlets = outlets
         self.budget = FetchBudget(
-            limits: configuration.budget, clock: clock, ledger: ledger,
+            limits: configuration.budget, clock: clock,
             taskExecutor: taskExecutor,
             onChange: { [log = configuration.session.log] change in
                 let event: SessionPoolEvent
@@ -182,11 +178,11 @@ public final class SessionPool: Sendable {
                 }
                 outlets.publish(event, member: 0)
             })
-        self.timers = PoolTimers(clock: clock, ledger: ledger, taskExecutor: taskExecutor)
+        self.timers = PoolTimers(clock: clock, taskExecutor: taskExecutor)
         self.engineShared = SessionEngine.Shared(
-            configuration.session, fetcher: fetcher, clock: clock, ledger: ledger, budget: budget, timers: timers,
+            configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
             executors: Self.executorCount)
-        self.stopped = Latch(ledger: ledger)
+        self.stopped = Latch()
     }
 
     /// A pool dropped without shutting down leaves its accounts' timers: the timers hold their engines, and the
