@@ -10,6 +10,10 @@
 # unchanged); 1 on a breaking change or a comparison that could not finish; 2 when the baseline cannot be read or its
 # commit is not in this clone's history; 124 when the time limit passed.
 #
+# The API digester also reports `package` declarations, which are not public API (CHANGELOG.md says so). A change of
+# one that it calls a breakage is listed, word for word, in Scripts/api-breakage-allowlist.txt; nothing public may be
+# listed there.
+#
 # Environment:
 #   API_CHECK_TIMEOUT  seconds the comparison may take before it is stopped (default 1800)
 #   API_CHECK_SCRATCH  the check's own build directory (default .build/api-check). It has its own lock, so the check
@@ -116,7 +120,8 @@ if [[ ${#compared[@]} -gt 0 ]]; then
     set +e
     timeout --kill-after=30 "$timeout_seconds" \
         swift package --scratch-path "$scratch" diagnose-api-breaking-changes "$commit" \
-        --products "${compared[@]}" --baseline-dir "$baseline_dir" 2>&1 | tee "$log"
+        --products "${compared[@]}" --baseline-dir "$baseline_dir" \
+        --breakage-allowlist-path Scripts/api-breakage-allowlist.txt 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     set -e
 fi
