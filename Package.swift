@@ -57,10 +57,11 @@ let package = Package(
         ),
         // Runs every job of a program on one thread it controls, in an order a strategy chooses; used only by
         // SessionEngineSchedules, since it intercepts the concurrency runtime's global enqueue for the whole process.
-        .target(name: "CSessionEngineExplorer"),
+        .target(name: "CSessionEngineExplorer", path: "Tests/CSessionEngineExplorer"),
         .target(
             name: "SessionEngineExplorer",
             dependencies: ["CSessionEngineExplorer"],
+            path: "Tests/SessionEngineExplorer",
             swiftSettings: strictSettings
         ),
         // The model harness: random programs against the real engine, a reference model and the engine's invariants;
@@ -77,6 +78,7 @@ let package = Package(
                 "SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineExplorer",
                 "SessionEngineModel",
             ],
+            path: "Tests/SessionEngineSchedules",
             swiftSettings: strictSettings
         ),
         .testTarget(
