@@ -45,6 +45,9 @@ extension SessionEngine {
     /// reason ``ExpiredIdentity/Reason/rejected`` and the engine retries only after backoff, so a misconfigured
     /// backend cannot cause a loop. Reports of older credentials, or from an earlier epoch, are ignored.
     ///
+    /// Work run through ``withIdentity(_:)`` reports a rejection by throwing ``SessionError/credentialRejected``
+    /// instead; either way the engine publishes ``SessionEvent/Kind/credentialRejected(_:)`` once it has acted.
+    ///
     /// - Parameter credential: The credential the service rejected.
     public func credentialRejected(_ credential: IdentityCredential) async {
         reportRejection(of: credential)

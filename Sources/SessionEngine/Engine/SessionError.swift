@@ -179,6 +179,8 @@ public struct SessionError: Error, Sendable, Hashable, CustomStringConvertible {
 
     /// The error that work run through ``SessionEngine/withIdentity(_:)`` throws when the service answered
     /// `INVALID_IDENTITY`, so the engine renews once and retries the work.
+    ///
+    /// Outside scoped work, a host reports the same fact with ``SessionEngine/credentialRejected(_:)``.
     public static let credentialRejected = SessionError(
         .credentialRejected,
         reason: "the service rejected the identity credential"
