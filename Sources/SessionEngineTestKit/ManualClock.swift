@@ -45,16 +45,31 @@ public final class ManualClock: SessionClock, ExecutingClock {
     /// The executor that runs the actor and the tasks of every engine and pool on this clock, unless their
     /// configuration names a task executor of its own; ``SessionEngine/SessionEngine/waitUntilIdle()`` waits until it
     /// has nothing left to run.
-    public let executor = ManualExecutor()
+    public let executor: ManualExecutor
 
-    /// ``executor``, as the engine sees it.
-    package var workExecutor: any SerialExecutor & TaskExecutor { executor }
+    /// ``executor``, as the engines' actors see it.
+    package var actorExecutor: any SerialExecutor { executor }
+
+    /// The executor the engines' tasks prefer: ``executor``, or the one it runs tasks in parallel with.
+    package var taskExecutor: any TaskExecutor { executor.taskExecutor }
 
     /// Creates a manual clock.
     ///
     /// - Parameter now: The initial wall-clock time; by default 2027-01-15T08:00:00Z.
-    public init(now: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
+    public convenience init(now: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
+        self.init(now: now, executor: ManualExecutor())
+    }
+
+    /// Creates a manual clock whose engines run on `executor`.
+    ///
+    /// - Parameters:
+    ///   - now: The initial wall-clock time; by default 2027-01-15T08:00:00Z.
+    ///   - executor: The executor of the engines and pools on the clock; one whose tasks run in parallel
+    ///     (``ManualExecutor/init(tasksRunInParallel:)``) lets a test see the engine's actor and tasks race on real
+    ///     threads.
+    public init(now: Date = Date(timeIntervalSince1970: 1_800_000_000), executor: ManualExecutor) {
         state = Mutex(State(wall: now))
+        self.executor = executor
     }
 
     /// The current wall-clock time.

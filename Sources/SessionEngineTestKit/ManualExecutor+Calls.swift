@@ -5,7 +5,7 @@ extension ManualExecutor {
     ///
     /// - Parameters:
     ///   - count: How many tasks to start.
-    ///   - make: Starts the task of the call with this index, preferring the executor it is given.
+    ///   - make: Starts the task of the call with this index, preferring the given executor's ``taskExecutor``.
     /// - Returns: The tasks, in the order they were started.
     func startCalls<T: Sendable>(
         _ count: Int, _ make: (ManualExecutor, Int) -> Task<T, any Error>

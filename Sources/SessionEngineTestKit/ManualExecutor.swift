@@ -2,13 +2,17 @@ import Dispatch
 import SessionEngine
 
 /// The executor that a ``ManualClock`` owns: every engine and pool on the clock runs its actor and its tasks here, so
-/// the test sees all of their work in one queue and knows when none is left.
+/// the test sees all of their work and knows when none is left.
 ///
-/// Jobs run one at a time, in the order they were enqueued, on a serial dispatch queue of the executor's own: the
-/// executor is both the serial executor of the engines' actors and the task executor their tasks prefer. A test
-/// starts work with ``ManualClock/advance(by:)``, a scripted fetch's answer, a ``Gate`` or a call to the engine, each
-/// of which enqueues a job before it returns; ``waitUntilIdle()`` then returns once the queue is empty and no job
-/// runs. A task asleep on the clock, held by a script or waiting for another task has no job, so it does not count.
+/// By default jobs run one at a time, in the order they were enqueued, on a serial dispatch queue of the executor's
+/// own: the executor is both the serial executor of the engines' actors and the task executor their tasks prefer.
+/// Made with `tasksRunInParallel`, the actors' jobs still run one at a time on that queue, and the tasks' jobs run on
+/// the system's threads at the same time (``taskExecutor``), as they do in a host: a test then sees the engine's
+/// actor and its tasks race on real threads, and still knows exactly when none of their work is left.
+///
+/// A test starts work with ``ManualClock/advance(by:)``, a scripted fetch's answer, a ``Gate`` or a call to the
+/// engine, each of which enqueues a job before it returns; ``waitUntilIdle()`` then returns once no job is queued or
+/// running. A task asleep on the clock, held by a script or waiting for another task has no job, so it does not count.
 ///
 /// The shape of swift-nio's `NIOAsyncTestingEventLoop` and swift-async-algorithms' manual executor: the test owns
 /// the executor, and the code under test counts nothing for it.
@@ -17,59 +21,108 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
         var jobs: [UnownedJob] = []
         /// The index of the next job in `jobs`.
         var next = 0
-        /// Whether a drain of the queue is scheduled or running.
+        /// Whether a drain of the serial queue is scheduled or running.
         var draining = false
+        /// Jobs enqueued on either side and not yet run to their end.
+        var outstanding = 0
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
         var jobsRun: UInt64 = 0
         /// Work under way outside the executor that counts as running (``runOutside(_:)``).
         var outside = 0
 
-        var isIdle: Bool { !draining && outside == 0 }
+        var isIdle: Bool { outstanding == 0 && outside == 0 }
 
-        /// The next job, or `nil` when the queue is empty: the drain then ends and the idle waiters are returned.
-        mutating func take() -> (job: UnownedJob?, idle: [CheckedContinuation<Void, Never>]) {
-            if next < jobs.count {
-                let job = jobs[next]
-                next += 1
-                jobsRun += 1
-                if next >= 256 && next * 2 >= jobs.count {
-                    jobs.removeFirst(next)
-                    next = 0
-                }
-                return (job, [])
+        /// The serial queue's next job, or `nil` when it is empty: the drain then ends.
+        mutating func take() -> UnownedJob? {
+            guard next < jobs.count else {
+                jobs.removeAll(keepingCapacity: true)
+                next = 0
+                draining = false
+                return nil
             }
-            jobs.removeAll(keepingCapacity: true)
-            next = 0
-            draining = false
-            return (nil, takeIdleWaiters())
+            let job = jobs[next]
+            next += 1
+            if next >= 256 && next * 2 >= jobs.count {
+                jobs.removeFirst(next)
+                next = 0
+            }
+            return job
+        }
+
+        /// A job ran to its end: the idle waiters to resume, when nothing is left.
+        mutating func finished() -> [CheckedContinuation<Void, Never>] {
+            outstanding -= 1
+            jobsRun += 1
+            return takeIdleWaiters()
         }
 
         /// The idle waiters to resume, when the executor is idle.
         mutating func takeIdleWaiters() -> [CheckedContinuation<Void, Never>] {
-            guard isIdle else { return [] }
+            guard isIdle, !idleWaiters.isEmpty else { return [] }
             defer { idleWaiters.removeAll() }
             return idleWaiters
         }
     }
 
-    private let state = Mutex(State())
-    private let queue = DispatchQueue(label: "SessionEngineTestKit.ManualExecutor")
+    /// The executor's state, shared with its parallel task executor.
+    private final class Books: Sendable {
+        let state = Mutex(State())
 
-    /// Creates an executor with an empty queue.
-    public init() {}
+        /// Counts a job as run and wakes the callers of ``ManualExecutor/waitUntilIdle()`` when nothing is left.
+        func finish() {
+            let idle = state.withLock { $0.finished() }
+            for waiter in idle { waiter.resume() }
+        }
+    }
+
+    /// The task executor of an executor whose tasks run in parallel: it runs each job on the system's threads,
+    /// counted in the books it shares with the executor it belongs to.
+    private final class ParallelTasks: TaskExecutor {
+        let books: Books
+
+        init(books: Books) {
+            self.books = books
+        }
+
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            books.state.withLock { $0.outstanding += 1 }
+            DispatchQueue.global().async {
+                job.runSynchronously(on: self.asUnownedTaskExecutor())
+                self.books.finish()
+            }
+        }
+    }
+
+    private let books = Books()
+    private let queue = DispatchQueue(label: "SessionEngineTestKit.ManualExecutor")
+    private let parallelTasks: ParallelTasks?
+
+    /// Creates an executor with nothing to run.
+    ///
+    /// - Parameter tasksRunInParallel: Whether the tasks that prefer this executor (``taskExecutor``) run on the
+    ///   system's threads at the same time, as in a host; by default every job runs on one serial queue, in order.
+    public init(tasksRunInParallel: Bool = false) {
+        parallelTasks = tasksRunInParallel ? ParallelTasks(books: books) : nil
+    }
+
+    /// The executor that the tasks of engines and pools on the clock prefer: this executor itself, or, when tasks run
+    /// in parallel, an executor that runs them on the system's threads and counts them here.
+    public var taskExecutor: any TaskExecutor { parallelTasks ?? self }
 
     /// Whether no job is queued or running and no work runs outside (``runOutside(_:)``).
-    public var isIdle: Bool { state.withLock { $0.isIdle } }
+    public var isIdle: Bool { books.state.withLock { $0.isIdle } }
 
     /// How many jobs the executor has run.
-    public var jobsRun: UInt64 { state.withLock { $0.jobsRun } }
+    public var jobsRun: UInt64 { books.state.withLock { $0.jobsRun } }
 
-    /// Queues `job` and schedules a drain of the queue if none is under way.
+    /// Queues `job` on the serial queue and schedules a drain of the queue if none is under way.
     ///
     /// - Parameter job: The job to run.
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        let schedule = state.withLock { state -> Bool in
+        let schedule = books.state.withLock { state -> Bool in
+            state.outstanding += 1
             state.jobs.append(job)
             guard !state.draining else { return false }
             state.draining = true
@@ -78,15 +131,15 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
         if schedule { queue.async { self.drain() } }
     }
 
-    /// Runs queued jobs until none is left, then wakes the callers of ``waitUntilIdle()``.
+    /// Runs the serial queue's jobs until none is left.
     private func drain() {
-        while true {
-            let (job, idle) = state.withLock { $0.take() }
-            guard let job else {
-                for waiter in idle { waiter.resume() }
-                return
+        while let job = books.state.withLock({ $0.take() }) {
+            if parallelTasks == nil {
+                job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
+            } else {
+                job.runSynchronously(on: asUnownedSerialExecutor())
             }
-            job.runSynchronously(isolatedTo: asUnownedSerialExecutor(), taskExecutor: asUnownedTaskExecutor())
+            books.finish()
         }
     }
 
@@ -97,7 +150,7 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     /// here is itself the job that keeps it busy once it is woken.
     public func waitUntilIdle() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let idle = state.withLock { state -> Bool in
+            let idle = books.state.withLock { state -> Bool in
                 guard !state.isIdle else { return true }
                 state.idleWaiters.append(continuation)
                 return false
@@ -116,9 +169,9 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     /// - Returns: What `body` returns.
     /// - Throws: What `body` throws.
     public func runOutside<T>(_ body: () async throws -> T) async rethrows -> T {
-        state.withLock { $0.outside += 1 }
+        books.state.withLock { $0.outside += 1 }
         defer {
-            let idle = state.withLock { state in
+            let idle = books.state.withLock { state in
                 state.outside -= 1
                 return state.takeIdleWaiters()
             }

@@ -35,7 +35,7 @@ extension SessionEngine {
         _ call: @escaping @Sendable (SessionEngine) async throws -> T
     ) async -> Task<T, any Error> {
         await requireExecutor().startCalls(1) { executor, _ in
-            Task(executorPreference: executor) { try await call(self) }
+            Task(executorPreference: executor.taskExecutor) { try await call(self) }
         }[0]
     }
 
@@ -55,7 +55,7 @@ extension SessionEngine {
         _ call: @escaping @Sendable (SessionEngine, Int) async throws -> T
     ) async -> [Task<T, any Error>] {
         await requireExecutor().startCalls(count) { executor, index in
-            Task(executorPreference: executor) { try await call(self, index) }
+            Task(executorPreference: executor.taskExecutor) { try await call(self, index) }
         }
     }
 

@@ -22,7 +22,7 @@ extension SessionPool {
         _ call: @escaping @Sendable (SessionPool) async throws -> T
     ) async -> Task<T, any Error> {
         await requireExecutor().startCalls(1) { executor, _ in
-            Task(executorPreference: executor) { try await call(self) }
+            Task(executorPreference: executor.taskExecutor) { try await call(self) }
         }[0]
     }
 
@@ -39,7 +39,7 @@ extension SessionPool {
         _ call: @escaping @Sendable (SessionPool, Int) async throws -> T
     ) async -> [Task<T, any Error>] {
         await requireExecutor().startCalls(count) { executor, index in
-            Task(executorPreference: executor) { try await call(self, index) }
+            Task(executorPreference: executor.taskExecutor) { try await call(self, index) }
         }
     }
 

@@ -41,7 +41,7 @@ package final class EngineModelDriver {
         package var active = true
     }
 
-    package let clock = ManualClock()
+    package let clock: ManualClock
     package let probe = ModelProbe()
     package let fetcher: ModelFetcher
     package let engine: SessionEngine
@@ -73,12 +73,17 @@ package final class EngineModelDriver {
     ///   - seed: The engine's random seed.
     ///   - log: The engine's log hook; the driver never reads it.
     ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor.
+    ///   - inParallel: Whether, on the clock's executor, the engine's and the program's tasks run on real threads at
+    ///     the same time, beside the engine's actor; `false` runs every job on one queue, in order.
     package init(
         seed: UInt64,
         log: (@Sendable (SessionLogRecord) -> Void)? = nil,
-        explorer: WorkOwner? = nil
+        explorer: WorkOwner? = nil,
+        inParallel: Bool = true
     ) {
         let probe = self.probe
+        let clock = ManualClock(executor: ManualExecutor(tasksRunInParallel: explorer == nil && inParallel))
+        self.clock = clock
         let owner = explorer ?? WorkOwner(clock: clock)
         var configuration = Self.configuration
         configuration.randomSeed = seed
@@ -409,6 +414,7 @@ package final class EngineModelDriver {
     private func reject(_ credential: IdentityCredential) async throws {
         let before = engine.state
         let installs = probe.installCount
+        let statesBefore = probe.stateCount
         await engine.credentialRejected(credential)
         let after = engine.state
         guard credential == model.installed else {
@@ -418,11 +424,15 @@ package final class EngineModelDriver {
             return
         }
         model.rejected = credential.signature
-        // A renewal that answers by itself may already have installed the next credential.
+        // A renewal that answers by itself may already have installed the next credential, on another thread, while
+        // this check reads: an identical credential issued again in the same second is a new install, published as a
+        // state before its install is counted. The rejection took effect if its step published a state that hands
+        // nothing out, or if the credential was not usable when it was reported.
+        guard before.isIdentified || before.isRenewing else { return }
         switch after {
         case .identified(let identity), .renewing(let identity):
-            // (An identical credential, issued again in the same second, is a new install.)
-            if identity.expiresAt == credential.expiresAt && identity.email == credential.email
+            let handsNothingOut = probe.states.dropFirst(statesBefore).contains { !$0.isIdentified && !$0.isRenewing }
+            if identity.expiresAt == credential.expiresAt && identity.email == credential.email && !handsNothingOut
                 && probe.installCount == installs
             {
                 throw Violation("the rejected credential is still usable: \(after)")

@@ -22,7 +22,7 @@ package final class PoolModelDriver {
     /// How many virtual minutes the backend answering every fetch may take to identify every held account.
     package static let recoveryRounds = 40
 
-    package let clock = ManualClock()
+    package let clock: ManualClock
     package let fetcher: PoolModelFetcher
     package let pool: SessionPool
     package let probes = MemberProbes()
@@ -50,7 +50,8 @@ package final class PoolModelDriver {
     ///   - seed: The accounts' random seed (each account mixes it with its name).
     ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor.
     package init(seed: UInt64, explorer: WorkOwner? = nil) {
-        let clock = self.clock
+        let clock = ManualClock(executor: ManualExecutor(tasksRunInParallel: explorer == nil))
+        self.clock = clock
         let probes = self.probes
         let owner = explorer ?? WorkOwner(clock: clock)
         self.owner = owner

@@ -1,4 +1,4 @@
-package import SessionEngine
+import SessionEngine
 package import SessionEngineTestKit
 
 /// Who runs a program's work and says when none of it can run: the manual clock's executor in the test suite, the
@@ -32,7 +32,7 @@ package struct WorkOwner: Sendable {
     /// - Parameter clock: The program's manual clock.
     package init(clock: ManualClock) {
         let executor = clock.executor
-        self.taskExecutor = executor
+        self.taskExecutor = executor.taskExecutor
         self.configuresEngines = false
         self.waitUntilIdle = { await executor.waitUntilIdle() }
     }

@@ -23,13 +23,15 @@ public protocol SessionClock: Sendable {
 
 /// A clock that also runs the work it times.
 ///
-/// An engine or a pool on such a clock runs its actor and its tasks on the clock's ``workExecutor``, unless its
-/// configuration names a ``SessionConfiguration/taskExecutor`` of its own: everything the clock can wake then runs
-/// where its owner can see it. A test's manual clock is one, so that a test knows when no work of the engine can run
-/// by looking at one queue.
+/// An engine or a pool on such a clock runs its actor on the clock's ``actorExecutor`` and its tasks on its
+/// ``taskExecutor``, unless its configuration names a ``SessionConfiguration/taskExecutor`` of its own: everything the
+/// clock can wake then runs where its owner can see it. A test's manual clock is one, so that a test knows when no
+/// work of the engine can run.
 package protocol ExecutingClock: SessionClock {
-    /// The executor that runs the actor and the tasks of every engine and pool on this clock.
-    var workExecutor: any SerialExecutor & TaskExecutor { get }
+    /// The serial executor that runs the actor of every engine on this clock.
+    var actorExecutor: any SerialExecutor { get }
+    /// The executor that the tasks of every engine and pool on this clock prefer.
+    var taskExecutor: any TaskExecutor { get }
 }
 
 /// The system's clocks: `Date()` for wall time and `ContinuousClock` for sleeping.

@@ -83,7 +83,7 @@ public actor SessionEngine {
         let taskExecutor: (any TaskExecutor)?
         /// The executor that runs every engine's actor in place of ``executors``: an ``ExecutingClock``'s, when the
         /// configuration names no task executor of its own.
-        let clockExecutor: (any SerialExecutor & TaskExecutor)?
+        let actorExecutor: (any SerialExecutor)?
 
         /// Creates what one engine, or every member of a pool, shares.
         ///
@@ -106,17 +106,17 @@ public actor SessionEngine {
             self.budget = budget
             self.timers = timers
             self.executors = (0..<min(256, max(1, executors))).map { _ in ExecutorActor() }
-            (self.taskExecutor, self.clockExecutor) = Self.executors(configuration, clock: clock)
+            (self.taskExecutor, self.actorExecutor) = Self.executors(configuration, clock: clock)
         }
 
         /// Where the work of an engine or a pool on `clock` runs: the configuration's task executor, else the
-        /// clock's executor (``ExecutingClock``), which then also runs the actors.
+        /// clock's executors (``ExecutingClock``), one of which then also runs the actors.
         static func executors(_ configuration: SessionConfiguration, clock: any SessionClock) -> (
-            task: (any TaskExecutor)?, clock: (any SerialExecutor & TaskExecutor)?
+            task: (any TaskExecutor)?, actor: (any SerialExecutor)?
         ) {
             if let own = configuration.taskExecutor { return (own, nil) }
-            let clockExecutor = (clock as? any ExecutingClock)?.workExecutor
-            return (clockExecutor, clockExecutor)
+            guard let clock = clock as? any ExecutingClock else { return (nil, nil) }
+            return (clock.taskExecutor, clock.actorExecutor)
         }
     }
 
@@ -128,7 +128,7 @@ public actor SessionEngine {
     /// isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that share an
     /// executor take turns.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
-        if let clockExecutor = shared.clockExecutor { return clockExecutor.asUnownedSerialExecutor() }
+        if let actorExecutor = shared.actorExecutor { return actorExecutor.asUnownedSerialExecutor() }
         return shared.executors[Int(executorIndex)].unownedExecutor
     }
 
@@ -136,9 +136,9 @@ public actor SessionEngine {
     nonisolated var fetcher: any CredentialFetcher { shared.fetcher }
     /// The source of wall time and sleep.
     nonisolated var clock: any SessionClock { shared.clock }
-    /// The clock's executor, which runs this engine's actor and tasks (``ExecutingClock``); `nil` on other clocks or
-    /// when the configuration names a task executor.
-    package nonisolated var clockExecutor: (any SerialExecutor & TaskExecutor)? { shared.clockExecutor }
+    /// The clock's executor that runs this engine's actor (``ExecutingClock``); `nil` on other clocks or when the
+    /// configuration names a task executor.
+    package nonisolated var clockExecutor: (any SerialExecutor)? { shared.actorExecutor }
     /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
     nonisolated var budget: FetchBudget? { shared.budget }
     /// The pool's timers, which hold this engine's timer instead of a task of its own; `nil` for an engine of its own.

@@ -195,7 +195,7 @@ public final class SessionPool: Sendable {
 
     /// The clock's executor, which runs the actors and tasks of the pool's accounts (``ExecutingClock``); `nil` on
     /// other clocks or when the configuration names a task executor.
-    package var clockExecutor: (any SerialExecutor & TaskExecutor)? { engineShared.clockExecutor }
+    package var clockExecutor: (any SerialExecutor)? { engineShared.actorExecutor }
 
     /// The accounts the pool holds, signed in or signing in.
     public var accounts: [AccountID] { members.withLock { Array($0.index.accounts) } }
