@@ -1,4 +1,4 @@
-package import SessionEngine
+import SessionEngine
 package import SessionEngineTestKit
 
 /// Who runs a program's work and says when none of it can run: the manual clock's executor in the test suite, the
