@@ -22,7 +22,7 @@ extension ScriptedCredentialFetcher {
         /// - Parameters:
         ///   - credential: The credential to return.
         ///   - serverClockOffset: The backend's clock offset to report with it, as
-        ///     ``SessionEngine/FetchedCredential/serverClockOffset``; `nil` reports none.
+        ///     `FetchedCredential.serverClockOffset`; `nil` reports none.
         ///   - delay: How long the answer takes on the fetcher's clock; a delay needs a fetcher created with
         ///     ``ScriptedCredentialFetcher/init(clock:script:)``.
         ///   - ignoringCancellation: Whether the fetch waits out the delay even when the engine cancels it.
@@ -54,7 +54,7 @@ extension ScriptedCredentialFetcher {
             Reply(answer: .result(.failure(error)), delay: delay, ignoresCancellation: ignoringCancellation)
         }
 
-        /// Holds the fetch until the test answers it with ``ScriptedCredentialFetcher/respond(to:with:)-(Request,Reply)``
+        /// Holds the fetch until the test answers it with ``ScriptedCredentialFetcher/respond(to:with:)-(_,ScriptedCredentialFetcher.Reply)``
         /// and claims it first with ``ScriptedCredentialFetcher/nextRequest()``.
         ///
         /// - Parameter ignoringCancellation: Whether the fetch keeps waiting for the test's answer when the engine

@@ -8,7 +8,7 @@ import Synchronization
 /// started the fetch and when it arrived. A ``Script`` decides each answer as the fetch arrives: a credential, with
 /// the backend's clock offset if the test wants one; an error; either of them after a delay on the ``ManualClock``, so
 /// the answer arrives on its own once the test advances the clock; or ``Reply/held(ignoringCancellation:)``, which
-/// waits until the test answers with ``respond(to:with:)-(Request,Result<IdentityCredential,any Error>)``. Without a
+/// waits until the test answers with ``respond(to:with:)-(_,Result<IdentityCredential,Error>)``. Without a
 /// script every fetch is held, so a test can hold a fetch open across a sign-out or a switch and then deliver a late
 /// result. ``nextRequest()`` waits for the next unclaimed held request without waiting on real time.
 ///
@@ -31,7 +31,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
         public let epoch: UInt64
         /// The attempt's number among consecutive fetches of the account session.
         public let attempt: Int
-        /// When the engine started the fetch, on its clock (``SessionEngine/FetchRequest/startedAt``); `nil` for a
+        /// When the engine started the fetch, on its clock (`FetchRequest.startedAt`); `nil` for a
         /// fetch made outside an engine.
         public let startedAt: Date?
         /// The clock's wall time when the fetch reached the fetcher; `nil` for a fetcher created without a clock.
@@ -61,7 +61,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     /// Creates a fetcher.
     ///
     /// - Parameter responder: Answers every fetch at once when set; `nil` makes every fetch wait for
-    ///   ``respond(to:with:)-(Request,Result<IdentityCredential,any Error>)``.
+    ///   ``respond(to:with:)-(_,Result<IdentityCredential,Error>)``.
     public init(responder: (@Sendable (AccountID) throws -> IdentityCredential)? = nil) {
         clock = nil
         state.withLock { $0.script = responder.map(Self.script(answeringWith:)) }
@@ -78,7 +78,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     }
 
     /// Replaces the automatic responder; `nil` makes later fetches wait for
-    /// ``respond(to:with:)-(Request,Result<IdentityCredential,any Error>)``.
+    /// ``respond(to:with:)-(_,Result<IdentityCredential,Error>)``.
     ///
     /// - Parameter responder: Answers every later fetch at once.
     public func setResponder(_ responder: (@Sendable (AccountID) throws -> IdentityCredential)?) {
