@@ -204,15 +204,11 @@ struct RenewalDriver {
     /// Advances the clock from one timer deadline to the next until one more credential has been issued and
     /// installed and the engine's timer sleeps again.
     ///
-    /// The clock moves only when the engine is idle (the test kit's `waitUntilIdle()`), so a renewal under way
-    /// always completes before time moves on.
+    /// The clock moves only when the engine is idle (the test kit's `ManualClock.advance(upTo:until:)` waits for that
+    /// before each step), so a renewal under way always completes before time moves on.
     func renewOnce() async {
         let target = fetcher.issuedCount + 1
-        while true {
-            await engine.waitUntilIdle()
-            if fetcher.issuedCount >= target { return }
-            guard clock.nextDeadline != nil else { fatalError("the engine has no timer asleep on the clock") }
-            clock.advanceToNextDeadline()
-        }
+        let renewed = await clock.advance(upTo: .seconds(365 * 86_400)) { fetcher.issuedCount >= target }
+        guard renewed else { fatalError("the engine has no timer asleep on the clock") }
     }
 }

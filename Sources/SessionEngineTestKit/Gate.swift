@@ -1,18 +1,24 @@
 import SessionEngine
 import Synchronization
 
-/// A gate that code the engine runs (an account-change hook, scoped work) waits at until the test opens it.
+/// A one-shot signal that tasks wait at until the test opens it, optionally carrying a value to every waiter.
 ///
-/// A task waiting at the gate has no job on the clock's ``ManualExecutor``, like a fetch the script holds, so a test
-/// can hold an account change inside its hooks, wait until everything else has settled
-/// (``SessionEngine/SessionEngine/waitUntilIdle()``), act, and then open the gate.
+/// Code the engine runs (an account-change hook, scoped work, a fetcher) can wait at a gate, and so can the test's
+/// own tasks: a gate opens once and stays open, and every waiter, earlier or later, passes. A task waiting at the gate
+/// has no job on the clock's ``ManualExecutor``, like a fetch the script holds, so a test can hold an account change
+/// inside its hooks, wait until everything else has settled (``SessionEngine/SessionEngine/waitUntilIdle()``), act,
+/// and then open the gate. Waiting ignores cancellation: a waiter leaves only when the gate opens.
 public final class Gate: Sendable {
     private struct State {
         var isOpen = false
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        var value: (any Sendable)?
+        var waiters: [CheckedContinuation<(any Sendable)?, Never>] = []
     }
 
     private let state = Mutex(State())
+
+    /// Creates a closed gate.
+    public init() {}
 
     /// Creates a closed gate.
     ///
@@ -28,23 +34,50 @@ public final class Gate: Sendable {
 
     /// Waits until the gate opens; returns at once if it is open.
     public func wait() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let open = state.withLock { state -> Bool in
-                if state.isOpen { return true }
+        _ = await opened()
+    }
+
+    /// Waits until the gate opens and returns the value it was opened with.
+    ///
+    /// - Parameter type: The type of value the gate carries.
+    /// - Returns: The value ``open(with:)`` gave; `nil` when the gate was opened with ``open()`` or with a value of
+    ///   another type.
+    public func value<Value: Sendable>(as type: Value.Type = Value.self) async -> Value? {
+        await opened() as? Value
+    }
+
+    private func opened() async -> (any Sendable)? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<(any Sendable)?, Never>) in
+            let opened = state.withLock { state -> (any Sendable)?? in
+                if state.isOpen { return .some(state.value) }
                 state.waiters.append(continuation)
-                return false
+                return .none
             }
-            if open { continuation.resume() }
+            if let opened { continuation.resume(returning: opened) }
         }
     }
 
-    /// Opens the gate for good and lets every waiter through.
+    /// Opens the gate for good and lets every waiter through; a gate already open stays as it is.
     public func open() {
-        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+        open(carrying: nil)
+    }
+
+    /// Opens the gate for good with a value every waiter receives; a gate already open keeps its first value.
+    ///
+    /// - Parameter value: The value ``value(as:)`` returns to every waiter.
+    public func open(with value: some Sendable) {
+        open(carrying: value)
+    }
+
+    private func open(carrying value: (any Sendable)?) {
+        let (waiters, value) = state.withLock {
+            state -> ([CheckedContinuation<(any Sendable)?, Never>], (any Sendable)?) in
+            guard !state.isOpen else { return ([], nil) }
             state.isOpen = true
+            state.value = value
             defer { state.waiters.removeAll() }
-            return state.waiters
+            return (state.waiters, value)
         }
-        for waiter in waiters { waiter.resume() }
+        for waiter in waiters { waiter.resume(returning: value) }
     }
 }

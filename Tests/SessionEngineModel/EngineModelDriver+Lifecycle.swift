@@ -84,16 +84,16 @@ extension EngineModelDriver {
     }
 
     /// Calls `shutdown()` and returns once the call has done all it can, with a gate that opens when it returns.
-    private func startShutdown() async -> AsyncGate<Void> {
+    private func startShutdown() async -> Gate {
         let engine = self.engine
         let probe = self.probe
-        let done = AsyncGate<Void>()
+        let done = Gate()
         owner.start {
             await engine.shutdown()
             if probe.runningWork > 0 || engine.metrics.scopedWork > 0 {
                 probe.violation("invariant 8: shutdown returned while scoped work ran")
             }
-            done.open(())
+            done.open()
         }
         await owner.waitUntilIdle()
         return done

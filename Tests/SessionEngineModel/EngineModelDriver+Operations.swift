@@ -201,14 +201,14 @@ extension EngineModelDriver {
         shutDownGracefully = true
         let engine = self.engine
         let probe = self.probe
-        let done = AsyncGate<Void>()
+        let done = Gate()
         let call = probe.callStarted("shutdown(gracePeriod:)")
         await enter {
             await engine.shutdown(gracePeriod: grace)
             if probe.runningWork > 0 || engine.metrics.scopedWork > 0 {
                 probe.violation("invariant 8: shutdown(gracePeriod:) returned while scoped work ran")
             }
-            done.open(())
+            done.open()
             probe.callFinished(call)
         }
         try await settle()

@@ -22,6 +22,8 @@ package struct Violation: Error, CustomStringConvertible {
 /// A fetch waiting for the driver has no job, so the engine counts as idle while the backend holds it; a fetch that
 /// answers by itself does so from a task on the program's executor, so the engine is not idle before the answer has
 /// landed.
+/// Kept apart from the kit's fetcher: it checks the engine's fetch invariants and yields on the explorer, which no
+/// host needs.
 package final class ModelFetcher: CredentialFetcher {
     package struct Request: Sendable {
         package let id: Int

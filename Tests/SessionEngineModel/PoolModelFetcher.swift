@@ -4,6 +4,8 @@ package import SessionEngineTestKit
 import Synchronization
 
 /// A scripted fetcher that also records when, on the pool's clock, each fetch reached it, and from which member.
+/// Kept apart from the kit's fetcher: it tracks the pool model's per-member starts on the monotonic clock, which no
+/// host needs.
 package final class PoolModelFetcher: CredentialFetcher {
     package struct Start {
         /// When, on the monotonic clock, the member's engine started the fetch: its request's `startedAt`. The

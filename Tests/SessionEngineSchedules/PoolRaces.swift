@@ -9,6 +9,8 @@ import Synchronization
 /// account, and records how many fetches were in flight at most. A fetch counts as in flight from its call until it
 /// returns or the engine abandons it (cancels its task): the budget frees an abandoned fetch's slot at once, whether
 /// or not the fetcher has returned, so an abandoned call still ending is not one the budget owes a slot.
+/// Kept apart from the kit's fetcher: it yields at the explorer's scheduling points and counts abandoned fetches,
+/// which no host needs.
 final class PoolRaceFetcher: CredentialFetcher {
     private struct State {
         var inFlight = 0

@@ -48,6 +48,7 @@ enum RaceAnswer: Sendable, CustomStringConvertible {
 /// whatever order the schedule picks, since the fetch yields before it answers. A fetch that hangs has no job,
 /// so the engine counts as idle while it waits. Every credential it issues is recorded with the
 /// epoch and account it was issued for.
+/// Kept apart from the kit's fetcher: its answers yield at the explorer's scheduling points, which no host needs.
 final class RaceFetcher: CredentialFetcher {
     private struct Waiting {
         var continuation: CheckedContinuation<IdentityCredential, any Error>

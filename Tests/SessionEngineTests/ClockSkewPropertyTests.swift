@@ -165,9 +165,11 @@ struct ClockSkewPropertyTests {
         let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
         let offset = Locked<Duration>(.seconds(-365 * 86_400))
         let signerAhead = Locked<Int64>(0)
-        let fetcher = OffsetReportingFetcher(offset: offset) {
+        // A backend behind a front whose `Date` comes from another clock.
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { _ in
             let now = Int64(clock.now.timeIntervalSince1970.rounded(.down)) + signerAhead.value
-            return try signer.sign(email: "alice@example.com", properties: nil, expiresAt: now + 900)
+            let credential = try signer.sign(email: "alice@example.com", properties: nil, expiresAt: now + 900)
+            return .credential(credential, serverClockOffset: offset.value)
         }
         let records = Recorder<SessionLogRecord>()
         let engine = SessionEngine(
@@ -190,12 +192,8 @@ struct ClockSkewPropertyTests {
         #expect(records.values.allSatisfy { $0.level < .error })
 
         // Renewals keep working on the host's clock for a day.
-        let day = clock.uptime + .seconds(86_400)
-        while clock.uptime < day {
-            clock.advanceToNextDeadline(limit: day - clock.uptime)
-            await engine.waitUntilIdle()
-            #expect((try? engine.identityHeaders()) != nil, "no identity at \(clock.uptime)")
-        }
+        let lost = await clock.advance(upTo: .seconds(86_400)) { (try? engine.identityHeaders()) == nil }
+        #expect(!lost, "no identity at \(clock.uptime)")
         metrics = engine.metrics
         #expect(metrics.renewals > 90 && metrics.fetchesFailedTotal == 0)
         #expect(metrics.clockOffsetsKeptOut == metrics.credentialsInstalled)
@@ -204,11 +202,7 @@ struct ClockSkewPropertyTests {
         offset.withLock { $0 = .seconds(3600) }
         signerAhead.withLock { $0 = 3600 }
         let installed = metrics.credentialsInstalled
-        let end = clock.uptime + .seconds(3600)
-        while engine.metrics.credentialsInstalled == installed, clock.uptime < end {
-            clock.advanceToNextDeadline(limit: end - clock.uptime)
-            await engine.waitUntilIdle()
-        }
+        await clock.advance(upTo: .seconds(3600)) { engine.metrics.credentialsInstalled > installed }
         #expect(engine.metrics.credentialsInstalled > installed)
         #expect(engine.metrics.appliedClockOffset == .seconds(3600))
         #expect(engine.metrics.clockOffsetsKeptOut == installed, "no disagreement once the clocks agree")
@@ -222,41 +216,14 @@ extension ClockSkewPropertyTests {
     @Test func everyFetchCarriesTheEnginesTimeOfAsking() async throws {
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
-        let asked = Recorder<Date?>()
-        let fetcher = OffsetReportingFetcher(offset: Locked(.zero), requests: asked) {
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { _ in
             let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
-            return try signer.sign(email: "alice@example.com", properties: nil, expiresAt: now + 900)
+            let credential = try signer.sign(email: "alice@example.com", properties: nil, expiresAt: now + 900)
+            return .credential(credential, serverClockOffset: .zero)
         }
         let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 3), clock: clock)
         try await engine.signIn("alice")
-        #expect(asked.values == [clock.now])
+        #expect(fetcher.requests.map(\.startedAt) == [clock.now])
         await engine.shutdown()
-    }
-}
-
-/// A fetcher that reports a clock offset of its choosing with every credential, like an HTTP fetcher behind a
-/// front whose `Date` comes from another clock.
-final class OffsetReportingFetcher: CredentialFetcher {
-    let offset: Locked<Duration>
-    let requests: Recorder<Date?>?
-    let sign: @Sendable () throws -> IdentityCredential
-
-    init(
-        offset: Locked<Duration>,
-        requests: Recorder<Date?>? = nil,
-        sign: @escaping @Sendable () throws -> IdentityCredential
-    ) {
-        self.offset = offset
-        self.requests = requests
-        self.sign = sign
-    }
-
-    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        try sign()
-    }
-
-    func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
-        requests?.append(request.startedAt)
-        return FetchedCredential(try sign(), serverClockOffset: offset.value)
     }
 }

@@ -190,7 +190,7 @@ struct DaemonOperationsTests {
         // Renewal then goes through the fetcher, at the usual time.
         harness.fetcher.setResponder(harness.signingResponder())
         // The default renewal point lies between 375 s and 825 s of the 900 s lifetime.
-        let renewed = await harness.advance(upTo: .seconds(900)) { harness.fetcher.totalRequests == 1 }
+        let renewed = await harness.clock.advance(upTo: .seconds(900)) { harness.fetcher.totalRequests == 1 }
         #expect(renewed)
         await engine.shutdown()
     }

@@ -1,4 +1,5 @@
 import SessionEngineModel
+import SessionEngineTestKit
 import Testing
 
 @testable import SessionEngine
@@ -98,7 +99,7 @@ import Testing
             // The caller runs at a low priority and the job queued behind it at a high one, so the job runs first
             // whenever the caller leaves the actor before registering.
             let caller = Task(priority: .low) { try? await host.waitWithAJobQueuedBehind() }
-            let sawRegistration = await host.registrationChecked.value()
+            let sawRegistration = await host.registrationChecked.value(as: Bool.self) ?? false
             // Cancelling ends a wait that registered too late, so a failure does not hang the suite.
             caller.cancel()
             await caller.value
@@ -174,7 +175,7 @@ extension EngineRegressionTests {
 private actor WaitingHost {
     nonisolated let waiters = OutcomeWaiters()
     /// Whether the queued job found the waiter registered, once it ran.
-    nonisolated let registrationChecked = AsyncGate<Bool>()
+    nonisolated let registrationChecked = Gate()
 
     func waitWithAJobQueuedBehind() async throws {
         // This job runs as soon as the actor is free: it must find the caller already registered.
@@ -183,7 +184,7 @@ private actor WaitingHost {
     }
 
     private func resolve() {
-        registrationChecked.open(waiters.count == 1)
+        registrationChecked.open(with: waiters.count == 1)
         waiters.resolve(epoch: 1, kinds: [.identity], outcome: .failed(SessionError(.signedOut, reason: "resolved")))
     }
 }

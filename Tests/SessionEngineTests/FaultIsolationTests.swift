@@ -6,42 +6,28 @@ import Testing
 
 @testable import SessionEngine
 
-/// A fetcher whose listed accounts never answer and ignore cancellation (a backend call stuck in a kernel, a
-/// fetcher without a timeout), and whose other accounts answer at once; it records every request as it arrives.
-private final class HangingFetcher: CredentialFetcher {
-    let clock: ManualClock
-    let signer: IdentitySigner
-    let hanging: Mutex<Set<AccountID>>
-    let failing: Mutex<Set<AccountID>>
-    /// Each request as it reached the fetcher, with the clock's wall time at its arrival.
-    let arrivals = Mutex<[(request: FetchRequest, wall: Date)]>([])
-
-    init(clock: ManualClock, hanging: Set<AccountID> = [], failing: Set<AccountID> = []) {
-        self.clock = clock
-        self.signer = try! IdentitySigner(projectID: "proj_faults", secret: "faults-secret", clock: clock)
-        self.hanging = Mutex(hanging)
-        self.failing = Mutex(failing)
-    }
-
-    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        try await fetchCredential(FetchRequest(id: 0, account: account, epoch: 0, attempt: 1))
-    }
-
-    func fetchCredential(_ request: FetchRequest) async throws -> IdentityCredential {
-        arrivals.withLock { $0.append((request, clock.now)) }
-        if hanging.withLock({ $0.contains(request.account) }) {
-            // A year on the manual clock: only the engine's deadline or a cancellation ends the wait for it.
-            await clock.sleepIgnoringCancellation(for: .seconds(365 * 86_400))
+/// A backend whose listed accounts never answer and ignore cancellation (a backend call stuck in a kernel, a fetcher
+/// without a timeout), whose failing accounts answer 503, and whose other accounts answer at once.
+private func faultyBackend(
+    clock: ManualClock, hanging: Locked<Set<AccountID>> = Locked([]), failing: Set<AccountID> = []
+) throws -> ScriptedCredentialFetcher {
+    let signer = try IdentitySigner(projectID: "proj_faults", secret: "faults-secret", clock: clock)
+    return ScriptedCredentialFetcher(clock: clock) { request in
+        let credential = try signer.sign(email: "\(request.account.rawValue)@example.com")
+        // A year on the manual clock: only the engine's deadline or a cancellation ends the wait for it.
+        if hanging.value.contains(request.account) {
+            return .credential(credential, after: .seconds(365 * 86_400), ignoringCancellation: true)
         }
-        if failing.withLock({ $0.contains(request.account) }) {
-            throw SessionError(.fetchFailed, reason: "the backend answered 503 for this user", isTransient: true)
+        if failing.contains(request.account) {
+            return .error(
+                SessionError(.fetchFailed, reason: "the backend answered 503 for this user", isTransient: true))
         }
-        return try signer.sign(email: "\(request.account.rawValue)@example.com")
+        return .credential(credential)
     }
+}
 
-    func requests(for account: AccountID) -> Int {
-        arrivals.withLock { $0.filter { $0.request.account == account }.count }
-    }
+extension ScriptedCredentialFetcher {
+    fileprivate func requests(for account: AccountID) -> Int { requests.filter { $0.account == account }.count }
 }
 
 /// Faults stay where they start: a fetch has a deadline the engine enforces, a hung or failing account holds no
@@ -49,7 +35,8 @@ private final class HangingFetcher: CredentialFetcher {
 @Suite struct FaultIsolationTests {
     @Test func aHungFetchIsAbandonedAtItsDeadlineLoggedOnceAndRetried() async throws {
         let clock = ManualClock()
-        let fetcher = HangingFetcher(clock: clock, hanging: ["alice"])
+        let hanging = Locked<Set<AccountID>>(["alice"])
+        let fetcher = try faultyBackend(clock: clock, hanging: hanging)
         let records = Mutex<[SessionLogRecord]>([])
         var configuration = SessionConfiguration(
             randomSeed: 3, log: { record in records.withLock { $0.append(record) } })
@@ -68,11 +55,8 @@ private final class HangingFetcher: CredentialFetcher {
         let warnings = records.withLock { $0.filter { $0.level == .warning && $0.metadata["fetch"] != nil } }
         #expect(warnings.count == 1, "the fetcher that outlived its deadline is logged once")
         // The account recovers: the backend answers the retry.
-        fetcher.hanging.withLock { $0 = [] }
-        for _ in 0..<10 where !engine.state.isIdentified {
-            clock.advanceToNextDeadline()
-            await engine.waitUntilIdle()
-        }
+        hanging.withLock { $0 = [] }
+        await clock.advance(upTo: .seconds(3_600)) { engine.state.isIdentified }
         try await signIn.value
         #expect(engine.state.isIdentified)
         #expect(fetcher.requests(for: "alice") >= 2)
@@ -81,7 +65,7 @@ private final class HangingFetcher: CredentialFetcher {
 
     @Test func aPoolWithTwoHungAccountsStillSignsAThirdIn() async throws {
         let clock = ManualClock()
-        let fetcher = HangingFetcher(clock: clock, hanging: ["hung-1", "hung-2"])
+        let fetcher = try faultyBackend(clock: clock, hanging: Locked(["hung-1", "hung-2"]))
         var session = SessionConfiguration(randomSeed: 5)
         session.fetchTimeout = .seconds(20)
         let pool = SessionPool(
@@ -114,7 +98,7 @@ private final class HangingFetcher: CredentialFetcher {
 
     @Test func oneFailingAccountAmongTenNeverStartsAnOutage() async throws {
         let clock = ManualClock()
-        let fetcher = HangingFetcher(clock: clock, failing: ["broken"])
+        let fetcher = try faultyBackend(clock: clock, failing: ["broken"])
         // A retry policy as fast as the engine allows: the failing account fetches every few seconds.
         let session = SessionConfiguration(
             retry: RetryPolicy(initial: .milliseconds(50), multiplier: 1, cap: .milliseconds(50)),
@@ -146,7 +130,7 @@ private final class HangingFetcher: CredentialFetcher {
 
     @Test func aFetchThatWaitedForTheBudgetIsMeasuredFromWhenItLeft() async throws {
         let clock = ManualClock()
-        let fetcher = HangingFetcher(clock: clock)
+        let fetcher = try faultyBackend(clock: clock)
         let pool = SessionPool(
             fetcher: fetcher,
             configuration: SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 4)),
@@ -158,9 +142,9 @@ private final class HangingFetcher: CredentialFetcher {
         clock.advance(by: .seconds(90))
         await pool.waitUntilIdle()
         try await signIn.value
-        let arrival = try #require(fetcher.arrivals.withLock { $0.first })
-        #expect(arrival.request.startedAt == arrival.wall, "the request says when it left, not when it was asked")
-        #expect(arrival.wall.timeIntervalSince(asked) >= 90)
+        let arrival = try #require(fetcher.requests.first)
+        #expect(arrival.startedAt == arrival.receivedAt, "the request says when it left, not when it was asked")
+        #expect(try #require(arrival.receivedAt).timeIntervalSince(asked) >= 90)
         let metrics = try #require(pool.metrics(for: "alice"))
         #expect(metrics.fetchLatency.max == .zero, "the budget's wait is not the backend's latency")
         #expect(pool.metrics.budgetWait.max >= .seconds(90), "it is the budget's own metric")
@@ -268,7 +252,7 @@ private final class HangingFetcher: CredentialFetcher {
 
     @Test func anEngineAndAPoolRefuseIDsThatCannotNameAnAccount() async throws {
         let clock = ManualClock()
-        let fetcher = HangingFetcher(clock: clock)
+        let fetcher = try faultyBackend(clock: clock)
         let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 1), clock: clock)
         let pool = SessionPool(fetcher: fetcher, clock: clock)
         for (raw, what) in Self.hostile {
@@ -290,7 +274,7 @@ private final class HangingFetcher: CredentialFetcher {
         }
         #expect(engine.state == .signedOut)
         #expect(pool.accounts.isEmpty, "a refused ID takes no place in the pool")
-        #expect(fetcher.arrivals.withLock { $0.isEmpty }, "nothing reached the backend")
+        #expect(fetcher.requests.isEmpty, "nothing reached the backend")
         // The bound itself is an ID.
         try AccountID(String(repeating: "a", count: AccountID.maximumLength)).validate()
         await engine.shutdown()
@@ -323,10 +307,7 @@ private final class HangingFetcher: CredentialFetcher {
         #expect(throws: SessionError.self) { try engine.identityHeaders() }
         // The backend is fixed: the account's own user is installed, since nothing was pinned to the other one.
         fetcher.setResponder { _ in try signer.sign(email: "alice@example.com") }
-        for _ in 0..<10 where !engine.state.isIdentified {
-            clock.advanceToNextDeadline()
-            await engine.waitUntilIdle()
-        }
+        await clock.advance(upTo: .seconds(3_600)) { engine.state.isIdentified }
         try await signIn.value
         #expect(try engine.identityHeaders().credential().email == "alice@example.com")
         await #expect(throws: SessionError.self) { try await engine.signIn("alice", expecting: "bob@example.com") }
@@ -382,34 +363,6 @@ private final class HangingFetcher: CredentialFetcher {
     }
 }
 
-/// A backend whose `Date` lags this host's by 23 hours while its signer agrees with the host: its first answer
-/// carries a credential and that offset, every later fetch fails.
-private final class LaggingDateFetcher: CredentialFetcher {
-    let signer: IdentitySigner
-    let fetches = Mutex(0)
-
-    init(signer: IdentitySigner) {
-        self.signer = signer
-    }
-
-    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        try await fetch(FetchRequest(id: 0, account: account, epoch: 0, attempt: 1)).credential
-    }
-
-    func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
-        guard
-            fetches.withLock({ count in
-                defer { count += 1 }
-                return count
-            }) == 0
-        else {
-            throw SessionError(.fetchFailed, reason: "the backend is away", isTransient: true)
-        }
-        return FetchedCredential(
-            try signer.sign(email: "alice@example.com"), serverClockOffset: .seconds(-23 * 3_600))
-    }
-}
-
 /// No clock may defeat local expiry: of two plausible clocks, the one under which a credential expires soonest decides.
 @Suite struct LyingClockTests {
     @Test func aDateHeaderADayBehindCannotKeepAnExpiredCredentialInUse() async throws {
@@ -417,7 +370,15 @@ private final class LaggingDateFetcher: CredentialFetcher {
         let signer = try IdentitySigner(projectID: "proj_clock", secret: "clock-secret", clock: clock)
         let records = Mutex<[SessionLogRecord]>([])
         let engine = SessionEngine(
-            fetcher: LaggingDateFetcher(signer: signer),
+            fetcher: ScriptedCredentialFetcher(clock: clock) { request in
+                // A backend whose `Date` lags this host's by 23 hours while its signer agrees with the host: its
+                // first answer carries a credential and that offset, every later fetch fails.
+                guard request.id == 1 else {
+                    return .error(SessionError(.fetchFailed, reason: "the backend is away", isTransient: true))
+                }
+                return .credential(
+                    try signer.sign(email: "alice@example.com"), serverClockOffset: .seconds(-23 * 3_600))
+            },
             configuration: SessionConfiguration(
                 randomSeed: 3, log: { record in records.withLock { $0.append(record) } }),
             clock: clock)

@@ -18,7 +18,7 @@ import Testing
         await harness.answerNext(with: .failure(SessionError.fetchFailed("the backend could not be reached")))
         await harness.engine.waitUntilIdle()
         harness.fetcher.setResponder(harness.signingResponder())
-        let recovered = await harness.advance(upTo: .seconds(600)) { harness.engine.metrics.renewals >= 1 }
+        let recovered = await harness.clock.advance(upTo: .seconds(600)) { harness.engine.metrics.renewals >= 1 }
         #expect(recovered)
         _ = try? await renewal.value
 
@@ -50,7 +50,7 @@ import Testing
         harness.clock.advance(by: .seconds(10))
         let second = await harness.engine.startCall { try await $0.renew() }
         await harness.answerNext(with: .success(harness.credential(for: "bob", email: "mallory@example.com")))
-        let mismatch = await harness.advance(upTo: .seconds(3600)) {
+        let mismatch = await harness.clock.advance(upTo: .seconds(3600)) {
             records.values.contains { $0.metadata["code"] == SessionError.Code.identityMismatch.rawValue }
         }
         #expect(mismatch)

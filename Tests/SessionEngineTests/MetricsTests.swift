@@ -31,11 +31,7 @@ import Testing
         /// Advances to each timer until the next fetch has started; returns it.
         func nextFetch() async -> ScriptedCredentialFetcher.Request {
             let started = fetcher.totalRequests
-            while fetcher.totalRequests == started {
-                await engine.waitUntilIdle()
-                if fetcher.totalRequests > started { break }
-                clock.advanceToNextDeadline()
-            }
+            await clock.advance(upTo: .seconds(86_400)) { fetcher.totalRequests > started }
             return await fetcher.nextRequest()
         }
         // A subscriber that never reads: it keeps one event and loses every other.
@@ -81,10 +77,7 @@ import Testing
         metrics = engine.metrics
         #expect(metrics.scopedWork == 2 && metrics.liveTasks == 3, "two pieces of work and the timer")
         let hanging = await nextFetch()
-        while !engine.state.isExpired {
-            clock.advanceToNextDeadline()
-            await engine.waitUntilIdle()
-        }
+        #expect(await clock.advance(upTo: .seconds(3_600)) { engine.state.isExpired })
         #expect(engine.metrics.credentialRemainingLifetime == nil)
 
         // The backend ends the session: the engine signs out and cancels the work.

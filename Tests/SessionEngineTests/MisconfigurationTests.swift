@@ -124,7 +124,9 @@ struct MisconfigurationTests {
         var delays: [Duration] = []
         while delays.count < 5 {
             let failed = delays.count + 1
-            let retried = await harness.advance(upTo: .seconds(1000)) { engine.metrics.fetchesFailedTotal >= failed }
+            let retried = await harness.clock.advance(upTo: .seconds(1000)) {
+                engine.metrics.fetchesFailedTotal >= failed
+            }
             #expect(retried, "no retry after failure \(delays.count)")
             let failure = try #require(await events.nextFailure())
             delays.append(try #require(failure.retryIn))
@@ -138,7 +140,7 @@ struct MisconfigurationTests {
         #expect(engine.metrics.misconfigurations == 5)
 
         harness.fetcher.setResponder(harness.signingResponder())
-        let identified = await harness.advance(upTo: .seconds(300)) { engine.state.isIdentified }
+        let identified = await harness.clock.advance(upTo: .seconds(300)) { engine.state.isIdentified }
         #expect(identified)
         try await signIn.value
         await engine.shutdown()

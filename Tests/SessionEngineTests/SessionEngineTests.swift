@@ -72,10 +72,10 @@ struct SessionEngineTests {
         try await harness.signIn("alice", lifetime: 900)
         let installedAt = harness.clock.uptime
         // Default policy: two thirds of the lifetime, plus or minus a quarter: 375 s ... 825 s.
-        let renewedEarly = await harness.advance(upTo: .seconds(374)) { harness.engine.state.isRenewing }
+        let renewedEarly = await harness.clock.advance(upTo: .seconds(374)) { harness.engine.state.isRenewing }
         #expect(!renewedEarly, "renewed before 375 s")
         #expect(harness.fetcher.totalRequests == 1)
-        let renewedInWindow = await harness.advance(upTo: .seconds(451)) { harness.engine.state.isRenewing }
+        let renewedInWindow = await harness.clock.advance(upTo: .seconds(451)) { harness.engine.state.isRenewing }
         #expect(renewedInWindow, "no renewal by 825 s")
         let elapsed = harness.clock.uptime - installedAt
         #expect(elapsed >= .seconds(375) && elapsed <= .seconds(825))
@@ -92,7 +92,7 @@ struct SessionEngineTests {
             let harness = EngineHarness(configuration: SessionConfiguration(randomSeed: seed))
             try await harness.signIn("alice", lifetime: 900)
             let start = harness.clock.uptime
-            _ = await harness.advance(upTo: .seconds(850)) { harness.engine.state.isRenewing }
+            _ = await harness.clock.advance(upTo: .seconds(850)) { harness.engine.state.isRenewing }
             offsets.insert(Int((harness.clock.uptime - start).components.seconds))
             await harness.engine.shutdown()
         }
@@ -171,7 +171,7 @@ struct SessionEngineTests {
             delays.append(delay)
             if attempt == 1 { await #expect(throws: SessionError.self) { try await renewal.value } }
             // The retry must not start before its delay.
-            let startedEarly = await harness.advance(upTo: delay - .milliseconds(2)) {
+            let startedEarly = await harness.clock.advance(upTo: delay - .milliseconds(2)) {
                 engine.metrics.fetchesStarted > attempt + 1
             }
             #expect(!startedEarly)
@@ -228,7 +228,7 @@ struct SessionEngineTests {
                 #expect(error.code == .invalidCredential)
                 #expect(!error.isTransient)
             }
-            let later = await harness.advance(upTo: .seconds(3600)) { harness.fetcher.totalRequests > 1 }
+            let later = await harness.clock.advance(upTo: .seconds(3600)) { harness.fetcher.totalRequests > 1 }
             #expect(!later, "the engine fetched again")
             #expect(engine.state == .signedOut)
             #expect(engine.metrics.fetchesFailed == [.invalidCredential: 1])
@@ -248,7 +248,7 @@ struct SessionEngineTests {
         } catch {
             #expect(error.code == .invalidIdentity)
         }
-        let retried = await harness.advance(upTo: .seconds(10)) { engine.metrics.fetchesStarted == 2 }
+        let retried = await harness.clock.advance(upTo: .seconds(10)) { engine.metrics.fetchesStarted == 2 }
         #expect(retried)
         await harness.answerNext(with: .success(harness.credential(for: "alice")))
         try await signIn.value
@@ -266,7 +266,7 @@ struct SessionEngineTests {
         let engine = harness.engine
         // Every renewal fails until the credential is past its expiry.
         harness.fetcher.setResponder { _ in throw URLError(.notConnectedToInternet) }
-        let expired = await harness.advance(upTo: .seconds(200)) { engine.state.isExpired }
+        let expired = await harness.clock.advance(upTo: .seconds(200)) { engine.state.isExpired }
         #expect(expired)
         #expect(engine.state.expiredReason == .expired)
         #expect(!engine.hasValidIdentity(at: harness.clock.now))
@@ -284,10 +284,10 @@ struct SessionEngineTests {
             try await engine.withIdentity { _ in "anonymous must never happen" }
         }
         let before = engine.metrics.fetchesStarted
-        let kept = await harness.advance(upTo: .seconds(120)) { engine.metrics.fetchesStarted > before }
+        let kept = await harness.clock.advance(upTo: .seconds(120)) { engine.metrics.fetchesStarted > before }
         #expect(kept, "renewal keeps trying in the background")
         harness.fetcher.setResponder(harness.signingResponder())
-        _ = await harness.advance(upTo: .seconds(120)) { engine.state.isIdentified }
+        _ = await harness.clock.advance(upTo: .seconds(120)) { engine.state.isIdentified }
         await engine.waitUntilIdle()
         #expect(engine.state.isIdentified)
         #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "alice@example.com")
@@ -370,7 +370,7 @@ struct SessionEngineTests {
                 }
             }
             let next = starts.count + 2
-            let started = await harness.advance(upTo: .seconds(10)) { engine.metrics.fetchesStarted >= next }
+            let started = await harness.clock.advance(upTo: .seconds(10)) { engine.metrics.fetchesStarted >= next }
             #expect(started)
         }
         _ = try? await renewal.value
@@ -385,24 +385,23 @@ struct SessionEngineTests {
 
     @Test func aRenewalThatLandsAfterSignOutInstallsNothing() async throws {
         let clock = ManualClock()
-        let fetcher = GatedFetcher()
         let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
         let first = try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_000_900)
-        let responder = ScriptedCredentialFetcher(responder: { _ in first })
-        let engine = SessionEngine(
-            fetcher: SwitchingFetcher(first: responder, then: fetcher),
-            configuration: SessionConfiguration(randomSeed: 1),
-            clock: clock
-        )
+        // The renewal's answer is already on the wire: the fetch ignores cancellation and ends only when it arrives.
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { request in
+            request.id == 1 ? .credential(first) : .held(ignoringCancellation: true)
+        }
+        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 1), clock: clock)
         try await engine.signIn("alice")
         var events = engine.events(bufferLimit: .max).makeAsyncIterator()
         clock.advance(by: .seconds(10))
         let renewal = Task { try await engine.renew() }
-        await fetcher.waitUntilStarted()
+        let renewalFetch = await fetcher.nextRequest()
         await engine.signOut()
         #expect(engine.state == .signedOut)
         // The backend's answer arrives after the sign-out: it must be discarded.
-        fetcher.open(with: try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_001_800))
+        let late = try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_001_800)
+        #expect(fetcher.respond(to: renewalFetch, with: .success(late)))
         await #expect(throws: SessionError.self) { try await renewal.value }
         await engine.waitUntilIdle()
         #expect(engine.metrics.liveTasks == 0)
@@ -421,22 +420,20 @@ struct SessionEngineTests {
 
     @Test func aFetchForTheFormerAccountThatLandsDuringASwitchIsDiscarded() async throws {
         let clock = ManualClock()
-        let gated = GatedFetcher()
         let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
         let alice = try signer.sign(email: "alice@example.com", properties: nil, expiresAt: 1_800_000_900)
         let bob = try signer.sign(email: "bob@example.com", properties: nil, expiresAt: 1_800_000_900)
-        let script = ScriptedCredentialFetcher()
-        let engine = SessionEngine(
-            fetcher: SwitchingFetcher(first: script, then: gated, switchAfter: 1, resumeFirstAfter: 2),
-            configuration: SessionConfiguration(randomSeed: 1),
-            clock: clock
-        )
+        // Alice's renewal, the second fetch, is already on the wire: it ignores cancellation.
+        let script = ScriptedCredentialFetcher(clock: clock) { request in
+            .held(ignoringCancellation: request.id == 2)
+        }
+        let engine = SessionEngine(fetcher: script, configuration: SessionConfiguration(randomSeed: 1), clock: clock)
         async let signedIn: Void = engine.signIn("alice")
         script.respond(to: await script.nextRequest(), with: .success(alice))
         try await signedIn
         clock.advance(by: .seconds(10))
         let renewal = Task { try await engine.renew() }
-        await gated.waitUntilStarted()
+        let aliceRenewal = await script.nextRequest()
         let handedOut = Recorder<String>()
         let observer = Task {
             for await event in engine.events(bufferLimit: .max) {
@@ -447,7 +444,7 @@ struct SessionEngineTests {
         let bobRequest = await script.nextRequest()
         #expect(bobRequest.account == "bob")
         // Alice's renewal lands while Bob's first fetch is still open.
-        gated.open(with: alice)
+        #expect(script.respond(to: aliceRenewal, with: .success(alice)))
         await #expect(throws: SessionError.self) { try await renewal.value }
         do {
             _ = try engine.identityHeaders()
@@ -777,29 +774,3 @@ struct SessionEngineTests {
 
 /// Values recorded in order, shared between tasks.
 typealias Recorder<Element: Sendable> = Locked<[Element]>
-
-/// Uses one fetcher for the first fetches, then another, and optionally back.
-final class SwitchingFetcher: CredentialFetcher {
-    private let first: any CredentialFetcher
-    private let then: any CredentialFetcher
-    private let switchAfter: Int
-    private let resumeFirstAfter: Int
-    private let count = Mutex(0)
-
-    init(first: any CredentialFetcher, then: any CredentialFetcher, switchAfter: Int = 1, resumeFirstAfter: Int = .max)
-    {
-        self.first = first
-        self.then = then
-        self.switchAfter = switchAfter
-        self.resumeFirstAfter = resumeFirstAfter
-    }
-
-    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        let index = count.withLock { value -> Int in
-            value += 1
-            return value
-        }
-        if index <= switchAfter || index > resumeFirstAfter { return try await first.fetchCredential(for: account) }
-        return try await then.fetchCredential(for: account)
-    }
-}

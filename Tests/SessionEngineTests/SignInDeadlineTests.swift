@@ -23,9 +23,9 @@ struct SignInDeadlineTests {
             defer { ended.withLock { $0 = clock.uptime } }
             try await engine.signIn("alice", timeout: .seconds(30))
         }
-        let endedEarly = await harness.advance(upTo: .seconds(29)) { ended.value != nil }
+        let endedEarly = await harness.clock.advance(upTo: .seconds(29)) { ended.value != nil }
         #expect(!endedEarly, "the call ended before its deadline")
-        _ = await harness.advance(upTo: .seconds(5)) { ended.value != nil }
+        _ = await harness.clock.advance(upTo: .seconds(5)) { ended.value != nil }
         #expect(ended.value == .seconds(30))
         do {
             try await signIn.value
@@ -41,7 +41,7 @@ struct SignInDeadlineTests {
         }
         #expect(expired.account == "alice" && expired.reason == .unavailable)
         let fetches = fetcher.totalRequests
-        let retried = await harness.advance(upTo: .seconds(600)) { fetcher.totalRequests > fetches }
+        let retried = await harness.clock.advance(upTo: .seconds(600)) { fetcher.totalRequests > fetches }
         #expect(retried, "the engine stopped fetching after the deadline")
         #expect(engine.metrics.waiters == 0)
         await engine.shutdown()
@@ -58,11 +58,11 @@ struct SignInDeadlineTests {
             defer { ended.withLock { $0 = true } }
             try await engine.signIn("alice", timeout: .seconds(10))
         }
-        _ = await harness.advance(upTo: .seconds(20)) { ended.value }
+        _ = await harness.clock.advance(upTo: .seconds(20)) { ended.value }
         await #expect(throws: SessionError.self) { try await signIn.value }
 
         harness.fetcher.setResponder(harness.signingResponder())
-        let identified = await harness.advance(upTo: .seconds(600)) { engine.state.isIdentified }
+        let identified = await harness.clock.advance(upTo: .seconds(600)) { engine.state.isIdentified }
         #expect(identified)
         #expect(engine.state.account == "alice")
         #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "alice@example.com")
@@ -100,7 +100,7 @@ struct SignInDeadlineTests {
         #expect(engine.state.account == "alice")
 
         harness.fetcher.setResponder(harness.signingResponder())
-        let identified = await harness.advance(upTo: .seconds(600)) { engine.state.isIdentified }
+        let identified = await harness.clock.advance(upTo: .seconds(600)) { engine.state.isIdentified }
         #expect(identified)
         await engine.shutdown()
     }
@@ -150,9 +150,9 @@ struct SignInDeadlineTests {
             defer { ended.withLock { $0 = clock.uptime } }
             try await engine.switchAccount(to: "bob", timeout: .seconds(20))
         }
-        let endedEarly = await harness.advance(upTo: .seconds(19)) { ended.value != nil }
+        let endedEarly = await harness.clock.advance(upTo: .seconds(19)) { ended.value != nil }
         #expect(!endedEarly, "the call ended before its deadline")
-        _ = await harness.advance(upTo: .seconds(5)) { ended.value != nil }
+        _ = await harness.clock.advance(upTo: .seconds(5)) { ended.value != nil }
         #expect(ended.value == started + .seconds(20))
         do {
             try await switchToBob.value
@@ -165,7 +165,7 @@ struct SignInDeadlineTests {
         #expect(throws: SessionError.self) { try engine.identityHeaders() }
 
         harness.fetcher.setResponder(harness.signingResponder())
-        let identified = await harness.advance(upTo: .seconds(600)) { engine.state.isIdentified }
+        let identified = await harness.clock.advance(upTo: .seconds(600)) { engine.state.isIdentified }
         #expect(identified)
         #expect(try engine.identityHeaders()[IdentityHeaders.emailName] == "bob@example.com")
         #expect(engine.metrics.waiters == 0)

@@ -54,7 +54,7 @@ struct VerifyChecksTests {
         try await world.engine.signIn("alice")
         let issued = try await world.engine.withIdentity { $0 }
         world.backend.outage(true)
-        let expired = await world.harness.advance(upTo: .seconds(20 * 60)) { world.engine.state.isExpired }
+        let expired = await world.harness.clock.advance(upTo: .seconds(20 * 60)) { world.engine.state.isExpired }
         #expect(expired)
         #expect(world.engine.state.expiredReason == .expired)
 
@@ -73,7 +73,7 @@ struct VerifyChecksTests {
         #expect(world.service.requestCount == sent, "nothing reached the service")
 
         world.backend.outage(false)
-        let recovered = await world.harness.advance(upTo: .seconds(10 * 60)) { world.engine.state.isIdentified }
+        let recovered = await world.harness.clock.advance(upTo: .seconds(10 * 60)) { world.engine.state.isIdentified }
         #expect(recovered)
         #expect(try await world.identified(.submitAction("vote")) == .accepted(email: "alice@example.com"))
     }

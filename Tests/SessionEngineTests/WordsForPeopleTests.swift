@@ -133,11 +133,11 @@ struct WordsForPeopleTests {
         let signIn = await engine.startCall { try await $0.signIn("alice") }
         // A refusal that fails at once, then a timeout after 30 s, then a success after 2 s.
         await harness.answerNext(with: .failure(SessionError.fetchFailed("connection refused")))
-        _ = await harness.advance(upTo: .seconds(60)) { harness.fetcher.pendingCount > 0 }
+        _ = await harness.clock.advance(upTo: .seconds(60)) { harness.fetcher.pendingCount > 0 }
         var request = await harness.fetcher.nextRequest()
         clock.advance(by: .seconds(30))
         harness.fetcher.respond(to: request, with: .failure(SessionError.fetchFailed("timed out")))
-        _ = await harness.advance(upTo: .seconds(60)) { harness.fetcher.pendingCount > 0 }
+        _ = await harness.clock.advance(upTo: .seconds(60)) { harness.fetcher.pendingCount > 0 }
         request = await harness.fetcher.nextRequest()
         clock.advance(by: .seconds(2))
         harness.fetcher.respond(to: request, with: .success(harness.credential(for: "alice")))

@@ -67,21 +67,6 @@ struct EngineHarness {
         fetcher.respond(to: request, with: result)
         return request
     }
-
-    /// Advances the clock to each sleeping timer's deadline in turn until `condition` holds or `limit` has passed.
-    ///
-    /// Before each check it waits until the engine is idle, so the check sees the engine's whole reaction to the
-    /// previous step.
-    func advance(upTo limit: Duration, until condition: () -> Bool) async -> Bool {
-        let start = clock.uptime
-        while true {
-            await engine.waitUntilIdle()
-            if condition() { return true }
-            let elapsed = clock.uptime - start
-            guard elapsed < limit, clock.nextDeadline != nil else { return false }
-            clock.advanceToNextDeadline(limit: limit - elapsed)
-        }
-    }
 }
 
 extension SessionEvents.Iterator {
@@ -110,22 +95,4 @@ extension SessionEvents.Iterator {
         guard case .stateChanged(let state) = event?.kind else { return nil }
         return state
     }
-}
-
-/// A fetcher that ignores cancellation: it answers only when its gate opens, like a backend whose response is
-/// already on the wire.
-final class GatedFetcher: CredentialFetcher {
-    private let gate = AsyncGate<IdentityCredential>()
-    private let started = AsyncGate<Void>()
-
-    func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        started.open(())
-        return await gate.value()
-    }
-
-    /// Waits until a fetch has started.
-    func waitUntilStarted() async { await started.value() }
-
-    /// Lets every fetch return `credential`, cancelled or not.
-    func open(with credential: IdentityCredential) { gate.open(credential) }
 }
