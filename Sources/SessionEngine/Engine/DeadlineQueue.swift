@@ -28,12 +28,18 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// Where a due timer goes: the target of its slot and its ID.
     typealias Delivery = @Sendable (Target, TimerID) -> Void
 
+    /// A scheduled timer.
+    private struct Armed {
+        /// The scheduling's generation, which tells it apart from the slot's earlier and later timers; before the
+        /// spec, so that no padding follows the spec's last field (a pool's slot is 88 bytes instead of 96).
+        var generation: UInt64
+        var spec: TimerSpec
+    }
+
     private struct Slot {
         /// The owner's target; `nil` until it is attached.
         var target: Target?
-        /// The scheduled timer and its scheduling's generation, which tells it apart from the slot's earlier and
-        /// later ones.
-        var timer: (spec: TimerSpec, generation: UInt64)?
+        var timer: Armed?
     }
 
     /// A timer's place in the heap; stale once its slot holds another generation, or none.
@@ -156,7 +162,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
             state.nextGeneration += 1
             let generation = state.nextGeneration
             if state.slots[token]?.timer == nil { state.scheduled += 1 }
-            state.slots[token]?.timer = (spec, generation)
+            state.slots[token]?.timer = Armed(generation: generation, spec: spec)
             let offset = state.offset ?? Self.offset(at: now)
             state.offset = offset
             guard let due = Self.due(spec, offset: offset) else { return nil }
