@@ -7,8 +7,8 @@ import Synchronization
 ///
 /// The engines run on the system clock with a fetcher that answers at once with credentials of 24 hours, so no
 /// renewal falls into the idle window: every wake-up is a look at the wall clock. On the ``SystemClock`` the timers
-/// of all engines wait on one shared wall-clock watch; the baseline wraps the system clock, which takes the engines
-/// off that watch, so each engine's timer wakes every 30 s on its own, as before. The window is 31 seconds (3 with
+/// of all engines wait in the process's one deadline queue; the baseline wraps the system clock, which gives each
+/// engine a queue of its own, so each engine's timer wakes every 30 s on its own, as before. The window is 31 seconds (3 with
 /// `--quick`), so every 30-second slice ends once in a full run.
 struct IdleEnginesBenchmark: Benchmark {
     let name = "idle-engines"
@@ -18,7 +18,7 @@ struct IdleEnginesBenchmark: Benchmark {
 
     func run(_ options: Options) async throws -> [Figure] {
         let window: Duration = options.quick ? .seconds(3) : .seconds(31)
-        let shared = try await measure(clock: SystemClock(), window: window) { WallClockWatch.system.wakeUps }
+        let shared = try await measure(clock: SystemClock(), window: window) { SessionEngine.systemTimerWakeUps }
         let sleeps = SleepCounter()
         let sliced = try await measure(clock: CountingClock(sleeps: sleeps), window: window) {
             sleeps.value.load(ordering: .relaxed)
@@ -35,7 +35,7 @@ struct IdleEnginesBenchmark: Benchmark {
                 Measurement("wall-clock wake-ups per second, 10,000 idle engines", .perSecond, [shared.wakeUps]),
                 against: Measurement("a 30 s slice per engine (before)", .perSecond, [sliced.wakeUps]),
                 goal: Goal(text: "independent of the engines", met: shared.wakeUps <= 1),
-                note: String(format: "%.6f per engine per second: one shared watch", perEngine)
+                note: String(format: "%.6f per engine per second: one shared deadline queue", perEngine)
             ),
             Figure(
                 name,

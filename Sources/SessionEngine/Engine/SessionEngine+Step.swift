@@ -62,7 +62,7 @@ extension SessionEngine {
                 }
             case .finishShutdown:
                 finishesShutdown = true
-                timers?.cancel(for: self)
+                timers.cancel(for: timerToken)
                 for task in graceTasks { task.cancel() }
                 graceTasks = []
             default:
@@ -95,15 +95,9 @@ extension SessionEngine {
             fetchTask = nil
             fetchTicket = nil
         case .scheduleTimer(let spec):
-            if let timers {
-                timers.schedule(spec, for: self)
-            } else {
-                startTimer(spec)
-            }
+            timers.schedule(spec, for: timerToken)
         case .cancelTimer:
-            timers?.cancel(for: self)
-            timerTask?.cancel()
-            timerTask = nil
+            timers.cancel(for: timerToken)
         case .resolveWaiters(let epoch, let kinds, let outcome):
             waitersIfAny?.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
         case .failAllWaiters(let error):
@@ -227,49 +221,6 @@ extension SessionEngine {
             }
             step { $0.fetchFailed(id, error: Self.classify(error), waited: waited, at: $1) }
         }
-    }
-
-    private func startTimer(_ spec: TimerSpec) {
-        timerTask?.cancel()
-        let clock = self.clock
-        timerTask = startTask { [weak self] in
-            // On the system clock, a wall-clock deadline alone waits on the process's one wall-clock watch.
-            if clock is SystemClock, let wall = spec.wallDeadline, spec.uptimeDeadline == nil {
-                guard (try? await WallClockWatch.system.wait(until: wall)) != nil else { return }
-                await self?.timerFired(spec.id)
-                return
-            }
-            while !Task.isCancelled {
-                let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
-                if spec.isDue(at: now) {
-                    await self?.timerFired(spec.id)
-                    return
-                }
-                // Sleep on the monotonic clock, but never longer than 30 s, so wall-clock jumps are noticed.
-                var slice = Duration.seconds(30)
-                if let wall = spec.wallDeadline {
-                    slice = min(slice, .seconds(max(0.001, wall.timeIntervalSince(now.wall))))
-                }
-                if let uptime = spec.uptimeDeadline {
-                    slice = min(slice, max(.milliseconds(1), uptime - now.uptime))
-                }
-                do {
-                    try await clock.sleep(for: slice)
-                } catch {
-                    return
-                }
-                if self == nil { return }
-            }
-        }
-    }
-
-    private func timerFired(_ id: TimerID) {
-        step { $0.timerFired(id, at: $1) }
-    }
-
-    /// Fires the timer `id` that the pool's timers held, in a task of its own.
-    nonisolated func fireTimer(_ id: TimerID) {
-        _ = startTask { await self.timerFired(id) }
     }
 
     /// How a fetch that reached the fetcher ended, as the pool's budget counts it toward an outage.

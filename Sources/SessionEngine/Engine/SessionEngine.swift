@@ -23,8 +23,8 @@ import Synchronization
 ///
 /// Run ``run()`` in a service group, or call ``shutdown()``, to stop cleanly.
 public actor SessionEngine {
-    /// The configuration, the fetcher and the clock, and a pool's budget and timers: one object for all the engines
-    /// of a pool.
+    /// The configuration, the fetcher, the clock and the deadline queue, and a pool's budget: one object for all the
+    /// engines of a pool.
     let shared: Shared
     var machine: SessionStateMachine
     let store: SessionStore
@@ -49,10 +49,9 @@ public actor SessionEngine {
     }
     /// ``fetchTicket``, out of line: it is six words, and a pool's members, one per account, mostly have no fetch.
     private var fetchTicketBox: OutOfLine<FetchBudget.Ticket>?
-    var timerTask: Task<Void, Never>?
-    /// The slot of the pool's timers that holds this engine's timer, `-1` for none; only the pool's timers change it,
-    /// under their lock (``PoolTimers``).
-    nonisolated let timerSlot = Atomic<Int>(-1)
+    /// The engine's slot in its deadline queue (``Shared/timers``), taken when the engine is made and given back when it
+    /// is freed.
+    nonisolated let timerToken: DeadlineQueue<TimerTarget>.Token
     /// A graceful shutdown's two watchers: the grace period's sleep and the wait for running work to finish.
     var graceTasks: [Task<Void, Never>] = []
     var hooks: [@Sendable (AccountChange) async -> Void] = []
@@ -62,7 +61,7 @@ public actor SessionEngine {
 
     /// What an engine shares with the other engines of a pool: made once, so that each member holds one reference
     /// instead of a copy of the configuration, the machine's policies taken from it, and its own references to the
-    /// fetcher, the clock, the budget and the timers.
+    /// fetcher, the clock, the budget and the deadline queue.
     final class Shared: Sendable {
         let session: SessionConfiguration
         let machine: SessionStateMachine.Configuration
@@ -72,9 +71,9 @@ public actor SessionEngine {
         let wallClock: SharedWallClockCheck
         /// The pool's budget toward the backend that the engines' fetches share; `nil` for an engine of its own.
         let budget: FetchBudget?
-        /// The pool's timers, which hold each engine's timer instead of a task of its own; `nil` for an engine of
-        /// its own.
-        let timers: PoolTimers?
+        /// The deadline queue every timer of the engines waits in: a pool's, one of the engine's own, or the
+        /// process's one queue on the ``SystemClock`` (``SessionEngine/systemTimers``).
+        let timers: DeadlineQueue<TimerTarget>
         /// The actors whose serial executors the engines run on (``SessionEngine/unownedExecutor``): one for an
         /// engine of its own, a few for a pool's engines (at most 256), each engine on one of them for its whole life.
         let executors: [ExecutorActor]
@@ -92,11 +91,12 @@ public actor SessionEngine {
         ///   - fetcher: Gets credentials from the host's backend.
         ///   - clock: The source of wall time and sleep.
         ///   - budget: A pool's budget toward the backend.
-        ///   - timers: A pool's timers.
+        ///   - timers: A pool's deadline queue; `nil` for an engine of its own, which waits in the process's queue on
+        ///     the ``SystemClock`` with no task executor of its own, and in a queue of its own otherwise.
         ///   - executors: How many executors the engines share: one for an engine of its own.
         init(
             _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
-            budget: FetchBudget?, timers: PoolTimers?, executors: Int = 1
+            budget: FetchBudget?, timers: DeadlineQueue<TimerTarget>?, executors: Int = 1
         ) {
             session = configuration
             machine = SessionStateMachine.Configuration(configuration)
@@ -104,9 +104,16 @@ public actor SessionEngine {
             self.clock = clock
             self.wallClock = SharedWallClockCheck(clock)
             self.budget = budget
-            self.timers = timers
             self.executors = (0..<min(256, max(1, executors))).map { _ in ExecutorActor() }
-            (self.taskExecutor, self.actorExecutor) = Self.executors(configuration, clock: clock)
+            let (taskExecutor, actorExecutor) = Self.executors(configuration, clock: clock)
+            (self.taskExecutor, self.actorExecutor) = (taskExecutor, actorExecutor)
+            if let timers {
+                self.timers = timers
+            } else if clock is SystemClock && taskExecutor == nil {
+                self.timers = SessionEngine.systemTimers
+            } else {
+                self.timers = DeadlineQueue(clock: clock, taskExecutor: taskExecutor, delivery: TimerTarget.deliver)
+            }
         }
 
         /// Where the work of an engine or a pool on `clock` runs: the configuration's task executor, else the
@@ -141,8 +148,8 @@ public actor SessionEngine {
     package nonisolated var clockExecutor: (any SerialExecutor)? { shared.actorExecutor }
     /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
     nonisolated var budget: FetchBudget? { shared.budget }
-    /// The pool's timers, which hold this engine's timer instead of a task of its own; `nil` for an engine of its own.
-    nonisolated var timers: PoolTimers? { shared.timers }
+    /// The deadline queue the engine's timer waits in.
+    nonisolated var timers: DeadlineQueue<TimerTarget> { shared.timers }
 
     /// Renewal, retry and buffering policies.
     nonisolated var configuration: SessionConfiguration { shared.session }
@@ -177,20 +184,22 @@ public actor SessionEngine {
         self.init(
             shared: Shared(configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil),
             randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],
-            readMirror: nil, executor: 0)
+            readMirror: nil, executor: 0, timerTarget: nil)
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
     ///
     /// - Parameters:
-    ///   - shared: The configuration, fetcher, clock, budget and timers, which the engine shares with the pool's
-    ///     other members.
+    ///   - shared: The configuration, fetcher, clock, budget and deadline queue, which the engine shares with the
+    ///     pool's other members.
     ///   - randomSeed: The seed of the engine's jitter, in place of the configuration's; `nil` for a random one.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
     ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
     ///   - readMirror: Receives every change of what ``identityHeaders()`` reads (``SessionStore/Mirror``).
     ///   - executor: Which of `shared`'s executors the engine runs on, taken modulo their count.
+    ///   - timerTarget: How a firing of the engine's timer finds the engine: a pool's member by its account; `nil` for
+    ///     an engine of its own, found through a weak reference to itself.
     init(
         shared: Shared,
         randomSeed: UInt64?,
@@ -198,7 +207,8 @@ public actor SessionEngine {
         latencyWindow: Int,
         hooks: [@Sendable (AccountChange) async -> Void],
         readMirror: SessionStore.Mirror?,
-        executor: UInt64
+        executor: UInt64,
+        timerTarget: TimerTarget?
     ) {
         self.executorIndex = UInt8(truncatingIfNeeded: executor % UInt64(shared.executors.count))
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
@@ -218,6 +228,14 @@ public actor SessionEngine {
             initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),
             bufferLimit: shared.session.eventBufferLimit
         )
+        self.timerToken = shared.timers.register(timerTarget)
+        if timerTarget == nil { shared.timers.attach(.engine(WeakEngine(self)), to: timerToken) }
+    }
+
+    /// An engine freed gives its slot of the deadline queue back, with its timer: the queue holds no engine, so a
+    /// timer never keeps one alive, and the last timer gone stops the queue's sleeper.
+    deinit {
+        shared.timers.release(timerToken)
     }
 
     /// Closes the engine to new scoped work if none runs and no caller waits, for a pool evicting the account: work

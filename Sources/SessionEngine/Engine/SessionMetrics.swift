@@ -59,7 +59,8 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     public var failedFetchLatency: LatencySummary
     /// How long the usable credential has left by the engine's clock; `nil` when none is usable.
     public var credentialRemainingLifetime: Duration?
-    /// Engine tasks running: fetches, timers, account-change preparations and scoped work.
+    /// Engine tasks running: fetches, account-change preparations, sign-in deadlines, timers firing and scoped work. A
+    /// timer waiting for its deadline is no task: it waits in a deadline queue shared with other engines.
     public var liveTasks: Int
     /// Live event subscribers.
     public var subscribers: Int

@@ -1,5 +1,5 @@
-/// A binary min-heap: the order of the budget's queued fetches (``FetchBudget``) and of the pool's timers
-/// (``PoolTimers``).
+/// A binary min-heap: the order of the budget's queued fetches (``FetchBudget``) and of a deadline queue's timers
+/// (``DeadlineQueue``).
 struct Heap<Element: Comparable & Sendable>: Sendable {
     private var storage: [Element] = []
 

@@ -207,7 +207,8 @@ extension SessionPool {
             latencyWindow: Self.accountLatencyWindow,
             hooks: hooks,
             readMirror: { [link] store, reading in link.mirror(store, reading) },
-            executor: link.serial
+            executor: link.serial,
+            timerTarget: .member(account, serial: link.serial)
         )
     }
 

@@ -92,14 +92,14 @@ public final class SessionPool: Sendable {
 
     let fetcher: any CredentialFetcher
     let configuration: SessionPoolConfiguration
-    /// What every account's engine shares: the configuration, fetcher, clock, budget and timers.
+    /// What every account's engine shares: the configuration, fetcher, clock, budget and deadline queue.
     let engineShared: SessionEngine.Shared
     let clock: any SessionClock
     /// The members' expiry check: their engines run on `clock`.
     let wallClock: WallClockCheck
     let budget: FetchBudget
-    /// Every account's timer.
-    let timers: PoolTimers
+    /// Every account's timer, in one deadline queue.
+    let timers: DeadlineQueue<SessionEngine.TimerTarget>
     let members: Mutex<Members>
     /// The hash of the members' index, used outside its lock.
     let memberHasher: MemberIndex.Hasher
@@ -178,17 +178,23 @@ public final class SessionPool: Sendable {
                 }
                 outlets.publish(event, member: 0)
             })
-        self.timers = PoolTimers(clock: clock, taskExecutor: taskExecutor)
+        let timers = DeadlineQueue<SessionEngine.TimerTarget>(clock: clock, taskExecutor: taskExecutor)
+        self.timers = timers
         self.engineShared = SessionEngine.Shared(
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
             executors: Self.executorCount)
         self.stopped = Latch()
+        // The queue names each member by its account and serial, and the pool finds it: the queue holds no engine,
+        // and only the pool, not each engine, is referenced weakly.
+        timers.deliver { [weak self] target, timer in self?.timerFired(timer, for: target) }
     }
 
-    /// A pool dropped without shutting down leaves its accounts' timers: the timers hold their engines, and the
-    /// engines the timers, so they are dropped here and no engine of the pool renews again.
-    deinit {
-        timers.close()
+    /// Fires a member's timer that the pool's deadline queue found due, on the member it names; a member that has left
+    /// the pool has no timer to fire, since its engine is signed out and shut down.
+    private func timerFired(_ timer: TimerID, for target: SessionEngine.TimerTarget) {
+        guard case .member(let account, let serial) = target else { return }
+        guard let member = member(account), member.serial == serial else { return }
+        member.engine.fireTimer(timer)
     }
 
     // MARK: - Reading without an actor hop
@@ -268,7 +274,7 @@ public final class SessionPool: Sendable {
         try headers(for: account, stampingUse: false)
     }
 
-    /// How many times the pool's timers have woken, for benchmarks.
+    /// How many times the pool's deadline queue has woken, for benchmarks.
     package var timerWakeUps: Int { timers.wakeUps }
 
     /// One account's metrics, as its ``SessionEngine/metrics``; `nil` for an account the pool does not hold.

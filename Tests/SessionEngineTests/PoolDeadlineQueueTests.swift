@@ -4,8 +4,8 @@ import Testing
 
 @testable import SessionEngine
 
-/// The pool's one deadline structure: every account's timer in one heap, one sleeper, and the wall clock's jumps.
-@Suite struct PoolTimersTests {
+/// The pool's deadline queue: every account's timer in one heap, one sleeper, and the wall clock's jumps.
+@Suite struct PoolDeadlineQueueTests {
     @Test func manyAccountsShareOneSleeperAndNoTaskEach() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
         let accounts = PoolHarness.accounts(50)
@@ -82,7 +82,7 @@ import Testing
             await harness.pool.waitUntilIdle()
         }
         #expect(harness.fetcher.totalRequests > before)
-        #expect(waited <= PoolTimers.slice, "the jump was noticed after \(waited)")
+        #expect(waited <= DeadlineQueue<SessionEngine.TimerTarget>.slice, "the jump was noticed after \(waited)")
         await harness.pool.shutdown()
     }
 

@@ -1,0 +1,308 @@
+import Foundation
+import Synchronization
+
+/// Timers of many owners in one deadline structure, with one task that sleeps until the earliest.
+///
+/// Every timer of the engines goes through a queue: an engine of its own on the ``SystemClock`` shares the process's
+/// one queue (``SessionEngine/systemTimers``), any other engine of its own has one, and a ``SessionPool`` has one for
+/// all its accounts. An idle engine's timer is then a slot in an array and a key in a heap, not a task, and a queue's
+/// timers cost one sleeping task whatever their number.
+///
+/// An owner takes a slot for its life (``register(_:)``, ``release(_:)``) and holds at most one timer in it at a time:
+/// a new one replaces it, and cancelling frees it. The slot keeps the owner's *target*, a value the queue hands back
+/// with the timer's ID when the timer fires (``deliver(to:)``): it names the owner and never holds it, so a queue
+/// keeps nobody alive. Freed slots are reused, so the array is as long as the most owners ever registered at once.
+///
+/// A timer is due at a wall-clock time, a monotonic time or whichever comes first (``TimerSpec``). The heap orders
+/// the timers by when each is expected to be due on the clock's monotonic time: a wall-clock deadline is moved there
+/// by the offset between the two clocks when it is scheduled. The sleeper wakes for the earliest key, and at least
+/// every 30 s, so a wall-clock jump or a suspended machine is noticed within one slice: a move of the offset re-keys
+/// every timer, and a timer woken early by a jump back, not yet due, is re-keyed and waits again. A due timer is
+/// handed to the delivery, whose owner's state machine ignores a timer it has replaced or cancelled meanwhile, so a
+/// firing that races a replacement is harmless. The last timer cancelled stops the sleeper: an empty queue sleeps in
+/// no task.
+final class DeadlineQueue<Target: Sendable>: Sendable {
+    /// An owner's slot, from ``register(_:)`` to ``release(_:)``.
+    typealias Token = Int
+
+    /// Where a due timer goes: the target of its slot and its ID.
+    typealias Delivery = @Sendable (Target, TimerID) -> Void
+
+    /// A scheduled timer.
+    private struct Armed {
+        /// The scheduling's generation, which tells it apart from the slot's earlier and later timers; before the
+        /// spec, so that no padding follows the spec's last field (a pool's slot is 88 bytes instead of 96).
+        var generation: UInt64
+        var spec: TimerSpec
+    }
+
+    private struct Slot {
+        /// The owner's target; `nil` until it is attached.
+        var target: Target?
+        var timer: Armed?
+    }
+
+    /// A timer's place in the heap; stale once its slot holds another generation, or none.
+    private struct Key: Comparable {
+        var due: Duration
+        var generation: UInt64
+        var slot: Int
+
+        static func < (lhs: Key, rhs: Key) -> Bool {
+            (lhs.due, lhs.generation) < (rhs.due, rhs.generation)
+        }
+    }
+
+    private struct State {
+        /// The owners' slots by token; `nil` for a free one.
+        var slots: [Slot?] = []
+        var freeSlots: [Int] = []
+        /// How many slots an owner holds.
+        var registered = 0
+        /// How many slots hold a timer.
+        var scheduled = 0
+        var heap = Heap<Key>()
+        var nextGeneration: UInt64 = 0
+        /// The sleeping task (`nil` until it is made), when it will wake and its identity.
+        var sleeper: (task: Task<Void, Never>?, wakesAt: Duration, id: UInt64)?
+        /// The wall clock minus the monotonic clock when the keys were computed, in seconds.
+        var offset: TimeInterval?
+        /// Times the sleeper woke, for benchmarks.
+        var wakeUps = 0
+        var delivery: Delivery?
+    }
+
+    private let clock: any SessionClock
+    private let taskExecutor: (any TaskExecutor)?
+    private let state: Mutex<State>
+
+    /// How long the sleeper sleeps at most, so that wall-clock jumps are noticed.
+    static var slice: Duration { .seconds(30) }
+    /// How far the offset between the clocks may move before every key is computed again.
+    private static var jumpTolerance: TimeInterval { 1 }
+
+    /// Creates an empty queue.
+    ///
+    /// - Parameters:
+    ///   - clock: The clock the deadlines are on and the sleeper sleeps on.
+    ///   - taskExecutor: The executor the sleeper prefers: its owner's.
+    ///   - delivery: Where due timers go; `nil` until the owner names it with ``deliver(to:)``.
+    init(
+        clock: any SessionClock, taskExecutor: (any TaskExecutor)?,
+        delivery: Delivery? = nil
+    ) {
+        self.clock = clock
+        self.taskExecutor = taskExecutor
+        self.state = Mutex(State(delivery: delivery))
+    }
+
+    /// How many timers are scheduled.
+    var count: Int { state.withLock { $0.scheduled } }
+
+    /// How many slots the array holds, free ones included.
+    var slotCount: Int { state.withLock { $0.slots.count } }
+
+    /// How many times the sleeper has woken.
+    var wakeUps: Int { state.withLock { $0.wakeUps } }
+
+    /// Whether a sleeper is planned or sleeping.
+    var isSleeping: Bool { state.withLock { $0.sleeper != nil } }
+
+    /// Names where due timers go, for an owner that can name it only once the queue is made.
+    func deliver(to delivery: @escaping Delivery) {
+        state.withLock { $0.delivery = delivery }
+    }
+
+    /// Takes a slot for an owner, with its target if it can name it now (else ``attach(_:to:)`` names it).
+    ///
+    /// - Returns: The slot's token, which the owner keeps until ``release(_:)``.
+    func register(_ target: Target?) -> Token {
+        state.withLock { state in
+            state.registered += 1
+            if let free = state.freeSlots.popLast() {
+                state.slots[free] = Slot(target: target)
+                return free
+            }
+            state.slots.append(Slot(target: target))
+            return state.slots.count - 1
+        }
+    }
+
+    /// Names the target of the slot `token`.
+    func attach(_ target: Target, to token: Token) {
+        state.withLock { $0.slots[token]?.target = target }
+    }
+
+    /// Gives the slot `token` back, cancelling its timer; the owner is going.
+    func release(_ token: Token) {
+        let sleeper = state.withLock { state -> Task<Void, Never>? in
+            guard state.slots.indices.contains(token), state.slots[token] != nil else { return nil }
+            if state.slots[token]?.timer != nil { state.scheduled -= 1 }
+            state.slots[token] = nil
+            state.freeSlots.append(token)
+            state.registered -= 1
+            if state.registered == 0 {
+                // No owner left: the array goes too.
+                state.slots = []
+                state.freeSlots = []
+            }
+            return Self.stopIfEmpty(&state)
+        }
+        sleeper?.cancel()
+    }
+
+    /// Schedules `spec` in the slot `token`, replacing its timer.
+    func schedule(_ spec: TimerSpec, for token: Token) {
+        let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
+        let start = state.withLock { state -> (wait: Duration, id: UInt64)? in
+            guard state.slots.indices.contains(token), state.slots[token] != nil else { return nil }
+            state.nextGeneration += 1
+            let generation = state.nextGeneration
+            if state.slots[token]?.timer == nil { state.scheduled += 1 }
+            state.slots[token]?.timer = Armed(generation: generation, spec: spec)
+            let offset = state.offset ?? Self.offset(at: now)
+            state.offset = offset
+            guard let due = Self.due(spec, offset: offset) else { return nil }
+            state.heap.insert(Key(due: due, generation: generation, slot: token))
+            // Stale keys of replaced timers are dropped as they come up; past twice the timers, all at once.
+            if state.heap.count > 2 * state.scheduled + 64 { Self.rekey(&state, at: now) }
+            return sleeperIfEarlier(&state, than: due, at: now)
+        }
+        if let start { startSleeper(start) }
+    }
+
+    /// Cancels the timer of the slot `token`, if it holds one.
+    func cancel(for token: Token) {
+        let sleeper = state.withLock { state -> Task<Void, Never>? in
+            guard state.slots.indices.contains(token), state.slots[token]?.timer != nil else { return nil }
+            state.slots[token]?.timer = nil
+            state.scheduled -= 1
+            return Self.stopIfEmpty(&state)
+        }
+        sleeper?.cancel()
+    }
+
+    // MARK: - Under the lock
+
+    /// With no timer left, forgets the keys and the sleeper, and returns the sleeper's task to cancel.
+    private static func stopIfEmpty(_ state: inout State) -> Task<Void, Never>? {
+        guard state.scheduled == 0 else { return nil }
+        state.heap = Heap()
+        defer { state.sleeper = nil }
+        return state.sleeper?.task
+    }
+
+    /// The wall clock minus the monotonic clock at `now`, in seconds.
+    private static func offset(at now: SessionInstant) -> TimeInterval {
+        now.wall.timeIntervalSince1970 - now.uptime.timeInterval
+    }
+
+    /// When `spec` is expected to be due on the monotonic clock, with the clocks `offset` apart; `nil` for a timer
+    /// with no deadline.
+    private static func due(_ spec: TimerSpec, offset: TimeInterval) -> Duration? {
+        var due: Duration?
+        if let wall = spec.wallDeadline {
+            due = .seconds(wall.timeIntervalSince1970 - offset)
+        }
+        if let uptime = spec.uptimeDeadline {
+            due = min(due ?? uptime, uptime)
+        }
+        return due
+    }
+
+    /// Computes every live timer's key again at `now`, dropping stale keys.
+    private static func rekey(_ state: inout State, at now: SessionInstant) {
+        let offset = offset(at: now)
+        state.offset = offset
+        var heap = Heap<Key>()
+        for (slot, held) in state.slots.enumerated() {
+            guard let timer = held?.timer, let due = due(timer.spec, offset: offset) else { continue }
+            heap.insert(Key(due: due, generation: timer.generation, slot: slot))
+        }
+        state.heap = heap
+    }
+
+    /// A new sleeper's wait and identity when none sleeps or the one that does wakes after `due`, recorded in
+    /// this lock step. The sleeper it replaces is cancelled.
+    private func sleeperIfEarlier(_ state: inout State, than due: Duration, at now: SessionInstant) -> (
+        wait: Duration, id: UInt64
+    )? {
+        let wait = min(Self.slice, max(.zero, due - now.uptime))
+        let wakesAt = now.uptime + wait
+        if let sleeper = state.sleeper {
+            guard wakesAt < sleeper.wakesAt else { return nil }
+            sleeper.task?.cancel()
+        }
+        state.nextGeneration += 1
+        let id = state.nextGeneration
+        state.sleeper = (nil, wakesAt, id)
+        return (wait, id)
+    }
+
+    // MARK: - The sleeper
+
+    /// Starts the sleeper planned by ``sleeperIfEarlier(_:than:at:)``.
+    private func startSleeper(_ plan: (wait: Duration, id: UInt64)) {
+        let clock = self.clock
+        // The sleeper holds the queue weakly: a queue whose owners are all gone goes with them.
+        let task = Task(executorPreference: taskExecutor) { [weak self] in
+            do {
+                try await clock.sleep(for: plan.wait)
+            } catch {
+                return  // Replaced by a sleeper that wakes earlier, or no timer is left.
+            }
+            self?.look(sleeper: plan.id)
+        }
+        let stale = state.withLock { state -> Bool in
+            guard state.sleeper?.id == plan.id else { return true }
+            state.sleeper?.task = task
+            return false
+        }
+        if stale { task.cancel() }
+    }
+
+    /// Delivers the due timers and plans the next look; the sleeper `id` calls it when it wakes, so the deliveries start
+    /// their work in its job.
+    private func look(sleeper id: UInt64) {
+        let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
+        let (due, delivery, next) = state.withLock {
+            state -> ([(Target, TimerID)], Delivery?, (wait: Duration, id: UInt64)?) in
+            // A sleeper replaced just as its sleep ended leaves the looking to its replacement.
+            guard state.sleeper?.id == id else { return ([], nil, nil) }
+            state.sleeper = nil
+            state.wakeUps += 1
+            let offset = Self.offset(at: now)
+            if let keyed = state.offset, abs(offset - keyed) > Self.jumpTolerance { Self.rekey(&state, at: now) }
+            var due: [(Target, TimerID)] = []
+            var early: [Key] = []
+            while let key = state.heap.min, key.due <= now.uptime {
+                state.heap.removeMin()
+                guard let slot = state.slots[key.slot], let timer = slot.timer, timer.generation == key.generation
+                else { continue }
+                if timer.spec.isDue(at: now) {
+                    state.slots[key.slot]?.timer = nil
+                    state.scheduled -= 1
+                    if let target = slot.target { due.append((target, timer.spec.id)) }
+                } else if let again = Self.due(timer.spec, offset: offset) {
+                    // Woken early by a jump of the wall clock back: wait again from the current offset.
+                    let due = max(again, now.uptime + .milliseconds(1))
+                    early.append(Key(due: due, generation: key.generation, slot: key.slot))
+                }
+            }
+            for key in early { state.heap.insert(key) }
+            var next: (wait: Duration, id: UInt64)?
+            while let key = state.heap.min {
+                if let timer = state.slots[key.slot]?.timer, timer.generation == key.generation {
+                    next = sleeperIfEarlier(&state, than: key.due, at: now)
+                    break
+                }
+                state.heap.removeMin()
+            }
+            return (due, state.delivery, next)
+        }
+        if let delivery {
+            for (target, timer) in due { delivery(target, timer) }
+        }
+        if let next { startSleeper(next) }
+    }
+}

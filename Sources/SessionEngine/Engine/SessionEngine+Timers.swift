@@ -1,0 +1,48 @@
+/// The engine's timer: one slot in a deadline queue, and how a firing finds the engine without the queue holding it.
+extension SessionEngine {
+    /// How a firing of an engine's timer finds the engine, kept in the engine's slot of its deadline queue.
+    ///
+    /// The queue never holds an engine: a pool's member is named by its account and serial, which the pool looks up in
+    /// its members (a weak reference to each would give every member a side table for its reference counts, and slow
+    /// every retain of it); an engine of its own, one object whose sign-in deadline and grace period hold it weakly
+    /// too, is named by a weak reference.
+    enum TimerTarget: Sendable {
+        /// An engine of its own.
+        case engine(WeakEngine)
+        /// A pool's member: the pool finds it by its account, and the serial tells it from a later member of the
+        /// same account.
+        case member(AccountID, serial: UInt64)
+
+        /// The delivery of a queue whose engines are their own: each firing goes to its engine, if it is still there.
+        static let deliver: DeadlineQueue<TimerTarget>.Delivery = { target, timer in
+            guard case .engine(let reference) = target else { return }
+            reference.engine?.fireTimer(timer)
+        }
+    }
+
+    /// A weak reference to an engine of its own, for its slot of the deadline queue.
+    struct WeakEngine: Sendable {
+        weak var engine: SessionEngine?
+
+        init(_ engine: SessionEngine) {
+            self.engine = engine
+        }
+    }
+
+    /// The one deadline queue of every engine of its own on the ``SystemClock`` with no task executor of its own: the
+    /// process wakes once per 30 s slice for all of them, plus once per deadline, whatever their number.
+    static let systemTimers = DeadlineQueue<TimerTarget>(
+        clock: SystemClock(), taskExecutor: nil, delivery: TimerTarget.deliver)
+
+    /// How many times the process's deadline queue on the ``SystemClock`` has woken, for benchmarks.
+    package static var systemTimerWakeUps: Int { systemTimers.wakeUps }
+
+    /// Fires the timer `id`, which the engine's deadline queue found due, in a task of the engine's own.
+    nonisolated func fireTimer(_ id: TimerID) {
+        _ = startTask { await self.timerFired(id) }
+    }
+
+    private func timerFired(_ id: TimerID) {
+        step { $0.timerFired(id, at: $1) }
+    }
+}

@@ -1,0 +1,193 @@
+import Foundation
+import SessionEngineBackend
+import SessionEngineTestKit
+import Testing
+
+@testable import SessionEngine
+
+/// The deadline queue every timer of an engine or a pool waits in, driven by a manual clock.
+@Suite struct DeadlineQueueTests {
+    /// A queue on a manual clock whose owners are numbers, and the firings it delivered, in order.
+    private struct Rig {
+        let clock = ManualClock()
+        let fired = Locked<[(owner: Int, timer: TimerID)]>()
+        let queue: DeadlineQueue<Int>
+
+        init() {
+            let fired = self.fired
+            queue = DeadlineQueue(
+                clock: clock, taskExecutor: clock.executor,
+                delivery: { owner, timer in fired.withLock { $0.append((owner, timer)) } })
+        }
+
+        /// The timer `id`, due once the monotonic clock has moved `after` from now.
+        func timer(_ id: TimerID, after: Duration) -> TimerSpec {
+            TimerSpec(id: id, uptimeDeadline: clock.uptime + after)
+        }
+
+        /// The timer `id`, due once the wall clock has moved `after` from now.
+        func wallTimer(_ id: TimerID, after: Duration) -> TimerSpec {
+            TimerSpec(id: id, wallDeadline: clock.now.addingTimeInterval(after.timeInterval))
+        }
+
+        /// Moves the clock by `step` and waits until the queue's work has run.
+        func advance(by step: Duration) async {
+            clock.advance(by: step)
+            await clock.executor.waitUntilIdle()
+        }
+
+        /// The owners whose timers fired, in order.
+        var owners: [Int] { fired.value.map(\.owner) }
+    }
+
+    @Test func theEarliestDeadlineFiresFirstAndOneSleeperServesThemAll() async {
+        let rig = Rig()
+        let owners = (0..<3).map { rig.queue.register($0) }
+        rig.queue.schedule(rig.timer(1, after: .seconds(30)), for: owners[0])
+        rig.queue.schedule(rig.timer(2, after: .seconds(10)), for: owners[1])
+        rig.queue.schedule(rig.wallTimer(3, after: .seconds(20)), for: owners[2])
+        await rig.clock.executor.waitUntilIdle()
+        #expect(rig.clock.sleeperCount == 1, "one task sleeps for every timer")
+        #expect(rig.clock.nextDeadline == .seconds(10))
+        await rig.advance(by: .seconds(10))
+        #expect(rig.owners == [1])
+        await rig.advance(by: .seconds(10))
+        #expect(rig.owners == [1, 2])
+        await rig.advance(by: .seconds(10))
+        #expect(rig.fired.value.map(\.timer) == [2, 3, 1])
+        #expect(rig.queue.count == 0)
+        #expect(rig.clock.sleeperCount == 0 && !rig.queue.isSleeping)
+    }
+
+    @Test func reArmingReplacesTheTimer() async {
+        let rig = Rig()
+        let owner = rig.queue.register(7)
+        rig.queue.schedule(rig.timer(1, after: .seconds(10)), for: owner)
+        rig.queue.schedule(rig.timer(2, after: .seconds(20)), for: owner)
+        #expect(rig.queue.count == 1)
+        await rig.advance(by: .seconds(10))
+        #expect(rig.fired.value.isEmpty, "the replaced timer never fires")
+        await rig.advance(by: .seconds(10))
+        #expect(rig.fired.value.map(\.timer) == [2])
+        // Re-armed earlier, the sleeper wakes earlier.
+        rig.queue.schedule(rig.timer(3, after: .seconds(25)), for: owner)
+        rig.queue.schedule(rig.timer(4, after: .seconds(5)), for: owner)
+        await rig.clock.executor.waitUntilIdle()
+        #expect(rig.clock.nextDeadline == rig.clock.uptime + .seconds(5))
+        await rig.advance(by: .seconds(5))
+        #expect(rig.fired.value.map(\.timer) == [2, 4])
+        await rig.advance(by: .seconds(30))
+        #expect(rig.fired.value.map(\.timer) == [2, 4])
+    }
+
+    @Test func cancellingTheLastTimerStopsTheSleeper() async {
+        let rig = Rig()
+        let first = rig.queue.register(1)
+        let second = rig.queue.register(2)
+        rig.queue.schedule(rig.timer(1, after: .seconds(10)), for: first)
+        rig.queue.schedule(rig.timer(2, after: .seconds(20)), for: second)
+        await rig.clock.executor.waitUntilIdle()
+        rig.queue.cancel(for: first)
+        #expect(rig.queue.count == 1 && rig.queue.isSleeping)
+        rig.queue.cancel(for: second)
+        #expect(rig.queue.count == 0)
+        #expect(!rig.queue.isSleeping && rig.clock.sleeperCount == 0, "no timer is left to sleep for")
+        await rig.advance(by: .seconds(60))
+        #expect(rig.fired.value.isEmpty)
+    }
+
+    @Test func anEmptyQueueSleepsInNoTask() async {
+        let rig = Rig()
+        let owner = rig.queue.register(1)
+        await rig.clock.executor.waitUntilIdle()
+        #expect(rig.clock.sleeperCount == 0 && !rig.queue.isSleeping)
+        rig.queue.schedule(rig.timer(1, after: .seconds(90)), for: owner)
+        await rig.clock.executor.waitUntilIdle()
+        #expect(rig.clock.sleeperCount == 1)
+        // An owner that goes takes its timer, and the last the sleeper, with it.
+        rig.queue.release(owner)
+        #expect(rig.queue.count == 0 && rig.queue.slotCount == 0)
+        #expect(!rig.queue.isSleeping && rig.clock.sleeperCount == 0)
+        // The cancelled sleeper's task ends: the clock's executor has nothing left to run.
+        await rig.clock.executor.waitUntilIdle()
+    }
+
+    @Test func aWallClockJumpForwardIsNoticedWithinOneSlice() async {
+        let rig = Rig()
+        let owner = rig.queue.register(1)
+        rig.queue.schedule(rig.wallTimer(1, after: .seconds(3600)), for: owner)
+        await rig.clock.executor.waitUntilIdle()
+        // Only the wall clock moves: a monotonic sleep would not see it.
+        rig.clock.jumpWallClock(by: .seconds(3600))
+        var waited = Duration.zero
+        while rig.fired.value.isEmpty && waited < .seconds(120) {
+            await rig.advance(by: .seconds(1))
+            waited += .seconds(1)
+        }
+        #expect(rig.owners == [1])
+        #expect(waited <= DeadlineQueue<Int>.slice, "the jump was noticed after \(waited)")
+        #expect(rig.queue.wakeUps <= 2)
+    }
+
+    @Test func aWallClockJumpBackDelaysAWallClockTimerButNotAMonotonicOne() async {
+        let rig = Rig()
+        let wall = rig.queue.register(1)
+        let monotonic = rig.queue.register(2)
+        rig.queue.schedule(rig.wallTimer(1, after: .seconds(60)), for: wall)
+        rig.queue.schedule(rig.timer(2, after: .seconds(90)), for: monotonic)
+        await rig.clock.executor.waitUntilIdle()
+        rig.clock.jumpWallClock(by: .seconds(-600))
+        await rig.advance(by: .seconds(90))
+        #expect(rig.owners == [2], "the monotonic deadline came; the wall-clock one is 10 minutes away again")
+        await rig.advance(by: .seconds(560))
+        #expect(rig.owners == [2])
+        await rig.advance(by: .seconds(30))
+        #expect(rig.owners == [2, 1])
+    }
+
+    @Test func anIdleQueueWakesOncePerSlice() async {
+        let rig = Rig()
+        for owner in 0..<100 {
+            rig.queue.schedule(rig.wallTimer(TimerID(owner), after: .seconds(86_400)), for: rig.queue.register(owner))
+        }
+        await rig.clock.executor.waitUntilIdle()
+        #expect(rig.clock.sleeperCount == 1)
+        for _ in 0..<10 { await rig.advance(by: .seconds(30)) }
+        #expect(rig.queue.wakeUps == 10, "100 idle timers wake the queue once per 30 s slice")
+        #expect(rig.fired.value.isEmpty)
+    }
+
+    /// The queue names an engine without holding it: an engine dropped with its renewal timer armed is freed, gives
+    /// its slot back and leaves no sleeper.
+    @Test func anEngineDroppedWithItsTimerArmedIsFreedAndLeavesNoSleeper() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_queue", secret: "queue-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { account in
+            try signer.sign(email: EngineHarness.email(for: account))
+        })
+        var engine: SessionEngine? = SessionEngine(fetcher: fetcher, clock: clock)
+        try await engine?.signIn("alice")
+        await engine?.waitUntilIdle()
+        weak let dropped = engine
+        let queue = try #require(engine?.timers)
+        #expect(queue.count == 1, "the renewal timer is armed")
+        #expect(clock.sleeperCount == 1)
+        engine = nil
+        #expect(dropped == nil, "the queue does not keep the engine")
+        #expect(queue.count == 0 && queue.slotCount == 0)
+        #expect(clock.sleeperCount == 0, "no sleeping task is left behind")
+        await clock.executor.waitUntilIdle()
+    }
+
+    /// Engines of their own on the system clock share the process's queue; on any other clock each has its own.
+    @Test func enginesOnTheSystemClockShareTheProcesssQueue() throws {
+        let fetcher = ScriptedCredentialFetcher(responder: { _ in throw CancellationError() })
+        let first = SessionEngine(fetcher: fetcher)
+        let second = SessionEngine(fetcher: fetcher)
+        #expect(first.timers === SessionEngine.systemTimers && second.timers === SessionEngine.systemTimers)
+        let clock = ManualClock()
+        let own = SessionEngine(fetcher: fetcher, clock: clock)
+        let other = SessionEngine(fetcher: fetcher, clock: clock)
+        #expect(own.timers !== SessionEngine.systemTimers && own.timers !== other.timers)
+    }
+}
