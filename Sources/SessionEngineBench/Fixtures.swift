@@ -101,7 +101,8 @@ func suspendUntilCancelled() async throws {
 
 /// The continuation of one ``suspendUntilCancelled()``, resumed when its task is cancelled.
 private final class ParkedUntilCancelled: Sendable {
-    private let state = Mutex<(continuation: CheckedContinuation<Void, any Error>?, cancelled: Bool)>((nil, false))
+    private let state = SanitizedMutex<(continuation: CheckedContinuation<Void, any Error>?, cancelled: Bool)>(
+        (nil, false))
 
     func park(_ continuation: CheckedContinuation<Void, any Error>) {
         let cancelled = state.withLock { state -> Bool in
@@ -162,7 +163,7 @@ final class Arrivals: Sendable {
         var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     /// How many have arrived.
     var count: Int { state.withLock { $0.count } }

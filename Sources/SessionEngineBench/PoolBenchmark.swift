@@ -212,7 +212,7 @@ private final class SlowFetcher: CredentialFetcher {
     private let clock: ManualClock
     private let latency: Duration
     private let signing: SigningFetcher
-    private let starts = Mutex<[Duration]>([])
+    private let starts = SanitizedMutex<[Duration]>([])
 
     init(clock: ManualClock, latency: Duration) {
         self.clock = clock

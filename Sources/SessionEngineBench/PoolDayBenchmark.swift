@@ -379,13 +379,13 @@ private final class DayBackend: CredentialFetcher {
     private let clock: ManualClock
     private let accounts: Int
     private let latency: Duration
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     init(clock: ManualClock, accounts: Int, latency: Duration) {
         self.clock = clock
         self.accounts = accounts
         self.latency = latency
-        state = Mutex(State(signer: Fixtures.signer(clock: clock)))
+        state = SanitizedMutex(State(signer: Fixtures.signer(clock: clock)))
     }
 
     var record: Record { state.withLock { $0.record } }

@@ -191,7 +191,7 @@ final class SoakRun {
 /// When each fetch started, as its authentication was added, in seconds since the run began.
 final class StartLog: Sendable {
     private let origin: ContinuousClock.Instant
-    private let times = Mutex<[Double]>([])
+    private let times = SanitizedMutex<[Double]>([])
 
     init(origin: ContinuousClock.Instant) { self.origin = origin }
 
@@ -217,7 +217,7 @@ final class StartLog: Sendable {
 
 /// Counts the pool's clock-skew reports and dropped events.
 final class EventCounter: Sendable {
-    private let counts = Mutex<(skew: Int, dropped: Int)>((0, 0))
+    private let counts = SanitizedMutex<(skew: Int, dropped: Int)>((0, 0))
 
     func count(_ event: SessionPoolEvent) {
         guard case .session(let session) = event.kind else { return }

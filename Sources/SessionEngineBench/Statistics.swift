@@ -99,7 +99,7 @@ func threadRates(
     _ batch: @escaping @Sendable () -> Int
 ) async -> ThreadRates {
     await withCheckedContinuation { (continuation: CheckedContinuation<ThreadRates, Never>) in
-        let results = Mutex<[(rate: Double, onCPU: Double)]>([])
+        let results = SanitizedMutex<[(rate: Double, onCPU: Double)]>([])
         let barrier = ThreadBarrier(count: threads)
         for _ in 0..<threads {
             let thread = Thread {

@@ -147,7 +147,7 @@ struct SwitchingBenchmark: Benchmark {
 private final class WorkProgress: Sendable {
     let started = Arrivals()
     let ended = Arrivals()
-    private let marks = Mutex<(hooksRan: ContinuousClock.Instant?, endedAtFetch: Int?)>((nil, nil))
+    private let marks = SanitizedMutex<(hooksRan: ContinuousClock.Instant?, endedAtFetch: Int?)>((nil, nil))
 
     /// When the account-change hooks ran.
     var hooksRan: ContinuousClock.Instant? { marks.withLock { $0.hooksRan } }

@@ -15,7 +15,7 @@ public final class Gate: Sendable {
         var waiters: [CheckedContinuation<(any Sendable)?, Never>] = []
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     /// Creates a closed gate.
     public init() {}

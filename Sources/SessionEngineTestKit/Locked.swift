@@ -3,11 +3,11 @@ import SessionEngine
 /// A value behind the package's lock, shared between tasks: the one lock box of the package's tests, demo and
 /// benchmarks.
 package final class Locked<Value: Sendable>: Sendable {
-    private let mutex: Mutex<Value>
+    private let mutex: SanitizedMutex<Value>
 
     /// Creates a box holding `value`.
     package init(_ value: Value) {
-        mutex = Mutex(value)
+        mutex = SanitizedMutex(value)
     }
 
     /// The value, read under the lock.

@@ -40,7 +40,7 @@ public final class ManualClock: SessionClock, ExecutingClock {
         }
     }
 
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     /// The executor that runs the actor and the tasks of every engine and pool on this clock, unless their
     /// configuration names a task executor of its own; ``SessionEngine/SessionEngine/waitUntilIdle()`` waits until it
@@ -68,7 +68,7 @@ public final class ManualClock: SessionClock, ExecutingClock {
     ///     (``ManualExecutor/init(tasksRunInParallel:)``) lets a test see the engine's actor and tasks race on real
     ///     threads.
     public init(now: Date = Date(timeIntervalSince1970: 1_800_000_000), executor: ManualExecutor) {
-        state = Mutex(State(wall: now))
+        state = SanitizedMutex(State(wall: now))
         self.executor = executor
     }
 

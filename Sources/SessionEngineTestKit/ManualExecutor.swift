@@ -66,7 +66,7 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
 
     /// The executor's state, shared with its parallel task executor.
     private final class Books: Sendable {
-        let state = Mutex(State())
+        let state = SanitizedMutex(State())
 
         /// Counts a job as run and wakes the callers of ``ManualExecutor/waitUntilIdle()`` when nothing is left.
         func finish() {

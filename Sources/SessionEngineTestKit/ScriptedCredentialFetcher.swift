@@ -55,7 +55,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
         var script: Script?
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
     private let clock: ManualClock?
 
     /// Creates a fetcher.

@@ -63,7 +63,7 @@ public final class ServiceStandIn: Sendable {
         var log: [LoggedRequest] = []
     }
 
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     /// Creates a service that accepts credentials signed with `secret` for `projectID`.
     ///
@@ -73,7 +73,8 @@ public final class ServiceStandIn: Sendable {
     ///   - clock: The clock that decides expiry.
     /// - Throws: `CredentialError` for an invalid project ID or an empty secret.
     public init(projectID: String, secret: String, clock: any SessionClock) throws {
-        state = Mutex(State(verifier: try IdentityVerifier(projectID: projectID, secret: secret, clock: clock)))
+        state = SanitizedMutex(
+            State(verifier: try IdentityVerifier(projectID: projectID, secret: secret, clock: clock)))
     }
 
     /// How many requests the service has received.

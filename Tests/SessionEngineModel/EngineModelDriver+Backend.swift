@@ -103,12 +103,12 @@ package final class ModelBackend: Sendable {
         var pinnedEmail: String?
     }
 
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
     private let hostClock: ManualClock
     private let probe: ModelProbe
 
     package init(signer: IdentitySigner, clock: ManualClock, probe: ModelProbe) {
-        state = Mutex(State(signer: signer))
+        state = SanitizedMutex(State(signer: signer))
         hostClock = clock
         self.probe = probe
     }

@@ -69,7 +69,7 @@ package final class ModelFetcher: CredentialFetcher {
 
     package static let defaultBehaviour = FetchBehaviour.succeed(lifetime: 300)
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
     private let clock: ManualClock
     private let minimumInterval: Duration
     /// The executor the tasks that answer on their own prefer.

@@ -100,7 +100,7 @@ package final class ModelProbe: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     /// Creates a probe that has observed nothing.
     package init() {}
@@ -518,10 +518,10 @@ package final class ModelProbe: Sendable {
 
 /// The service's verifier, shared with scoped work that sends credentials to the service.
 package final class ServiceVerifier: Sendable {
-    private let verifier: Mutex<IdentityVerifier>
+    private let verifier: SanitizedMutex<IdentityVerifier>
 
     package init(_ verifier: IdentityVerifier) {
-        self.verifier = Mutex(verifier)
+        self.verifier = SanitizedMutex(verifier)
     }
 
     package func rotate(to secret: String) {
@@ -560,7 +560,7 @@ package final class SubscriberLog: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
     /// The engine's last sequence number when the subscriber subscribed: its first event, the state current then,
     /// may carry an earlier one.
     package let startSequence: UInt64

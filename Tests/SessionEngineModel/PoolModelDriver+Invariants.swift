@@ -19,7 +19,7 @@ package final class MemberProbes: Sendable {
         var budgetBehindReports = 0
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     package init() {}
 

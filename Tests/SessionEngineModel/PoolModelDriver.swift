@@ -38,9 +38,9 @@ package final class PoolModelDriver {
 
     /// What the program's tasks see while they run, shared with them.
     final class ProgramLog: Sendable {
-        let violations = Mutex<[String]>([])
+        let violations = SanitizedMutex<[String]>([])
         /// Scoped work the pool cancelled, with the step that started it.
-        let cancelledWork = Mutex<[(account: AccountID, started: Int)]>([])
+        let cancelledWork = SanitizedMutex<[(account: AccountID, started: Int)]>([])
         let shuttingDown = Atomic<Bool>(false)
     }
 

@@ -20,11 +20,11 @@ package final class PoolModelFetcher: CredentialFetcher {
     package let script = ScriptedCredentialFetcher()
     package let clock: ManualClock
     /// Names the account's member when a fetch arrives; set once the pool exists.
-    private let memberOf = Mutex<(@Sendable (AccountID) -> UInt64?)?>(nil)
-    private let starts = Mutex<(all: [Duration], unchecked: [Start])>(([], []))
+    private let memberOf = SanitizedMutex<(@Sendable (AccountID) -> UInt64?)?>(nil)
+    private let starts = SanitizedMutex<(all: [Duration], unchecked: [Start])>(([], []))
     /// From which monotonic time on the wall clock stood how far from it, oldest first: one entry per jump.
-    private let wallOffsets = Mutex<[(from: Duration, offset: TimeInterval)]>([])
-    private let outstanding = Mutex<[AccountID: Int]>([:])
+    private let wallOffsets = SanitizedMutex<[(from: Duration, offset: TimeInterval)]>([])
+    private let outstanding = SanitizedMutex<[AccountID: Int]>([:])
 
     package init(clock: ManualClock) {
         self.clock = clock

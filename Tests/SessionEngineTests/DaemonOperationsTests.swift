@@ -13,7 +13,7 @@ struct DaemonOperationsTests {
     @Test func aGracefulShutdownLetsWorkFinishWithinTheGracePeriodThenSignsOutWithHooks() async throws {
         let harness = EngineHarness()
         let engine = harness.engine
-        let changes = Mutex<[AccountChange]>([])
+        let changes = SanitizedMutex<[AccountChange]>([])
         await engine.addAccountChangeHook { change in changes.withLock { $0.append(change) } }
         try await harness.signIn("alice")
         let gate = Gate(clock: harness.clock)
@@ -57,7 +57,7 @@ struct DaemonOperationsTests {
         let harness = EngineHarness()
         let engine = harness.engine
         let clock = harness.clock
-        let changes = Mutex<[AccountChange]>([])
+        let changes = SanitizedMutex<[AccountChange]>([])
         await engine.addAccountChangeHook { change in changes.withLock { $0.append(change) } }
         try await harness.signIn("alice")
         let work = await engine.startCall { engine in
@@ -178,7 +178,7 @@ struct DaemonOperationsTests {
     @Test func signingInWithAHeldCredentialInstallsItWithoutFetching() async throws {
         let harness = EngineHarness()
         let engine = harness.engine
-        let changes = Mutex<[AccountChange]>([])
+        let changes = SanitizedMutex<[AccountChange]>([])
         await engine.addAccountChangeHook { change in changes.withLock { $0.append(change) } }
         try await engine.signIn("alice", with: harness.credential(for: "alice"))
         #expect(engine.state.isIdentified)

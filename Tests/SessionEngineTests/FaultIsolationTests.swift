@@ -37,7 +37,7 @@ extension ScriptedCredentialFetcher {
         let clock = ManualClock()
         let hanging = Locked<Set<AccountID>>(["alice"])
         let fetcher = try faultyBackend(clock: clock, hanging: hanging)
-        let records = Mutex<[SessionLogRecord]>([])
+        let records = SanitizedMutex<[SessionLogRecord]>([])
         var configuration = SessionConfiguration(
             randomSeed: 3, log: { record in records.withLock { $0.append(record) } })
         configuration.fetchTimeout = .seconds(20)
@@ -191,7 +191,7 @@ extension ScriptedCredentialFetcher {
 
     @Test func aRenewalAdmittedAfterItsExpiryWarnsThatTheBudgetCannotKeepUp() async {
         let clock = ManualClock()
-        let changes = Mutex<[FetchBudget.Change]>([])
+        let changes = SanitizedMutex<[FetchBudget.Change]>([])
         let budget = FetchBudget(
             limits: .init(maximumInFlight: 1, startsPerSecond: 1000), clock: clock,
             taskExecutor: clock.executor, onChange: { change in changes.withLock { $0.append(change) } })
@@ -334,7 +334,7 @@ extension ScriptedCredentialFetcher {
 @Suite struct PoolShutdownTests {
     @Test func aGracefulShutdownLetsWorkFinishThenRunsEveryAccountsHooks() async throws {
         let harness = PoolHarness()
-        let changes = Mutex<[AccountChange]>([])
+        let changes = SanitizedMutex<[AccountChange]>([])
         await harness.pool.addAccountChangeHook { change in changes.withLock { $0.append(change) } }
         let signIns = await harness.signInAtOnce(["alice", "bob"])
         for call in signIns { try await call.value }
@@ -368,7 +368,7 @@ extension ScriptedCredentialFetcher {
     @Test func aDateHeaderADayBehindCannotKeepAnExpiredCredentialInUse() async throws {
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_clock", secret: "clock-secret", clock: clock)
-        let records = Mutex<[SessionLogRecord]>([])
+        let records = SanitizedMutex<[SessionLogRecord]>([])
         let engine = SessionEngine(
             fetcher: ScriptedCredentialFetcher(clock: clock) { request in
                 // A backend whose `Date` lags this host's by 23 hours while its signer agrees with the host: its

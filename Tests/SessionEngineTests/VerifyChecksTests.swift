@@ -205,14 +205,14 @@ final class SigningBackend: Sendable {
         var outage = false
     }
 
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
     private let projectID: String
     private let clock: ManualClock
 
     init(projectID: String, secret: String, clock: ManualClock) {
         self.projectID = projectID
         self.clock = clock
-        state = Mutex(State(signer: try! IdentitySigner(projectID: projectID, secret: secret, clock: clock)))
+        state = SanitizedMutex(State(signer: try! IdentitySigner(projectID: projectID, secret: secret, clock: clock)))
     }
 
     /// Issues a credential for the account's session, as the contract's handler does.

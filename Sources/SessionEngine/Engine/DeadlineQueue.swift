@@ -74,7 +74,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
 
     private let clock: any SessionClock
     private let taskExecutor: (any TaskExecutor)?
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     /// How long the sleeper sleeps at most, so that wall-clock jumps are noticed.
     static var slice: Duration { .seconds(30) }
@@ -93,7 +93,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     ) {
         self.clock = clock
         self.taskExecutor = taskExecutor
-        self.state = Mutex(State(delivery: delivery))
+        self.state = SanitizedMutex(State(delivery: delivery))
     }
 
     /// How many timers are scheduled.

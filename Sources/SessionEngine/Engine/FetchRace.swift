@@ -25,7 +25,7 @@ final class FetchRace: Sendable {
         case taken
     }
 
-    private let state = Mutex(State.running)
+    private let state = SanitizedMutex(State.running)
 
     private init() {}
 

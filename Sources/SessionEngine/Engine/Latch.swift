@@ -9,7 +9,7 @@ final class Latch: Sendable {
         var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     /// Creates a closed latch.
     init() {}

@@ -76,11 +76,11 @@ final class MetricsRecorder: Sendable {
         var liveTasks = 0
     }
 
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     /// Creates a recorder whose latency summaries cover at most `latencyWindow` recent fetches each.
     init(latencyWindow: Int = LatencySummary.window) {
-        state = Mutex(
+        state = SanitizedMutex(
             State(
                 latencies: LatencyRing(capacity: latencyWindow), failedLatencies: LatencyRing(capacity: latencyWindow)))
     }

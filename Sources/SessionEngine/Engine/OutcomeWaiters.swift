@@ -102,7 +102,7 @@ final class OutcomeWaiters: Sendable {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     /// Creates an empty set of waiters.
     init() {}

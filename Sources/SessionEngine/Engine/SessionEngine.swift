@@ -31,7 +31,7 @@ public actor SessionEngine {
     let broadcaster: EventBroadcaster
     /// The callers waiting for an outcome, made when the first registers and dropped by the step after the last has
     /// gone (``dropWaitersIfNone()``): an identified engine nobody waits on, one per account in a pool, keeps none.
-    let waiterTable = Mutex<OutcomeWaiters?>(nil)
+    let waiterTable = SanitizedMutex<OutcomeWaiters?>(nil)
     let recorder: MetricsRecorder
     /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
     let observer: (@Sendable (SessionEvent) -> Void)?

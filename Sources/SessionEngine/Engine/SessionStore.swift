@@ -145,8 +145,8 @@ final class SessionStore: Sendable {
     /// call the store and must take no lock but a lock of its own that it holds only briefly.
     typealias Mirror = @Sendable (_ store: SessionStore, _ reading: Reading) -> Void
 
-    private let state = Mutex(State())
-    private let readable = Mutex(Readable.unavailable(.signedOut))
+    private let state = SanitizedMutex(State())
+    private let readable = SanitizedMutex(Readable.unavailable(.signedOut))
     /// The check of the clock that decides local expiry, which the store shares with its engine's other stores.
     private let wallClock: SharedWallClockCheck
     /// The clock that decides local expiry, the one the check reads.

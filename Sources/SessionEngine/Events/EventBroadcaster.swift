@@ -75,11 +75,11 @@ final class EventBroadcaster: Sendable {
         var dropped = 0
     }
 
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
     private let bufferLimit: Int
 
     init(initial: SessionEvent, bufferLimit: Int) {
-        self.state = Mutex(State(current: Published(initial)))
+        self.state = SanitizedMutex(State(current: Published(initial)))
         self.bufferLimit = bufferLimit
     }
 

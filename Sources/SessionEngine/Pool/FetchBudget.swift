@@ -99,7 +99,7 @@ final class FetchBudget: Sendable {
 
     private let clock: any SessionClock
     private let taskExecutor: (any TaskExecutor)?
-    private let state: Mutex<Locked>
+    private let state: SanitizedMutex<Locked>
     /// Receives each change in the lock step that makes it, so in order; it must return quickly and must not call the
     /// budget.
     private let onChange: (@Sendable (Change) -> Void)?
@@ -113,7 +113,7 @@ final class FetchBudget: Sendable {
         self.clock = clock
         self.taskExecutor = taskExecutor
         self.onChange = onChange
-        state = Mutex(Locked(machine: StateMachine(limits: limits, now: clock.uptime)))
+        state = SanitizedMutex(Locked(machine: StateMachine(limits: limits, now: clock.uptime)))
     }
 
     var snapshot: Snapshot {

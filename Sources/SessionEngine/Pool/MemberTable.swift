@@ -49,11 +49,11 @@ final class MemberTable: Sendable {
     /// slots on average.
     static let probes = 8
 
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     /// Creates a table of `count` empty slots, a power of two.
     init(count: Int) {
-        state = Mutex(State(slots: Array(repeating: Slot(), count: count)))
+        state = SanitizedMutex(State(slots: Array(repeating: Slot(), count: count)))
     }
 
     /// The serial of a new use, later than every use before it.

@@ -100,7 +100,7 @@ public final class SessionPool: Sendable {
     let budget: FetchBudget
     /// Every account's timer, in one deadline queue.
     let timers: DeadlineQueue<SessionEngine.TimerTarget>
-    let members: Mutex<Members>
+    let members: SanitizedMutex<Members>
     /// The hash of the members' index, used outside its lock.
     let memberHasher: MemberIndex.Hasher
     /// The members' index's table, which reads and finds members under a lock of its own.
@@ -155,7 +155,7 @@ public final class SessionPool: Sendable {
         self.memberHasher = memberHasher
         let index = MemberIndex(hasher: memberHasher)
         self.table = index.table
-        self.members = Mutex(Members(index: index))
+        self.members = SanitizedMutex(Members(index: index))
         let taskExecutor = SessionEngine.Shared.executors(configuration.session, clock: clock).task
         let outlets = Outlets(
             broadcaster: PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit), observer: observer,

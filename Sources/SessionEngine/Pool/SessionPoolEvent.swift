@@ -70,7 +70,7 @@ final class PoolEventBroadcaster: Sendable {
         var finished = false
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
     private let bufferLimit: Int
 
     init(bufferLimit: Int) {

@@ -11,13 +11,8 @@ import Synchronization
 /// annotations with no extra flag; in any other build they reduce to a never-taken branch, so inside this module,
 /// where the lock is inlined, it costs what `Synchronization.Mutex` costs.
 ///
-/// Inside SessionEngine the internal alias ``Mutex`` names this type, so the engine's code spells it `Mutex`. The
-/// package's other targets declare the same alias once, which shadows `Synchronization.Mutex` in their files that
-/// import both modules:
-///
-/// ```swift
-/// typealias Mutex<Value: ~Copyable> = SanitizedMutex<Value>
-/// ```
+/// The package's code names it `SanitizedMutex` wherever it locks, so no file has to know that a shorter name would
+/// shadow `Synchronization.Mutex`, and `Mutex` in any of its files is always the standard one.
 ///
 /// Across modules the compiler does not inline these `package` methods, so there a `withLock` costs a call more
 /// than `Synchronization.Mutex`: fine for tests, but benchmarks that measure a lock use `Synchronization.Mutex`.
@@ -57,6 +52,3 @@ package struct SanitizedMutex<Value: ~Copyable>: ~Copyable {
 }
 
 extension SanitizedMutex: Sendable where Value: ~Copyable {}
-
-/// The package's lock under the name the engine's code uses; it shadows `Synchronization.Mutex` in this module.
-typealias Mutex<Value: ~Copyable> = SanitizedMutex<Value>

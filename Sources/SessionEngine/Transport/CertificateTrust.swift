@@ -149,7 +149,7 @@ public struct CertificateTrust: Sendable, Hashable, CustomStringConvertible, Cus
 
     /// Counts the reads of the system's bundle made by the task that sets it, and by its child tasks; for tests.
     package final class BundleReads: Sendable {
-        private let count = Mutex(0)
+        private let count = SanitizedMutex(0)
 
         package init() {}
 

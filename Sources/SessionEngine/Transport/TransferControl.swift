@@ -22,7 +22,7 @@ final class TransferControl: Sendable {
         var body: [UInt8] = []
     }
 
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     init() {}
 

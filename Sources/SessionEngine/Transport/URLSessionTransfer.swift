@@ -97,7 +97,7 @@ final class URLSessionTransfer: Sendable {
             let trust: CertificateTrust
         }
 
-        private let entries = Mutex<[Int: Entry]>([:])
+        private let entries = SanitizedMutex<[Int: Entry]>([:])
 
         func register(_ task: URLSessionTask, control: TransferControl, requiresNoStore: Bool, trust: CertificateTrust)
         {

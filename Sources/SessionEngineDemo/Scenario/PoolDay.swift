@@ -135,13 +135,13 @@ private final class PoolDayBackend: CredentialFetcher {
     private let projectID: String
     private let secret: String
     private let clock: ManualClock
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     init(projectID: String, secret: String, clock: ManualClock) {
         self.projectID = projectID
         self.secret = secret
         self.clock = clock
-        state = Mutex(
+        state = SanitizedMutex(
             State(
                 signer: try! IdentitySigner(projectID: projectID, secret: secret, clock: clock),
                 verifier: try! IdentityVerifier(projectID: projectID, secret: secret, clock: clock)))

@@ -35,13 +35,13 @@ final class EmbeddedBackend: ScenarioBackend {
     private let projectID: String
     private let baseSecret: String
     private let clock: any SessionClock
-    private let state: Mutex<State>
+    private let state: SanitizedMutex<State>
 
     init(projectID: String, secret: String, clock: any SessionClock) throws {
         self.projectID = projectID
         self.baseSecret = secret
         self.clock = clock
-        state = Mutex(State(signer: try IdentitySigner(projectID: projectID, secret: secret, clock: clock)))
+        state = SanitizedMutex(State(signer: try IdentitySigner(projectID: projectID, secret: secret, clock: clock)))
     }
 
     /// How many credentials the backend has issued.

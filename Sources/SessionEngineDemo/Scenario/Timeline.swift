@@ -39,7 +39,7 @@ final class Timeline: Sendable {
     let json: Bool
     private let clock: any SessionClock
     private let start: Date
-    private let state = Mutex(State())
+    private let state = SanitizedMutex(State())
 
     init(json: Bool, clock: any SessionClock) {
         self.json = json

@@ -2,7 +2,7 @@ import SessionEngine
 
 /// The outcome of each Verify check: it passes when every part of it passed.
 final class Verdicts: Sendable {
-    private let state = Mutex<[Int: Bool]>([:])
+    private let state = SanitizedMutex<[Int: Bool]>([:])
 
     /// Records one part of check `check`.
     func record(_ check: Int, _ passed: Bool) {

@@ -15,7 +15,7 @@ final class ClosingServer: Sendable {
     /// The port it listens on.
     let port: Int
     private let descriptor: Int32
-    private let accepted = Mutex(0)
+    private let accepted = SanitizedMutex(0)
 
     /// How many connections it accepted and closed.
     var connections: Int { accepted.withLock { $0 } }

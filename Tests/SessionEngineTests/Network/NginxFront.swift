@@ -184,7 +184,7 @@ final class NginxFront: Sendable {
 /// status) and retries on new ports; a server counts as ready only once it has written its pid file, which nginx and
 /// tinyproxy do after binding every port, so the listener on the port is the server's own.
 enum LoopbackPorts {
-    private static let handedOut = Mutex<Set<Int>>([])
+    private static let handedOut = SanitizedMutex<Set<Int>>([])
 
     /// `count` distinct ports that were free a moment ago and were never handed out before in this process: each
     /// bound on 127.0.0.1 port 0, all at once, then closed.

@@ -208,7 +208,7 @@ struct HostileBackendTests {
     // MARK: - Schemes
 
     @Test func plainHTTPToANonLoopbackHostIsRefusedBeforeAnyConnection() async throws {
-        let calls = Mutex(0)
+        let calls = SanitizedMutex(0)
         for endpoint in [
             "http://api.example.com/identity", "http://10.0.0.8/identity", "http://127.0.0.1.example.com/identity",
             "ftp://127.0.0.1/identity", "http://localhost.example.com/identity",

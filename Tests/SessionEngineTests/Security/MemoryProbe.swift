@@ -32,7 +32,7 @@ enum MemoryProbe {
     /// Runs `body` and returns its result with the largest resident-memory growth seen while it ran.
     static func peakGrowth<T: Sendable>(during body: () async -> T) async -> (T, growth: Int) {
         let baseline = residentBytes() ?? 0
-        let state = Mutex((peak: baseline, running: true))
+        let state = SanitizedMutex((peak: baseline, running: true))
         let sampler = Thread {
             while state.withLock({ $0.running }) {
                 let now = residentBytes() ?? 0

@@ -418,7 +418,7 @@ extension ChildProcess {
             let error: Int32
         }
 
-        private let state: Mutex<State>
+        private let state: SanitizedMutex<State>
         /// The pump polls this pipe's read end; anything that changes what the pump must do writes a byte to it.
         private let wakeRead: Int32
         private let wakeWrite: Int32
@@ -430,7 +430,8 @@ extension ChildProcess {
             _ = fcntl(ends[1], F_SETFL, fcntl(ends[1], F_GETFL) | O_NONBLOCK)
             wakeRead = ends[0]
             wakeWrite = ends[1]
-            state = Mutex(State(name: name, outputLimit: outputLimit, pendingInput: input, closesInput: closesInput))
+            state = SanitizedMutex(
+                State(name: name, outputLimit: outputLimit, pendingInput: input, closesInput: closesInput))
         }
 
         deinit {

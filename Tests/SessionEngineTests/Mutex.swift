@@ -1,5 +1,0 @@
-import SessionEngine
-
-/// The package's lock, which the thread sanitizer can see, under the name the tests use. It shadows
-/// `Synchronization.Mutex` in this module.
-typealias Mutex<Value: ~Copyable> = SanitizedMutex<Value>
