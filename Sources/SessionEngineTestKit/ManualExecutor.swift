@@ -95,7 +95,9 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     }
 
     private let books = Books()
-    private let queue = DispatchQueue(label: "SessionEngineTestKit.ManualExecutor")
+    /// The serial queue, on the system's shared threads: a suite makes a manual clock per test, and queues of their
+    /// own threads would add a thread for each clock with work at once.
+    private let queue = DispatchQueue(label: "SessionEngineTestKit.ManualExecutor", target: .global())
     private let parallelTasks: ParallelTasks?
 
     /// Creates an executor with nothing to run.
