@@ -1,6 +1,7 @@
 import Foundation
 import SessionEngine
 import SessionEngineBackend
+import SessionEngineTestKit
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -81,21 +82,25 @@ final class EmbeddedBackend: ScenarioBackend {
 
 /// A backend over HTTP, reached with ``HTTPCredentialFetcher``: the loopback backend of the tests, or any backend
 /// with the same sessions, admin endpoints and simulated-clock header.
+///
+/// The scenario's time is a manual clock's while the requests take real time: each fetch runs as work the clock's
+/// executor counts (`RealTimeFetcher`), so the scenario never moves the clock while a request is on the wire.
 final class RemoteBackend: ScenarioBackend {
     let label: String
-    private let fetcher: HTTPCredentialFetcher
+    private let fetcher: RealTimeFetcher<HTTPCredentialFetcher>
     private let endpoint: URL
 
-    init(endpoint target: BackendTarget, clock: any SessionClock) {
+    init(endpoint target: BackendTarget, clock: ManualClock) {
         let endpoint = target.url
         self.endpoint = endpoint
         label = "backend at \(endpoint.host ?? "?"):\(endpoint.port.map(String.init) ?? "default port")"
-        fetcher = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5), trust: target.trust, clock: clock) {
+        let http = HTTPCredentialFetcher(endpoint: endpoint, timeout: .seconds(5), trust: target.trust, clock: clock) {
             account, request in
             request.setValue("Bearer \(DemoAccounts.sessionToken(for: account))", forHTTPHeaderField: "Authorization")
             // The backend signs on the scenario's simulated clock, so accelerated time and expiry agree.
             request.setValue(String(Int64(clock.now.timeIntervalSince1970)), forHTTPHeaderField: "X-Demo-Clock")
         }
+        fetcher = RealTimeFetcher(http, clock: clock)
     }
 
     func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
@@ -144,7 +149,7 @@ final class RemoteBackend: ScenarioBackend {
         guard let url = components.url else { throw SessionError.fetchFailed("the backend URL is not valid") }
         var request = URLRequest(url: url)
         request.httpMethod = method
-        let (status, body) = try await fetcher.exchange(request)
+        let (status, body) = try await fetcher.base.exchange(request)
         guard status == 200 else {
             throw SessionError.fetchFailed("the backend's \(path) endpoint did not answer 200")
         }
