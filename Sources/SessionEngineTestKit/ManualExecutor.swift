@@ -26,7 +26,6 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
         /// Jobs enqueued on either side and not yet run to their end.
         var outstanding = 0
         var idleWaiters: [CheckedContinuation<Void, Never>] = []
-        var jobsRun: UInt64 = 0
         /// Work under way outside the executor that counts as running (``runOutside(_:)``).
         var outside = 0
 
@@ -52,7 +51,6 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
         /// A job ran to its end: the idle waiters to resume, when nothing is left.
         mutating func finished() -> [CheckedContinuation<Void, Never>] {
             outstanding -= 1
-            jobsRun += 1
             return takeIdleWaiters()
         }
 
@@ -114,9 +112,6 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
 
     /// Whether no job is queued or running and no work runs outside (``runOutside(_:)``).
     public var isIdle: Bool { books.state.withLock { $0.isIdle } }
-
-    /// How many jobs the executor has run.
-    public var jobsRun: UInt64 { books.state.withLock { $0.jobsRun } }
 
     /// Queues `job` on the serial queue and schedules a drain of the queue if none is under way.
     ///

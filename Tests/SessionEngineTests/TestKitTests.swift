@@ -130,4 +130,41 @@ struct TestKitTests {
         #expect(gate.isOpen && !gate.isHolding)
         #expect(await gate.value(as: Bool.self) == nil)
     }
+
+    // MARK: - ManualExecutor
+
+    @Test func workRunOutsideTheExecutorKeepsItBusyUntilItEnds() async {
+        let executor = ManualExecutor()
+        #expect(executor.isIdle)
+        let ended = Locked(false)
+        let task = Task(executorPreference: executor) {
+            await executor.runOutside {
+                // Resumed from a thread of the system's, as a real server's answer is: the executor has no job meanwhile.
+                await withCheckedContinuation { continuation in
+                    DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(50)) { continuation.resume() }
+                }
+                ended.withLock { $0 = true }
+            }
+        }
+        await executor.waitUntilIdle()
+        #expect(ended.withLock { $0 }, "the executor read idle while the work outside it ran")
+        #expect(executor.isIdle)
+        await task.value
+    }
+
+    @Test func tasksThatRunInParallelAreCountedWithTheSerialQueue() async {
+        let executor = ManualExecutor(tasksRunInParallel: true)
+        let own = ObjectIdentifier(executor.taskExecutor) != ObjectIdentifier(executor)
+        #expect(own, "tasks run on an executor of their own")
+        let finished = Locked(0)
+        for _ in 0..<20 {
+            Task(executorPreference: executor.taskExecutor) {
+                for _ in 0..<5 { await Task.yield() }
+                finished.withLock { $0 += 1 }
+            }
+        }
+        await executor.waitUntilIdle()
+        #expect(finished.withLock { $0 } == 20)
+        #expect(executor.isIdle)
+    }
 }
