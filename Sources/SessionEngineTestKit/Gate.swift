@@ -1,5 +1,4 @@
 import SessionEngine
-import Synchronization
 
 /// A one-shot signal that tasks wait at until the test opens it, optionally carrying a value to every waiter.
 ///
@@ -9,13 +8,7 @@ import Synchronization
 /// inside its hooks, wait until everything else has settled (``SessionEngine/SessionEngine/waitUntilIdle()``), act,
 /// and then open the gate. Waiting ignores cancellation: a waiter leaves only when the gate opens.
 public final class Gate: Sendable {
-    private struct State {
-        var isOpen = false
-        var value: (any Sendable)?
-        var waiters: [CheckedContinuation<(any Sendable)?, Never>] = []
-    }
-
-    private let state = SanitizedMutex(State())
+    private let opened = OneShot<(any Sendable)?>()
 
     /// Creates a closed gate.
     public init() {}
@@ -27,14 +20,14 @@ public final class Gate: Sendable {
     public init(clock: ManualClock) {}
 
     /// Whether anyone waits at the gate.
-    public var isHolding: Bool { state.withLock { !$0.waiters.isEmpty } }
+    public var isHolding: Bool { opened.waiting > 0 }
 
     /// Whether the gate has been opened.
-    public var isOpen: Bool { state.withLock { $0.isOpen } }
+    public var isOpen: Bool { opened.isOpen }
 
     /// Waits until the gate opens; returns at once if it is open.
     public func wait() async {
-        _ = await opened()
+        _ = await opened.value()
     }
 
     /// Waits until the gate opens and returns the value it was opened with.
@@ -43,41 +36,18 @@ public final class Gate: Sendable {
     /// - Returns: The value ``open(with:)`` gave; `nil` when the gate was opened with ``open()`` or with a value of
     ///   another type.
     public func value<Value: Sendable>(as type: Value.Type = Value.self) async -> Value? {
-        await opened() as? Value
-    }
-
-    private func opened() async -> (any Sendable)? {
-        await withCheckedContinuation { (continuation: CheckedContinuation<(any Sendable)?, Never>) in
-            let opened = state.withLock { state -> (any Sendable)?? in
-                if state.isOpen { return .some(state.value) }
-                state.waiters.append(continuation)
-                return .none
-            }
-            if let opened { continuation.resume(returning: opened) }
-        }
+        await opened.value() as? Value
     }
 
     /// Opens the gate for good and lets every waiter through; a gate already open stays as it is.
     public func open() {
-        open(carrying: nil)
+        opened.open(with: nil)
     }
 
     /// Opens the gate for good with a value every waiter receives; a gate already open keeps its first value.
     ///
     /// - Parameter value: The value ``value(as:)`` returns to every waiter.
     public func open(with value: some Sendable) {
-        open(carrying: value)
-    }
-
-    private func open(carrying value: (any Sendable)?) {
-        let (waiters, value) = state.withLock {
-            state -> ([CheckedContinuation<(any Sendable)?, Never>], (any Sendable)?) in
-            guard !state.isOpen else { return ([], nil) }
-            state.isOpen = true
-            state.value = value
-            defer { state.waiters.removeAll() }
-            return (state.waiters, value)
-        }
-        for waiter in waiters { waiter.resume(returning: value) }
+        opened.open(with: value)
     }
 }

@@ -12,30 +12,21 @@ import Synchronization
 /// ``SessionEngine/SessionEngine/waitUntilIdle()`` knows when none of their work can run: a task asleep on the clock has
 /// no job until ``advance(by:)`` wakes it. Nothing here waits on real time.
 public final class ManualClock: SessionClock, ExecutingClock {
-    private struct Sleeper {
-        var deadline: Duration
-        var continuation: CheckedContinuation<Void, any Error>
-    }
-
-    private struct SleeperWaiter {
-        var count: Int
-        var continuation: CheckedContinuation<Void, Never>
-    }
+    /// A sleeper waits for its deadline, woken with `true`, or for its cancellation, woken with `false`.
+    private typealias Sleepers = WaiterQueue<Duration, Bool>
 
     private struct State {
         var elapsed: Duration = .zero
         var wall: Date
-        var nextID: UInt64 = 0
-        var sleepers: [UInt64: Sleeper] = [:]
-        var waiters: [SleeperWaiter] = []
+        var sleepers = Sleepers()
+        /// Callers of ``waitForSleepers(count:)``, each with the count it waits for.
+        var waiters = WaiterQueue<Int, Void>()
 
-        mutating func readyWaiters() -> [CheckedContinuation<Void, Never>] {
-            var ready: [CheckedContinuation<Void, Never>] = []
-            waiters.removeAll { waiter in
-                guard sleepers.count >= waiter.count else { return false }
-                ready.append(waiter.continuation)
-                return true
-            }
+        /// Takes the callers of ``waitForSleepers(count:)`` whose count of sleepers is reached.
+        mutating func readyWaiters() -> WaiterQueue<Int, Void>.Wakeups {
+            var ready = WaiterQueue<Int, Void>.Wakeups()
+            let sleeping = sleepers.waiting
+            waiters.resolve(where: { sleeping >= $0 }, with: { _ in () }, into: &ready)
             return ready
         }
     }
@@ -79,10 +70,10 @@ public final class ManualClock: SessionClock, ExecutingClock {
     public var uptime: Duration { state.withLock { $0.elapsed } }
 
     /// The number of tasks currently sleeping on this clock.
-    public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+    public var sleeperCount: Int { state.withLock { $0.sleepers.waiting } }
 
     /// The earliest deadline among the sleepers, as monotonic time since creation, or `nil` when none sleeps.
-    public var nextDeadline: Duration? { state.withLock { $0.sleepers.values.map(\.deadline).min() } }
+    public var nextDeadline: Duration? { state.withLock { $0.sleepers.waitingKeys.min() } }
 
     /// Suspends until the clock has been advanced by `duration`.
     ///
@@ -108,43 +99,46 @@ public final class ManualClock: SessionClock, ExecutingClock {
     }
 
     private func park(for duration: Duration, ignoringCancellation: Bool) async throws {
-        let id = state.withLock { state in
-            state.nextID += 1
-            return state.nextID
+        // Entered in one lock step with the check of cancellation, so the cancellation handler has a ticket to resolve.
+        let entered = state.withLock { state -> (Sleepers.Ticket, WaiterQueue<Int, Void>.Wakeups)? in
+            if Task.isCancelled && !ignoringCancellation { return nil }
+            let ticket = state.sleepers.enqueue(state.elapsed + duration)
+            return (ticket, state.readyWaiters())
         }
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                let (cancelled, ready) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
-                    if Task.isCancelled && !ignoringCancellation { return (true, []) }
-                    state.sleepers[id] = Sleeper(deadline: state.elapsed + duration, continuation: continuation)
-                    return (false, state.readyWaiters())
-                }
-                if cancelled { continuation.resume(throwing: CancellationError()) }
-                for waiter in ready { waiter.resume() }
+        guard let (ticket, ready) = entered else { throw CancellationError() }
+        ready.resume()
+        let woken = await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
+                let now = state.withLock { $0.sleepers.park(ticket, continuation) }
+                if let now { continuation.resume(returning: now) }
             }
         } onCancel: {
             guard !ignoringCancellation else { return }
-            let sleeper = state.withLock { $0.sleepers.removeValue(forKey: id) }
-            guard let sleeper else { return }
-            sleeper.continuation.resume(throwing: CancellationError())
+            state.withLock { state in
+                var wakeups = Sleepers.Wakeups()
+                state.sleepers.resolve(ticket, with: false, into: &wakeups)
+                return wakeups
+            }.resume()
         }
+        if !woken { throw CancellationError() }
     }
 
-    /// Moves the monotonic and the wall clock forward and wakes every sleeper whose deadline has come.
+    /// Moves the monotonic and the wall clock forward and wakes every sleeper whose deadline has come, earliest
+    /// deadline first.
     ///
     /// - Parameter duration: How far to move; must not be negative.
     public func advance(by duration: Duration) {
         precondition(duration >= .zero, "a monotonic clock cannot go backwards")
-        let due = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+        state.withLock { state in
             state.elapsed += duration
             state.wall += duration.timeInterval
             let now = state.elapsed
-            let dueIDs = state.sleepers.filter { $0.value.deadline <= now }
-                .sorted { $0.value.deadline < $1.value.deadline }
-                .map(\.key)
-            return dueIDs.compactMap { state.sleepers.removeValue(forKey: $0)?.continuation }
-        }
-        for continuation in due { continuation.resume() }
+            var due = Sleepers.Wakeups()
+            for deadline in Set(state.sleepers.waitingKeys.filter { $0 <= now }).sorted() {
+                state.sleepers.resolve(where: { $0 == deadline }, with: { _ in true }, into: &due)
+            }
+            return due
+        }.resume()
     }
 
     /// Advances the clock to the earliest sleeper's deadline, if any sleeps, and wakes the sleepers due then.
@@ -173,10 +167,10 @@ public final class ManualClock: SessionClock, ExecutingClock {
     ///
     /// - Parameter count: The number of sleepers to wait for.
     public func waitForSleepers(count: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let ready = state.withLock { state -> Bool in
-                if state.sleepers.count >= count { return true }
-                state.waiters.append(SleeperWaiter(count: count, continuation: continuation))
+                if state.sleepers.waiting >= count { return true }
+                state.waiters.park(count, continuation)
                 return false
             }
             if ready { continuation.resume() }

@@ -25,7 +25,7 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
         var draining = false
         /// Jobs enqueued on either side and not yet run to their end.
         var outstanding = 0
-        var idleWaiters: [CheckedContinuation<Void, Never>] = []
+        var idleWaiters = WaiterQueue<Void, Void>()
         /// Work under way outside the executor that counts as running (``runOutside(_:)``).
         var outside = 0
 
@@ -49,16 +49,16 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
         }
 
         /// A job ran to its end: the idle waiters to resume, when nothing is left.
-        mutating func finished() -> [CheckedContinuation<Void, Never>] {
+        mutating func finished() -> WaiterQueue<Void, Void>.Wakeups {
             outstanding -= 1
             return takeIdleWaiters()
         }
 
         /// The idle waiters to resume, when the executor is idle.
-        mutating func takeIdleWaiters() -> [CheckedContinuation<Void, Never>] {
-            guard isIdle, !idleWaiters.isEmpty else { return [] }
-            defer { idleWaiters.removeAll() }
-            return idleWaiters
+        mutating func takeIdleWaiters() -> WaiterQueue<Void, Void>.Wakeups {
+            var idle = WaiterQueue<Void, Void>.Wakeups()
+            if isIdle { idleWaiters.resolveAll(with: (), into: &idle) }
+            return idle
         }
     }
 
@@ -68,8 +68,7 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
 
         /// Counts a job as run and wakes the callers of ``ManualExecutor/waitUntilIdle()`` when nothing is left.
         func finish() {
-            let idle = state.withLock { $0.finished() }
-            for waiter in idle { waiter.resume() }
+            state.withLock { $0.finished() }.resume()
         }
     }
 
@@ -146,10 +145,10 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     /// Call it from a task that does not run on this executor (a test's own task): a task on the executor that waits
     /// here is itself the job that keeps it busy once it is woken.
     public func waitUntilIdle() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let idle = books.state.withLock { state -> Bool in
                 guard !state.isIdle else { return true }
-                state.idleWaiters.append(continuation)
+                state.idleWaiters.park((), continuation)
                 return false
             }
             if idle { continuation.resume() }
@@ -168,11 +167,10 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     public func runOutside<T>(_ body: () async throws -> T) async rethrows -> T {
         books.state.withLock { $0.outside += 1 }
         defer {
-            let idle = books.state.withLock { state in
+            books.state.withLock { state in
                 state.outside -= 1
                 return state.takeIdleWaiters()
-            }
-            for waiter in idle { waiter.resume() }
+            }.resume()
         }
         return try await body()
     }

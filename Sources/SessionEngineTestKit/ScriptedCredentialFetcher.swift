@@ -41,17 +41,16 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
         public var description: String { "#\(id) \(account)" }
     }
 
-    private struct Pending {
-        var request: Request
-        var continuation: CheckedContinuation<Reply, Never>
-    }
-
     private struct State {
         var cancelled = 0
         var requests: [Request] = []
-        var pending: [Int: Pending] = [:]
+        /// The held fetches, each waiting for its reply.
+        var held = WaiterQueue<Int, Reply>()
+        /// Every held fetch's place in `held`, by request ID.
+        var tickets: [Int: WaiterQueue<Int, Reply>.Ticket] = [:]
         var unclaimed: [Request] = []
-        var requestWaiters: [CheckedContinuation<Request, Never>] = []
+        /// Callers of ``nextRequest()``, each waiting for a held request no earlier call has returned.
+        var requestWaiters = WaiterQueue<Void, Request>()
         var script: Script?
     }
 
@@ -102,7 +101,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     public var totalRequests: Int { state.withLock { $0.requests.count } }
 
     /// How many fetches are held, waiting for the test's answer.
-    public var pendingCount: Int { state.withLock { $0.pending.count } }
+    public var pendingCount: Int { state.withLock { $0.held.waiting } }
 
     /// How many fetches ended because the engine cancelled them.
     public var cancelledCount: Int { state.withLock { $0.cancelled } }
@@ -159,32 +158,37 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     }
 
     private func hold(_ request: Request, ignoringCancellation: Bool) async -> Reply {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Reply, Never>) in
-                let (cancelled, waiter) = state.withLock { state -> (Bool, CheckedContinuation<Request, Never>?) in
-                    if Task.isCancelled && !ignoringCancellation {
-                        state.cancelled += 1
-                        return (true, nil)
-                    }
-                    state.pending[request.id] = Pending(request: request, continuation: continuation)
-                    if state.requestWaiters.isEmpty {
-                        state.unclaimed.append(request)
-                        return (false, nil)
-                    }
-                    return (false, state.requestWaiters.removeFirst())
-                }
-                if cancelled { continuation.resume(returning: .error(CancellationError())) }
-                waiter?.resume(returning: request)
+        // Held in one lock step with the check of cancellation, so the cancellation handler finds the ticket.
+        let entered = state.withLock { state -> (WaiterQueue<Int, Reply>.Ticket, WaiterQueue<Void, Request>.Wakeups)? in
+            if Task.isCancelled && !ignoringCancellation {
+                state.cancelled += 1
+                return nil
+            }
+            let ticket = state.held.enqueue(request.id)
+            state.tickets[request.id] = ticket
+            var claimed = WaiterQueue<Void, Request>.Wakeups()
+            if !state.requestWaiters.resolveFirst(with: request, into: &claimed) { state.unclaimed.append(request) }
+            return (ticket, claimed)
+        }
+        guard let (ticket, claimed) = entered else { return .error(CancellationError()) }
+        claimed.resume()
+        return await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Reply, Never>) in
+                let now = state.withLock { $0.held.park(ticket, continuation) }
+                if let now { continuation.resume(returning: now) }
             }
         } onCancel: {
             guard !ignoringCancellation else { return }
-            let pending = state.withLock { state -> Pending? in
-                guard let pending = state.pending.removeValue(forKey: request.id) else { return nil }
+            state.withLock { state in
+                var wakeups = WaiterQueue<Int, Reply>.Wakeups()
+                guard state.held.resolve(ticket, with: .error(CancellationError()), into: &wakeups) else {
+                    return wakeups
+                }
+                state.tickets[request.id] = nil
                 state.cancelled += 1
                 state.unclaimed.removeAll { $0.id == request.id }
-                return pending
-            }
-            pending?.continuation.resume(returning: .error(CancellationError()))
+                return wakeups
+            }.resume()
         }
     }
 
@@ -216,10 +220,10 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     ///
     /// - Returns: The request, still waiting for its answer (unless it was cancelled meanwhile).
     public func nextRequest() async -> Request {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Request, Never>) in
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Request, Never>) in
             let ready = state.withLock { state -> Request? in
                 if !state.unclaimed.isEmpty { return state.unclaimed.removeFirst() }
-                state.requestWaiters.append(continuation)
+                state.requestWaiters.park((), continuation)
                 return nil
             }
             if let ready { continuation.resume(returning: ready) }
@@ -250,12 +254,13 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     @discardableResult
     public func respond(to request: Request, with reply: Reply) -> Bool {
         if case .held = reply.answer { return false }
-        let pending = state.withLock { state -> Pending? in
+        let (answered, wakeups) = state.withLock { state -> (Bool, WaiterQueue<Int, Reply>.Wakeups) in
+            var wakeups = WaiterQueue<Int, Reply>.Wakeups()
             state.unclaimed.removeAll { $0.id == request.id }
-            return state.pending.removeValue(forKey: request.id)
+            guard let ticket = state.tickets.removeValue(forKey: request.id) else { return (false, wakeups) }
+            return (state.held.resolve(ticket, with: reply, into: &wakeups), wakeups)
         }
-        guard let pending else { return false }
-        pending.continuation.resume(returning: reply)
-        return true
+        wakeups.resume()
+        return answered
     }
 }

@@ -31,11 +31,6 @@ import Testing
         }
         #expect(counter.value == 8000)
     }
-
-    /// `Mutex` in this module is the package's lock, not `Synchronization.Mutex`.
-    @Test func mutexNamesThePackagesLock() {
-        #expect(SanitizedMutex<Int>.self == SanitizedMutex<Int>.self)
-    }
 }
 
 /// A counter behind the package's lock.

@@ -7,7 +7,7 @@ import Synchronization
 /// The fetcher runs in a task of its own, so a fetcher that ignores cancellation holds neither the engine's fetch
 /// task nor the pool's budget slot: the fetch task releases the slot as soon as the race is decided. A result that
 /// arrives after the deadline or the cancellation is dropped here, as the machine drops any stale result.
-final class FetchRace: Sendable {
+enum FetchRace {
     /// How the race was decided.
     enum Outcome: Sendable {
         /// The fetcher returned or threw before the deadline.
@@ -17,17 +17,6 @@ final class FetchRace: Sendable {
         /// The waiting task was cancelled first (an account change, a sign-out, shutdown).
         case cancelled
     }
-
-    private enum State {
-        case running
-        case waiting(UnsafeContinuation<Outcome, Never>)
-        case decided(Outcome)
-        case taken
-    }
-
-    private let state = SanitizedMutex(State.running)
-
-    private init() {}
 
     /// Runs `request` on `fetcher` and waits for the first of its result, its deadline `timeout` on `clock`, and the
     /// calling task's cancellation.
@@ -49,11 +38,11 @@ final class FetchRace: Sendable {
         taskExecutor: (any TaskExecutor)?,
         calling: @escaping @Sendable () -> Void
     ) async -> Outcome {
-        let race = FetchRace()
+        let race = OneShot<Outcome>()
         let fetch = Task(executorPreference: taskExecutor) {
             // Abandoned before it first ran (the account session ended): its request never reaches the backend,
             // which by now may be serving the next account's hooks. Checked in the job that calls the fetcher.
-            guard !Task.isCancelled, !race.isDecided else { return }
+            guard !Task.isCancelled, !race.isOpen else { return }
             calling()
             let result: Result<FetchedCredential, any Error>
             do {
@@ -61,66 +50,20 @@ final class FetchRace: Sendable {
             } catch {
                 result = .failure(error)
             }
-            race.decide(.finished(result))
+            race.open(with: .finished(result))
         }
         let deadline = Task(executorPreference: taskExecutor) {
             guard (try? await clock.sleep(for: timeout)) != nil else { return }
-            race.decide(.timedOut)
+            race.open(with: .timedOut)
         }
         let outcome = await withTaskCancellationHandler {
-            await race.wait()
+            await race.value()
         } onCancel: {
-            race.decide(.cancelled)
+            race.open(with: .cancelled)
             fetch.cancel()
         }
         deadline.cancel()
         if case .finished = outcome {} else { fetch.cancel() }
         return outcome
-    }
-
-    /// Whether the race has been decided.
-    private var isDecided: Bool {
-        state.withLock { state in
-            switch state {
-            case .running, .waiting: false
-            case .decided, .taken: true
-            }
-        }
-    }
-
-    /// Records the first outcome and wakes the waiting task; a later one is dropped.
-    private func decide(_ outcome: Outcome) {
-        let waiter = state.withLock { state -> UnsafeContinuation<Outcome, Never>? in
-            switch state {
-            case .running:
-                state = .decided(outcome)
-                return nil
-            case .waiting(let continuation):
-                state = .taken
-                return continuation
-            case .decided, .taken:
-                return nil
-            }
-        }
-        waiter?.resume(returning: outcome)
-    }
-
-    /// Waits for the first outcome.
-    private func wait() async -> Outcome {
-        await withUnsafeContinuation { continuation in
-            let decided = state.withLock { state -> Outcome? in
-                switch state {
-                case .decided(let outcome):
-                    state = .taken
-                    return outcome
-                case .running:
-                    state = .waiting(continuation)
-                    return nil
-                case .waiting, .taken:
-                    preconditionFailure("a fetch's race is waited for once")
-                }
-            }
-            if let decided { continuation.resume(returning: decided) }
-        }
     }
 }

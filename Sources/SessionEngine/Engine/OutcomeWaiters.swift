@@ -8,15 +8,15 @@ import Synchronization
 /// resumes straight on its own executor instead of queueing on the actor to return. Outcomes are handed out first
 /// come, first served. A cancelled caller is removed at once; the fetch it waited for goes on.
 ///
-/// The continuations are unchecked: a slot is resumed exactly once, by whichever of the resolution, the cancellation
-/// and the registration removes it from `slots` under the lock, and 10,000 waiters woken together should not pay for
-/// a check object each.
+/// The callers sit in a ``WaiterQueue`` under the waiters' lock. Its continuations are unchecked: an entry is resumed
+/// exactly once, by whichever of the resolution, the cancellation and the parking takes it from the queue under the
+/// lock, and 10,000 waiters woken together should not pay for a check object each.
 final class OutcomeWaiters: Sendable {
     /// A registered caller's claim on the next outcome of its epoch and kind, with the waiters it was registered with:
     /// an engine drops its waiters once none is registered and makes new ones for the next caller, so a ticket is
     /// waited on, and failed, through its own.
     struct Ticket: Sendable {
-        fileprivate let id: UInt64
+        fileprivate let place: Queue.Ticket
         let waiters: OutcomeWaiters
     }
 
@@ -27,107 +27,32 @@ final class OutcomeWaiters: Sendable {
         case failed(SessionError)
     }
 
-    private enum Slot {
-        /// Registered; the caller has not suspended yet.
-        case registered(epoch: UInt64, kind: SessionStateMachine.WaiterKind)
-        /// The caller is suspended.
-        case waiting(
-            epoch: UInt64,
-            kind: SessionStateMachine.WaiterKind,
-            continuation: UnsafeContinuation<IdentityCredential, any Error>
-        )
-        /// The outcome arrived (or the caller was cancelled) before the caller suspended.
-        case resolved(Result<IdentityCredential, any Error>)
-
-        /// The epoch and kind of a caller still waiting for an outcome.
-        var awaiting: (epoch: UInt64, kind: SessionStateMachine.WaiterKind)? {
-            switch self {
-            case .registered(let epoch, let kind), .waiting(let epoch, let kind, _): (epoch, kind)
-            case .resolved: nil
-            }
-        }
+    /// What a caller waits for: its epoch's next outcome of its kind.
+    fileprivate struct Awaited {
+        let epoch: UInt64
+        let kind: SessionStateMachine.WaiterKind
     }
 
-    private struct State {
-        var nextID: UInt64 = 0
-        var slots: [UInt64: Slot] = [:]
-        /// Registration order of the slots; IDs of removed slots are dropped lazily.
-        var order: [UInt64] = []
-        /// Slots still waiting for an outcome.
-        var awaiting = 0
+    fileprivate typealias Queue = WaiterQueue<Awaited, Result<IdentityCredential, any Error>>
 
-        /// Drops the IDs of removed slots from `order` once they are most of it.
-        mutating func compactIfSparse() {
-            guard order.count > 2 * slots.count + 64 else { return }
-            order.removeAll { slots[$0] == nil }
-        }
-
-        /// Removes a slot, and the tables' storage with the last one.
-        mutating func remove(_ id: UInt64) {
-            slots.removeValue(forKey: id)
-            releaseStorageIfEmpty()
-        }
-
-        /// Once no slot is left, gives the tables' storage back, so an engine that waited once does not keep it for
-        /// the rest of its life (a pool holds one engine per account).
-        mutating func releaseStorageIfEmpty() {
-            if slots.isEmpty { self = State(nextID: nextID) }
-        }
-
-        /// Takes the outcome for every slot the predicate selects, in registration order.
-        mutating func take(
-            _ outcome: Result<IdentityCredential, any Error>,
-            where selected: (UInt64, SessionStateMachine.WaiterKind) -> Bool
-        ) -> [UnsafeContinuation<IdentityCredential, any Error>] {
-            var resumed: [UnsafeContinuation<IdentityCredential, any Error>] = []
-            var kept: [UInt64] = []
-            kept.reserveCapacity(order.count)
-            for id in order {
-                guard let slot = slots[id] else { continue }
-                guard let (epoch, kind) = slot.awaiting, selected(epoch, kind) else {
-                    kept.append(id)
-                    continue
-                }
-                awaiting -= 1
-                if case .waiting(_, _, let continuation) = slot {
-                    slots.removeValue(forKey: id)
-                    resumed.append(continuation)
-                } else {
-                    slots[id] = .resolved(outcome)
-                }
-            }
-            order = kept
-            releaseStorageIfEmpty()
-            return resumed
-        }
-    }
-
-    private let state = SanitizedMutex(State())
+    private let queue = SanitizedMutex(Queue())
 
     /// Creates an empty set of waiters.
     init() {}
 
     /// The number of callers waiting for an outcome.
-    var count: Int { state.withLock { $0.awaiting } }
+    var count: Int { queue.withLock { $0.waiting } }
 
-    /// Whether the waiters' tables hold storage: only while a caller is registered.
-    var holdsStorage: Bool { state.withLock { $0.slots.capacity > 0 || $0.order.capacity > 0 } }
+    /// Whether the waiters' queue holds storage: only while a caller is registered.
+    var holdsStorage: Bool { queue.withLock { $0.holdsStorage } }
 
     /// Whether no caller is registered, waiting or holding an outcome it has not collected: the waiters can be
     /// dropped, and no ticket of theirs is outstanding.
-    var isEmpty: Bool { state.withLock { $0.slots.isEmpty } }
+    var isEmpty: Bool { queue.withLock { $0.isEmpty } }
 
     /// Registers a caller for the epoch's next outcome of the given kind; call it in the step that decided to wait.
     func register(epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> Ticket {
-        state.withLock { state in
-            state.nextID += 1
-            let id = state.nextID
-            state.compactIfSparse()
-            state.slots[id] = .registered(epoch: epoch, kind: kind)
-            state.order.append(id)
-            state.awaiting += 1
-            return Ticket(id: id, waiters: self)
-        }
+        Ticket(place: queue.withLock { $0.enqueue(Awaited(epoch: epoch, kind: kind)) }, waiters: self)
     }
 
     /// Waits for the outcome of a registered ticket, off any actor.
@@ -136,25 +61,15 @@ final class OutcomeWaiters: Sendable {
     /// - Returns: The installed credential.
     /// - Throws: The fetch's failure, or `CancellationError` when the caller is cancelled first.
     func wait(_ ticket: Ticket) async throws -> IdentityCredential {
-        try await withTaskCancellationHandler {
-            try await withUnsafeThrowingContinuation { continuation in
-                let ready = state.withLock { state -> Result<IdentityCredential, any Error>? in
-                    switch state.slots[ticket.id] {
-                    case .registered(let epoch, let kind):
-                        state.slots[ticket.id] = .waiting(epoch: epoch, kind: kind, continuation: continuation)
-                        return nil
-                    case .resolved(let outcome):
-                        state.remove(ticket.id)
-                        return outcome
-                    case .waiting, nil:
-                        preconditionFailure("a ticket was waited for twice")
-                    }
-                }
-                if let ready { continuation.resume(with: ready) }
+        let outcome = await withTaskCancellationHandler {
+            await withUnsafeContinuation { continuation in
+                let ready = queue.withLock { $0.park(ticket.place, continuation) }
+                if let ready { continuation.resume(returning: ready) }
             }
         } onCancel: {
             fail(ticket, with: CancellationError())
         }
+        return try outcome.get()
     }
 
     /// Registers and waits: for callers that decide to wait inside an actor step.
@@ -175,22 +90,11 @@ final class OutcomeWaiters: Sendable {
     ///   - ticket: The caller's ticket.
     ///   - error: What the caller receives.
     func fail(_ ticket: Ticket, with error: any Error) {
-        let waiting = state.withLock { state -> UnsafeContinuation<IdentityCredential, any Error>? in
-            switch state.slots[ticket.id] {
-            case .registered:
-                state.slots[ticket.id] = .resolved(.failure(error))
-                state.awaiting -= 1
-                return nil
-            case .waiting(_, _, let continuation):
-                state.awaiting -= 1
-                state.remove(ticket.id)
-                return continuation
-            case .resolved, nil:
-                return nil
-            }
-        }
-        guard let waiting else { return }
-        waiting.resume(throwing: error)
+        queue.withLock { queue in
+            var wakeups = Queue.Wakeups()
+            queue.resolve(ticket.place, with: .failure(error), into: &wakeups)
+            return wakeups
+        }.resume()
     }
 
     /// Resolves the epoch's waiters of the given kinds with an outcome, in registration order.
@@ -204,28 +108,20 @@ final class OutcomeWaiters: Sendable {
             case .installed(let credential): .success(credential)
             case .failed(let error): .failure(error)
             }
-        let resumed = state.withLock { state in
-            state.take(result) { $0 == epoch && kinds.contains($1) }
-        }
-        resume(resumed, with: result)
+        queue.withLock { queue in
+            var wakeups = Queue.Wakeups()
+            queue.resolve(
+                where: { $0.epoch == epoch && kinds.contains($0.kind) }, with: { _ in result }, into: &wakeups)
+            return wakeups
+        }.resume()
     }
 
     /// Fails every waiter.
     func failAll(_ error: SessionError) {
-        let result = Result<IdentityCredential, any Error>.failure(error)
-        let resumed = state.withLock { state in
-            state.take(result) { _, _ in true }
-        }
-        resume(resumed, with: result)
-    }
-
-    /// Resumes the callers in order; they run on their own executors.
-    private func resume(
-        _ continuations: [UnsafeContinuation<IdentityCredential, any Error>],
-        with result: Result<IdentityCredential, any Error>
-    ) {
-        for continuation in continuations {
-            continuation.resume(with: result)
-        }
+        queue.withLock { queue in
+            var wakeups = Queue.Wakeups()
+            queue.resolveAll(with: .failure(error), into: &wakeups)
+            return wakeups
+        }.resume()
     }
 }

@@ -200,7 +200,7 @@ extension SessionEngine {
         case .alreadyCurrent(let epoch):
             guard let target else {
                 // A sign-out may still be draining its work: return once it is done, as the first caller does.
-                await preparation?.wait()
+                await preparation?.value()
                 return
             }
             if let expected, let pinned = machine.currentSession?.pinnedEmail, pinned != expected {
@@ -213,7 +213,7 @@ extension SessionEngine {
             // The actions started this change's preparation; a caller returns only once it is done, even when a
             // later change superseded it, so no work of the previous account still runs.
             guard let target else {
-                await preparation?.wait()
+                await preparation?.value()
                 return
             }
             // The caller registers for the epoch's outcome in this step, before the preparation ends: a first fetch
@@ -226,21 +226,21 @@ extension SessionEngine {
 
     /// Drains the previous epochs' work, runs the hooks the machine says are due and reports the change prepared.
     ///
-    /// The engine then forgets the preparation's latch, unless a later change has replaced it: the preparation is
-    /// done but for opening the latch, so a caller that comes later has nothing to wait for, and an idle engine, one
-    /// per account in a pool, keeps no latch.
+    /// The engine then forgets the preparation's one-shot signal, unless a later change has replaced it: the preparation is
+    /// done but for opening that signal, so a caller that comes later has nothing to wait for, and an idle engine, one
+    /// per account in a pool, keeps none.
     ///
     /// - Parameters:
     ///   - epoch: The epoch of the change being prepared.
-    ///   - latch: The latch that opens once the preparation is done.
-    func prepare(epoch: UInt64, signalledBy latch: Latch) async {
+    ///   - prepared: The signal that opens once the preparation is done.
+    func prepare(epoch: UInt64, signalledBy prepared: OneShot<Void>) async {
         await store.drain(before: epoch)
         // Every await is a place where the world may have changed: the machine checks the epoch.
         if let change = machine.hooksDue(epoch: epoch) {
             for hook in hooks { await hook(change) }
         }
         step { $0.changePrepared(epoch: epoch, at: $1) }
-        if preparation === latch { preparation = nil }
+        if preparation === prepared { preparation = nil }
     }
 
     /// How a caller of an account change waits for the identity of `epoch`.
@@ -287,13 +287,13 @@ extension SessionEngine {
     }
 
     /// Waits for the identity `wait` registered for and, whatever the outcome but the caller's own deadline, for the
-    /// change's preparation (`latch`), so the call returns only once the previous account's work has drained.
-    private func waitForIdentity(_ wait: IdentityWait, preparedBy latch: Latch?) async throws {
+    /// change's preparation (`prepared`), so the call returns only once the previous account's work has drained.
+    private func waitForIdentity(_ wait: IdentityWait, preparedBy prepared: OneShot<Void>?) async throws {
         switch wait {
         case .identified:
-            await latch?.wait()
+            await prepared?.value()
         case .superseded(let error):
-            await latch?.wait()
+            await prepared?.value()
             throw error
         case .registered(let ticket, let deadline):
             defer { deadline?.cancel() }
@@ -302,10 +302,10 @@ extension SessionEngine {
             } catch let error as SessionError where error.code == .signInTimedOut {
                 throw error
             } catch {
-                await latch?.wait()
+                await prepared?.value()
                 throw error
             }
-            await latch?.wait()
+            await prepared?.value()
         }
     }
 

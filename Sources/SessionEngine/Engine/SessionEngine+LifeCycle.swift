@@ -55,17 +55,21 @@ extension SessionEngine {
         await waitUntilStopped()
     }
 
-    /// Waits until the engine has shut down, making its latch if no caller has waited before.
+    /// Waits until the engine has shut down, making its signal if no caller has waited before.
     ///
-    /// The machine reaches `shutDown` only in the step whose `finishShutdown` opens the latch, so a caller that finds
+    /// The machine reaches `shutDown` only in the step whose `finishShutdown` opens that signal, so a caller that finds
     /// it there has nothing to wait for.
     ///
     /// - Parameter stopsOnCancellation: Whether cancelling the calling task ends the wait early.
     private func waitUntilStopped(stopsOnCancellation: Bool = false) async {
         guard !machine.isShutDown else { return }
-        let latch = stopped ?? Latch()
-        stopped = latch
-        await latch.wait(stopsOnCancellation: stopsOnCancellation)
+        let signal = stopped ?? OneShot<Void>()
+        stopped = signal
+        if stopsOnCancellation {
+            _ = await signal.valueUnlessCancelled()
+        } else {
+            await signal.value()
+        }
     }
 
     private func gracePeriodEnded() {

@@ -104,12 +104,12 @@ extension SessionEngine {
             waitersIfAny?.failAll(error)
         case .prepareChange(let epoch):
             let previous = preparation
-            let done = Latch()
+            let done = OneShot<Void>()
             preparation = done
             // The task holds the engine until the change is prepared, as the fetch task holds it until the fetch has
             // ended: an engine's tasks reference it strongly, so no weak reference gives it a side table.
             _ = startTask {
-                await previous?.wait()
+                await previous?.value()
                 await self.prepare(epoch: epoch, signalledBy: done)
                 done.open()
             }

@@ -37,7 +37,7 @@ public actor SessionEngine {
     let observer: (@Sendable (SessionEvent) -> Void)?
     /// Opens once the engine has shut down; made when a caller first waits for the shutdown
     /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps none.
-    var stopped: Latch?
+    var stopped: OneShot<Void>?
     /// Which of its ``Shared``'s executors the engine runs on: chosen when it is made, by the order a pool makes its
     /// members, so the same program shares executors the same way every time it runs.
     nonisolated let executorIndex: UInt8
@@ -56,7 +56,7 @@ public actor SessionEngine {
     var graceTasks: [Task<Void, Never>] = []
     var hooks: [@Sendable (AccountChange) async -> Void] = []
     /// The latest account change's preparation: the next one runs after it.
-    var preparation: Latch?
+    var preparation: OneShot<Void>?
     var sequence: UInt64 = 0
 
     /// What an engine shares with the other engines of a pool: made once, so that each member holds one reference

@@ -70,11 +70,6 @@ final class SessionStore: Sendable {
         }
     }
 
-    private struct DrainWaiter {
-        var epoch: UInt64
-        var continuation: CheckedContinuation<Void, Never>
-    }
-
     private struct State {
         var access: Access = .unavailable(.signedOut)
         var state: SessionState = .signedOut
@@ -115,17 +110,26 @@ final class SessionStore: Sendable {
         /// How many pieces of work run per epoch, oldest epoch first; few epochs ever have work at once, so a short
         /// list serves without hashing.
         var workPerEpoch: [(epoch: UInt64, count: Int)] = []
-        var drainWaiters: [DrainWaiter] = []
+        /// The drains waiting, each for the work of epochs before its own.
+        var drains = WaiterQueue<UInt64, Void>()
     }
 
     /// What ``headers()`` reads, and all it reads: the usable credential's headers and expiry, or why there are none.
     ///
     /// Kept apart from ``State`` so a read copies one reference (the headers' storage) and takes a lock no other
-    /// path contends for. Written only under `state`'s lock, in the same step as `State.access`.
+    /// path contends for. Written only by ``install(_:)``, right after `State.access`, by the engine's actor alone.
     private enum Readable {
         /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
         case usable(IdentityHeaders, expiresAt: TimeInterval)
         case unavailable(Unavailability)
+
+        /// What a reader may see of `access`.
+        init(_ access: Access) {
+            switch access {
+            case .usable(_, let headers, let expiresAt, _): self = .usable(headers, expiresAt: expiresAt)
+            case .unavailable(let why): self = .unavailable(why)
+            }
+        }
 
         /// What ``SessionStore/reading()`` hands out for it.
         @inline(__always)
@@ -140,9 +144,10 @@ final class SessionStore: Sendable {
     /// What ``reading()`` returns: the headers and their local expiry, or why there are none.
     typealias Reading = (headers: IdentityHeaders?, expiresAt: TimeInterval, unavailable: Unavailability)
 
-    /// Receives every change of what ``reading()`` returns, with the store it is of, under the store's lock and so in
-    /// the order of the changes: a pool keeps a copy of each member's read in its table (`MemberTable`). It must not
-    /// call the store and must take no lock but a lock of its own that it holds only briefly.
+    /// Receives every change of what ``reading()`` returns, with the store it is of, after the store's locks are
+    /// released and in the order of the changes (the engine's actor alone installs): a pool keeps a copy of each
+    /// member's read in its table (`MemberTable`). It must not call the store and must take no lock but a lock of its
+    /// own that it holds only briefly.
     typealias Mirror = @Sendable (_ store: SessionStore, _ reading: Reading) -> Void
 
     private let state = SanitizedMutex(State())
@@ -176,7 +181,7 @@ final class SessionStore: Sendable {
     @discardableResult
     func install(_ snapshot: Snapshot) -> Bool {
         let offset = snapshot.clockOffset.timeInterval
-        return state.withLock { state in
+        let (changed, next) = state.withLock { state -> (Bool, Readable) in
             let changed = state.state != snapshot.state
             state.state = snapshot.state
             if snapshot.shutDown {
@@ -203,20 +208,13 @@ final class SessionStore: Sendable {
                 case .expired, .identified, .renewing: state.access = .unavailable(.expired)
                 }
             }
-            publishReadable(state.access)
-            return changed
+            return (changed, Readable(state.access))
         }
-    }
-
-    /// Mirrors `access` into the field ``headers()`` reads, and to the store's ``Mirror``; called under `state`'s lock.
-    private func publishReadable(_ access: Access) {
-        let next: Readable =
-            switch access {
-            case .usable(_, let headers, let expiresAt, _): .usable(headers, expiresAt: expiresAt)
-            case .unavailable(let why): .unavailable(why)
-            }
+        // Each lock alone, one after the other: the engine's actor is the only writer, so its installs reach the
+        // readers and the mirror in order with no lock held across them.
         readable.withLock { $0 = next }
         mirror?(self, next.reading)
+        return changed
     }
 
     /// The usable credential's headers, checked against the local clock.
@@ -318,8 +316,9 @@ final class SessionStore: Sendable {
     /// - Parameter slot: The slot ``startWork(requiring:_:)`` gave the work.
     func finishWork(_ slot: Int) {
         // The ticket comes out of the lock to be released after it.
-        let (_, ready) = state.withLock { state -> (WorkTicket?, [CheckedContinuation<Void, Never>]) in
-            guard let books = state.books, let work = books.work[slot].take() else { return (nil, []) }
+        let (_, ready) = state.withLock { state -> (WorkTicket?, WaiterQueue<UInt64, Void>.Wakeups) in
+            var ready = WaiterQueue<UInt64, Void>.Wakeups()
+            guard let books = state.books, let work = books.work[slot].take() else { return (nil, ready) }
             if books.freeSlots.count + 1 == books.work.count {
                 // No work runs: the next work starts again from the first slot, in order.
                 books.work.removeAll(keepingCapacity: true)
@@ -328,25 +327,17 @@ final class SessionStore: Sendable {
                 books.freeSlots.append(slot)
             }
             guard let index = books.workPerEpoch.firstIndex(where: { $0.epoch == work.epoch }) else {
-                return (work, [])
+                return (work, ready)
             }
             books.workPerEpoch[index].count -= 1
             // Only an epoch's last piece can end a drain's wait.
-            guard books.workPerEpoch[index].count == 0 else { return (work, []) }
+            guard books.workPerEpoch[index].count == 0 else { return (work, ready) }
             books.workPerEpoch.remove(at: index)
-            guard !books.drainWaiters.isEmpty else { return (work, []) }
             let oldest = books.workPerEpoch.lazy.map(\.epoch).min() ?? .max
-            var ready: [CheckedContinuation<Void, Never>] = []
-            books.drainWaiters.removeAll { waiter in
-                guard oldest >= waiter.epoch else { return false }
-                ready.append(waiter.continuation)
-                return true
-            }
+            books.drains.resolve(where: { oldest >= $0 }, with: { _ in () }, into: &ready)
             return (work, ready)
         }
-        for continuation in ready {
-            continuation.resume()
-        }
+        ready.resume()
     }
 
     /// Cancels all work of epochs before `epoch` and closes those epochs to new work.
@@ -372,10 +363,10 @@ final class SessionStore: Sendable {
 
     /// Waits until no work of epochs before `epoch` is running.
     func drain(before epoch: UInt64) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let done = state.withLock { state -> Bool in
                 guard state.hasWork(before: epoch) else { return true }
-                state.openBooks().drainWaiters.append(DrainWaiter(epoch: epoch, continuation: continuation))
+                state.openBooks().drains.park(epoch, continuation)
                 return false
             }
             if done { continuation.resume() }

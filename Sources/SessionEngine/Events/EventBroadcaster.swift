@@ -28,7 +28,8 @@ final class EventBroadcaster: Sendable {
         var dropped = 0
         /// The newest event dropped since the subscriber last received one.
         var lastDropped: Published?
-        var waiter: CheckedContinuation<Published?, Never>?
+        /// The subscriber's place in ``State/waiters`` while its iterator waits for the next event.
+        var waiter: Waiters.Ticket?
 
         var isEmpty: Bool { head == buffer.count }
 
@@ -65,10 +66,14 @@ final class EventBroadcaster: Sendable {
         }
     }
 
+    /// The subscribers' iterators waiting for the next event, keyed by subscriber; `nil` ends the subscription.
+    private typealias Waiters = WaiterQueue<UInt64, Published?>
+
     private struct State {
         /// The event that produced the current state, which every new subscriber receives first.
         var current: Published
         var subscribers: [UInt64: Subscriber] = [:]
+        var waiters = Waiters()
         var nextID: UInt64 = 0
         var finished = false
         /// Events dropped over all subscribers, over the broadcaster's life.
@@ -108,45 +113,44 @@ final class EventBroadcaster: Sendable {
     /// Publishes an event to every subscriber.
     func publish(_ event: SessionEvent) {
         let published = Published(event)
-        let ready = state.withLock { state -> [CheckedContinuation<Published?, Never>] in
-            guard !state.finished else { return [] }
+        state.withLock { state -> Waiters.Wakeups in
+            var ready = Waiters.Wakeups()
+            guard !state.finished else { return ready }
             if case .stateChanged = event.kind { state.current = published }
-            var ready: [CheckedContinuation<Published?, Never>] = []
+            // A waiting subscriber receives the event at once; the others buffer it.
+            state.waiters.resolveAll(with: published, into: &ready)
             // Walks the entries by index and mutates them in place: iterating a view of the dictionary while
             // mutating it would copy its storage.
             var index = state.subscribers.startIndex
             while index != state.subscribers.endIndex {
-                if let waiter = state.subscribers.values[index].waiter {
+                if state.subscribers.values[index].waiter != nil {
                     state.subscribers.values[index].waiter = nil
-                    ready.append(waiter)
                 } else if state.subscribers.values[index].push(published) {
                     state.dropped += 1
                 }
                 state.subscribers.formIndex(after: &index)
             }
             return ready
-        }
-        for waiter in ready { waiter.resume(returning: published) }
+        }.resume()
     }
 
     /// Ends every subscription: buffered events are still delivered, then each sequence finishes.
     func finish() {
-        let waiting = state.withLock { state -> [CheckedContinuation<Published?, Never>] in
+        state.withLock { state -> Waiters.Wakeups in
             state.finished = true
-            var waiting: [CheckedContinuation<Published?, Never>] = []
+            var waiting = Waiters.Wakeups()
             for (id, subscriber) in state.subscribers where subscriber.isEmpty && subscriber.dropped == 0 {
-                if let waiter = subscriber.waiter { waiting.append(waiter) }
+                if let waiter = subscriber.waiter { state.waiters.resolve(waiter, with: nil, into: &waiting) }
                 state.subscribers.removeValue(forKey: id)
             }
             return waiting
-        }
-        for waiter in waiting { waiter.resume(returning: nil) }
+        }.resume()
     }
 
     /// The subscriber's next event, suspending until one is published; `nil` once finished or cancelled.
     func next(_ id: UInt64) async -> Published? {
         await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Published?, Never>) in
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Published?, Never>) in
                 let immediate = state.withLock { state -> Published?? in
                     guard let index = state.subscribers.index(forKey: id) else { return .some(nil) }
                     if let event = state.subscribers.values[index].pop() { return .some(event) }
@@ -154,23 +158,24 @@ final class EventBroadcaster: Sendable {
                         state.subscribers.remove(at: index)
                         return .some(nil)
                     }
-                    state.subscribers.values[index].waiter = continuation
+                    state.subscribers.values[index].waiter = state.waiters.park(id, continuation)
                     return .none
                 }
                 if case .some(let event) = immediate { continuation.resume(returning: event) }
             }
         } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Published?, Never>? in
-                guard let subscriber = state.subscribers.removeValue(forKey: id) else { return nil }
-                return subscriber.waiter
-            }
-            waiter?.resume(returning: nil)
+            unsubscribe(id)
         }
     }
 
-    /// Removes a subscriber whose sequence was released.
+    /// Removes a subscriber whose sequence was released or whose waiting task was cancelled, and ends its wait.
     func unsubscribe(_ id: UInt64) {
-        let waiter = state.withLock { $0.subscribers.removeValue(forKey: id)?.waiter }
-        waiter?.resume(returning: nil)
+        state.withLock { state -> Waiters.Wakeups in
+            var ended = Waiters.Wakeups()
+            if let waiter = state.subscribers.removeValue(forKey: id)?.waiter {
+                state.waiters.resolve(waiter, with: nil, into: &ended)
+            }
+            return ended
+        }.resume()
     }
 }

@@ -12,9 +12,10 @@ import Synchronization
 /// A member sits in one of ``probes`` slots from its hash's slot on. A member crowded out of all of them has no slot;
 /// `MemberIndex` finds it in its set and reads its store.
 ///
-/// The table's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a leaf too.
-/// The pool's members' lock is taken before it (changes to the index), and so is a store's lock of its state (the
-/// mirror), and neither is ever taken under it.
+/// The table's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a leaf too,
+/// and only when a member is placed (a join, a rebuild), never on the read or the install path. The pool's members'
+/// lock is taken before it (changes to the index) and never under it. A store's install takes its own locks one after
+/// the other and then the table's alone (the mirror), so no lock is held across another when a credential lands.
 ///
 /// The table also counts the pool's uses (``nextUse()``): every read that stamps its account, every join and every call
 /// that names an account, in the order they took the table's lock. A use's serial, not a clock, orders the accounts

@@ -54,7 +54,7 @@ extension SessionPool {
     /// - Throws: Nothing today: it returns when the pool has shut down. The signature is `throws` so that a
     ///   start-up failure can be reported later without breaking callers.
     public func run() async throws {
-        await stopped.wait(stopsOnCancellation: true)
+        _ = await stopped.valueUnlessCancelled()
         await shutdown()
     }
 }

@@ -108,7 +108,7 @@ public final class SessionPool: Sendable {
     /// The pool's event stream.
     var broadcaster: PoolEventBroadcaster { outlets.broadcaster }
     /// Opens once the pool has shut down.
-    let stopped: Latch
+    let stopped: OneShot<Void>
     /// How many serial executors the members' engines share (``SessionEngine/unownedExecutor``): enough that
     /// accounts' steps run side by side on every core, few enough that they cost nothing an account.
     static let executorCount = 16
@@ -183,7 +183,7 @@ public final class SessionPool: Sendable {
         self.engineShared = SessionEngine.Shared(
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
             executors: Self.executorCount)
-        self.stopped = Latch()
+        self.stopped = OneShot<Void>()
         // The queue names each member by its account and serial, and the pool finds it: the queue holds no engine,
         // and only the pool, not each engine, is referenced weakly.
         timers.deliver { [weak self] target, timer in self?.timerFired(timer, for: target) }

@@ -45,8 +45,7 @@ enum CurlTransfer {
             control: control, requiresNoStore: requiresNoStore, throughProxy: !proxy.isEmpty,
             timeoutError: timeoutError)
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                control.install(continuation)
+            try await control.outcome {
                 DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
                     if control.finish(.failure(timeoutError)) { se_curl_wake() }
                 }

@@ -11,12 +11,16 @@ struct HTTPTransferResult: Sendable {
 /// Whichever finishes first decides the outcome and resumes the caller at once; the others find the control
 /// finished and stop. The transfer polls ``isFinished`` between reads, so a fetch that timed out or was cancelled
 /// stops reading within one poll interval instead of running on in the background.
+///
+/// The caller waits in a ``WaiterQueue`` under the control's one lock, with the body received so far, so that deciding,
+/// dropping the body and taking the caller are one lock step, and so are checking for a decision and appending bytes.
 final class TransferControl: Sendable {
-    typealias Continuation = CheckedContinuation<HTTPTransferResult, any Error>
+    typealias Outcome = Result<HTTPTransferResult, any Error>
 
     private struct State: ~Copyable {
-        var continuation: Continuation?
-        var early: Result<HTTPTransferResult, any Error>?
+        var caller = WaiterQueue<Void, Outcome>()
+        /// The outcome, once decided.
+        var outcome: Outcome?
         var finished = false
         var head: HTTPResponseHead?
         var body: [UInt8] = []
@@ -29,17 +33,25 @@ final class TransferControl: Sendable {
     /// Whether the outcome has been decided.
     var isFinished: Bool { state.withLock { $0.finished } }
 
-    /// Hands over the caller's continuation; resumes it at once when the outcome is already decided.
-    func install(_ continuation: Continuation) {
-        let early: Result<HTTPTransferResult, any Error>? = state.withLock { state in
-            if let early = state.early {
-                state.early = nil
-                return early
+    /// Waits for the outcome: starts the transfer with `start` (given nothing to resume: the control resumes the caller),
+    /// then parks the caller until the transfer, its deadline or the caller's cancellation decides.
+    ///
+    /// - Parameter start: Starts the transfer and its deadline; it runs once the caller is parked.
+    /// - Returns: The transfer's result.
+    /// - Throws: The error that decided the outcome.
+    func outcome(startingWith start: () -> Void) async throws -> HTTPTransferResult {
+        try await withUnsafeContinuation { (continuation: UnsafeContinuation<Outcome, Never>) in
+            let early = state.withLock { state -> Outcome? in
+                if let outcome = state.outcome { return outcome }
+                state.caller.park((), continuation)
+                return nil
             }
-            state.continuation = continuation
-            return nil
-        }
-        if let early { continuation.resume(with: early) }
+            if let early {
+                continuation.resume(returning: early)
+            } else {
+                start()
+            }
+        }.get()
     }
 
     /// Decides the outcome, unless it is already decided.
@@ -47,18 +59,16 @@ final class TransferControl: Sendable {
     /// - Returns: Whether this call decided it.
     @discardableResult
     func finish(_ outcome: Result<HTTPTransferResult, any Error>) -> Bool {
-        let (decided, continuation): (Bool, Continuation?) = state.withLock { state in
-            guard !state.finished else { return (false, nil) }
+        let (decided, caller) = state.withLock { state -> (Bool, WaiterQueue<Void, Outcome>.Wakeups) in
+            var caller = WaiterQueue<Void, Outcome>.Wakeups()
+            guard !state.finished else { return (false, caller) }
             state.finished = true
             state.body = []
-            guard let continuation = state.continuation else {
-                state.early = outcome
-                return (true, nil)
-            }
-            state.continuation = nil
-            return (true, continuation)
+            state.outcome = outcome
+            state.caller.resolveAll(with: outcome, into: &caller)
+            return (true, caller)
         }
-        continuation?.resume(with: outcome)
+        caller.resume()
         return decided
     }
 

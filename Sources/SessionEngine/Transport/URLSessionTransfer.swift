@@ -77,8 +77,7 @@ final class URLSessionTransfer: Sendable {
         let task = session.dataTask(with: request)
         delegate.register(task, control: control, requiresNoStore: requiresNoStore, trust: trust)
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
-                control.install(continuation)
+            try await control.outcome {
                 DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) {
                     if control.finish(.failure(timeoutError)) { task.cancel() }
                 }

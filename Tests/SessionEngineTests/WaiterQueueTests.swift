@@ -1,0 +1,227 @@
+import Synchronization
+import Testing
+
+@testable import SessionEngine
+
+/// The one queue every place of the package parks callers in (``WaiterQueue``), and the one-shot built on it
+/// (``OneShot``): order, values that come before a caller parks, cancellation, storage, and real threads racing them.
+@Suite struct WaiterQueueTests {
+    /// A queue of integers behind a lock, as an owner keeps one.
+    private final class Owner: Sendable {
+        let queue = SanitizedMutex(WaiterQueue<Int, String>())
+
+        func enqueue(_ key: Int) -> WaiterQueue<Int, String>.Ticket { queue.withLock { $0.enqueue(key) } }
+
+        func wait(_ ticket: WaiterQueue<Int, String>.Ticket) async -> String {
+            await withUnsafeContinuation { continuation in
+                let now = queue.withLock { $0.park(ticket, continuation) }
+                if let now { continuation.resume(returning: now) }
+            }
+        }
+
+        @discardableResult
+        func resolve(where selected: @Sendable (Int) -> Bool, with value: String) -> Int {
+            let (count, wakeups) = queue.withLock { queue -> (Int, WaiterQueue<Int, String>.Wakeups) in
+                var wakeups = WaiterQueue<Int, String>.Wakeups()
+                let count = queue.resolve(where: selected, with: { "\(value) \($0)" }, into: &wakeups)
+                return (count, wakeups)
+            }
+            wakeups.resume()
+            return count
+        }
+
+        func resolve(_ ticket: WaiterQueue<Int, String>.Ticket, with value: String) -> Bool {
+            let (resolved, wakeups) = queue.withLock { queue -> (Bool, WaiterQueue<Int, String>.Wakeups) in
+                var wakeups = WaiterQueue<Int, String>.Wakeups()
+                return (queue.resolve(ticket, with: value, into: &wakeups), wakeups)
+            }
+            wakeups.resume()
+            return resolved
+        }
+
+        var waiting: Int { queue.withLock { $0.waiting } }
+        var isEmpty: Bool { queue.withLock { $0.isEmpty } }
+        var holdsStorage: Bool { queue.withLock { $0.holdsStorage } }
+    }
+
+    @Test func aValueThatComesBeforeTheCallerParksIsKeptForIt() async {
+        let owner = Owner()
+        let ticket = owner.enqueue(7)
+        #expect(owner.resolve(where: { $0 == 7 }, with: "early") == 1)
+        #expect(owner.waiting == 0)
+        #expect(!owner.isEmpty, "the value waits in the queue until the caller collects it")
+        #expect(await owner.wait(ticket) == "early 7")
+        #expect(owner.isEmpty)
+        #expect(!owner.holdsStorage, "the last caller gone gives the storage back")
+    }
+
+    @Test func onlySelectedCallersAreWokenAndInTheOrderTheyEntered() async {
+        let owner = Owner()
+        var tasks: [Task<String, Never>] = []
+        for key in 0..<6 {
+            let ticket = owner.enqueue(key)
+            tasks.append(Task { await owner.wait(ticket) })
+        }
+        while owner.queue.withLock({ queue in queue.waitingKeys.count }) < 6 { await Task.yield() }
+        #expect(owner.queue.withLock { $0.waitingKeys } == [0, 1, 2, 3, 4, 5])
+        #expect(owner.resolve(where: { $0 % 2 == 1 }, with: "odd") == 3)
+        #expect(owner.waiting == 3)
+        #expect(owner.queue.withLock { $0.waitingKeys } == [0, 2, 4])
+        #expect(owner.resolve(where: { _ in true }, with: "rest") == 3)
+        var values: [String] = []
+        for task in tasks { values.append(await task.value) }
+        #expect(values == ["rest 0", "odd 1", "rest 2", "odd 3", "rest 4", "odd 5"])
+        #expect(owner.isEmpty)
+    }
+
+    @Test func aTicketResolvedTwiceKeepsItsFirstValue() async {
+        let owner = Owner()
+        let ticket = owner.enqueue(1)
+        #expect(owner.resolve(ticket, with: "first"))
+        #expect(!owner.resolve(ticket, with: "second"), "a caller that has its value is left alone")
+        #expect(owner.resolve(where: { _ in true }, with: "all") == 0)
+        #expect(await owner.wait(ticket) == "first")
+        #expect(!owner.resolve(ticket, with: "after"), "a caller that left is left alone")
+    }
+
+    @Test func resolveFirstWakesTheLongestWaitingCallerOnly() {
+        var queue = WaiterQueue<Int, Int>()
+        let first = queue.enqueue(10)
+        _ = queue.enqueue(20)
+        var wakeups = WaiterQueue<Int, Int>.Wakeups()
+        #expect(queue.resolveFirst(with: 1, into: &wakeups))
+        #expect(queue.waitingKeys == [20])
+        #expect(wakeups.count == 0, "a caller not yet parked keeps its value; nothing to resume")
+        var again = WaiterQueue<Int, Int>.Wakeups()
+        #expect(!queue.resolve(first, with: 2, into: &again))
+    }
+
+    @Test func aQueueWithOneLongWaiterStaysSmallWhileManyComeAndGo() async {
+        let owner = Owner()
+        let long = owner.enqueue(-1)
+        for key in 0..<20_000 {
+            let ticket = owner.enqueue(key)
+            #expect(owner.resolve(ticket, with: "done \(key)"))
+            _ = await owner.wait(ticket)
+        }
+        // The removed entries are compacted away: the queue holds the long waiter alone.
+        #expect(owner.queue.withLock { $0.waitingKeys } == [-1])
+        #expect(owner.waiting == 1)
+        #expect(owner.resolve(long, with: "end"))
+        #expect(await owner.wait(long) == "end")
+        #expect(!owner.holdsStorage)
+    }
+
+    @Test func aOneShotKeepsItsFirstValueForEveryWaiterEarlierOrLater() async {
+        let shot = OneShot<Int>()
+        let early = Task { await shot.value() }
+        while shot.waiting == 0 { await Task.yield() }
+        #expect(shot.open(with: 1))
+        #expect(!shot.open(with: 2), "a one-shot opens once")
+        #expect(await early.value == 1)
+        #expect(await shot.value() == 1)
+        #expect(await shot.valueUnlessCancelled() == 1)
+    }
+
+    @Test func aCancelledWaiterOfAOneShotLeavesAndTheOthersStay() async {
+        let shot = OneShot<Void>()
+        let leaving = Task { await shot.valueUnlessCancelled() }
+        let staying = Task { await shot.value() }
+        while shot.waiting < 2 { await Task.yield() }
+        leaving.cancel()
+        #expect(await leaving.value == nil)
+        staying.cancel()
+        #expect(shot.waiting == 1, "a wait that ignores cancellation stays")
+        shot.open()
+        await staying.value
+        #expect(shot.waiting == 0)
+    }
+
+    /// Real threads race a one-shot's opening, a wait, a cancellable wait and its cancellation, round after round: no
+    /// caller is lost between the check of whether it opened and the parking, and none is woken twice (the queue's
+    /// unchecked continuations would trap).
+    @Test func realThreadsRacingAOneShotNeverLoseACaller() async {
+        let stuck = await RealThreadRounds.run(4_000) { round in
+            let shot = OneShot<Int>()
+            async let opened: Bool = Task.detached { shot.open(with: round) }.value
+            async let waited: Int = Task.detached { await shot.value() }.value
+            let cancellable = Task.detached { await shot.valueUnlessCancelled() }
+            async let cancelled: Void = Task.detached { cancellable.cancel() }.value
+            let (didOpen, value, _) = await (opened, waited, cancelled)
+            #expect(didOpen)
+            #expect(value == round)
+            // Cancelled first, the wait ends with nothing; opened first, with the value. Either way it ends.
+            if let value = await cancellable.value { #expect(value == round) }
+            #expect(shot.waiting == 0)
+        }
+        #expect(stuck == nil, "a caller of the one-shot was never woken in round \(stuck ?? -1)")
+    }
+
+    /// Real threads register callers for an outcome, resolve them and cancel them, round after round: every caller
+    /// ends exactly once, with the outcome or its cancellation, and the waiters end empty.
+    @Test func realThreadsRacingOutcomeWaitersEndEveryCallerOnce() async {
+        let failure = SessionError(.signedOut, reason: "resolved")
+        let stuck = await RealThreadRounds.run(3_000) { _ in
+            let waiters = OutcomeWaiters()
+            let first = waiters.register(epoch: 1, kind: .identity)
+            let second = waiters.register(epoch: 1, kind: .identity)
+            let waiting = Task.detached { try await waiters.wait(first) }
+            let cancelled = Task.detached { try await waiters.wait(second) }
+            async let resolved: Void = Task.detached {
+                waiters.resolve(epoch: 1, kinds: [.identity], outcome: .failed(failure))
+            }.value
+            async let cancelling: Void = Task.detached { cancelled.cancel() }.value
+            _ = await (resolved, cancelling)
+            await #expect(throws: SessionError.self) { try await waiting.value }
+            do {
+                _ = try await cancelled.value
+                Issue.record("a caller received a credential nobody installed")
+            } catch {
+                #expect(error is SessionError || error is CancellationError)
+            }
+            #expect(waiters.isEmpty)
+        }
+        #expect(stuck == nil, "a caller of the outcome waiters was never woken in round \(stuck ?? -1)")
+    }
+}
+
+/// Rounds of a race on real threads, watched so that a lost wake-up fails the test instead of hanging the run.
+enum RealThreadRounds {
+    private final class Progress: Sendable {
+        let rounds = Atomic<Int>(0)
+    }
+
+    /// Runs `rounds` rounds of `round`, one after another, off the calling task.
+    ///
+    /// - Parameters:
+    ///   - rounds: How many rounds.
+    ///   - stall: How long no round may end before the run counts as stuck: far above a round's cost on a machine
+    ///     with both cores busy, since a lost wake-up never ends.
+    ///   - round: One round, given its number.
+    /// - Returns: The round that never ended; `nil` when every round did. A stuck round's tasks stay suspended.
+    static func run(
+        _ rounds: Int, stall: Duration = .seconds(20), _ round: @escaping @Sendable (Int) async -> Void
+    ) async -> Int? {
+        let progress = Progress()
+        Task.detached {
+            for number in 0..<rounds {
+                await round(number)
+                progress.rounds.store(number + 1, ordering: .releasing)
+            }
+        }
+        let clock = ContinuousClock()
+        var seen = 0
+        var lastProgress = clock.now
+        while true {
+            let done = progress.rounds.load(ordering: .acquiring)
+            if done == rounds { return nil }
+            if done != seen {
+                seen = done
+                lastProgress = clock.now
+            } else if clock.now - lastProgress > stall {
+                return done
+            }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+    }
+}
