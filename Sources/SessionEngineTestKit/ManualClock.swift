@@ -26,7 +26,7 @@ public final class ManualClock: SessionClock, ExecutingClock {
         mutating func readyWaiters() -> WaiterQueue<Int, Void>.Wakeups {
             var ready = WaiterQueue<Int, Void>.Wakeups()
             let sleeping = sleepers.waiting
-            waiters.resolve(where: { sleeping >= $0 }, with: { _ in () }, into: &ready)
+            waiters.resolve(where: { sleeping >= $0 }, with: (), into: &ready)
             return ready
         }
     }
@@ -135,7 +135,7 @@ public final class ManualClock: SessionClock, ExecutingClock {
             let now = state.elapsed
             var due = Sleepers.Wakeups()
             for deadline in Set(state.sleepers.waitingKeys.filter { $0 <= now }).sorted() {
-                state.sleepers.resolve(where: { $0 == deadline }, with: { _ in true }, into: &due)
+                state.sleepers.resolve(where: { $0 == deadline }, with: true, into: &due)
             }
             return due
         }.resume()

@@ -111,7 +111,7 @@ final class OutcomeWaiters: Sendable {
         queue.withLock { queue in
             var wakeups = Queue.Wakeups()
             queue.resolve(
-                where: { $0.epoch == epoch && kinds.contains($0.kind) }, with: { _ in result }, into: &wakeups)
+                where: { $0.epoch == epoch && kinds.contains($0.kind) }, with: result, into: &wakeups)
             return wakeups
         }.resume()
     }

@@ -334,7 +334,7 @@ final class SessionStore: Sendable {
             guard books.workPerEpoch[index].count == 0 else { return (work, ready) }
             books.workPerEpoch.remove(at: index)
             let oldest = books.workPerEpoch.lazy.map(\.epoch).min() ?? .max
-            books.drains.resolve(where: { oldest >= $0 }, with: { _ in () }, into: &ready)
+            books.drains.resolve(where: { oldest >= $0 }, with: (), into: &ready)
             return (work, ready)
         }
         ready.resume()

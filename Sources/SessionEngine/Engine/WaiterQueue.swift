@@ -36,23 +36,33 @@ package struct WaiterQueue<Key, Value: Sendable> {
     }
 
     /// The continuations a step took and the values they receive, to be resumed after the owner's lock is released.
+    ///
+    /// Kept in batches, one value each: a resolution wakes every selected caller with one value, which is resumed
+    /// into each without a copy of it per caller.
     package struct Wakeups: Sendable {
-        private var woken: [(UnsafeContinuation<Value, Never>, Value)] = []
+        private var batches: [(value: Value, continuations: [UnsafeContinuation<Value, Never>])] = []
 
         /// No wake-ups yet.
         package init() {}
 
         fileprivate mutating func append(_ continuation: UnsafeContinuation<Value, Never>, _ value: Value) {
-            woken.append((continuation, value))
+            batches.append((value, [continuation]))
+        }
+
+        fileprivate mutating func append(_ continuations: [UnsafeContinuation<Value, Never>], _ value: Value) {
+            guard !continuations.isEmpty else { return }
+            batches.append((value, continuations))
         }
 
         /// How many callers the step woke.
-        package var count: Int { woken.count }
+        package var count: Int { batches.reduce(0) { $0 + $1.continuations.count } }
 
         /// Resumes every caller taken, in the order they entered; call it outside the owner's lock.
         package consuming func resume() {
-            for (continuation, value) in woken {
-                continuation.resume(returning: value)
+            for batch in batches {
+                for continuation in batch.continuations {
+                    continuation.resume(returning: batch.value)
+                }
             }
         }
     }
@@ -135,34 +145,41 @@ package struct WaiterQueue<Key, Value: Sendable> {
         return true
     }
 
-    /// Gives every waiting caller whose key is `selected` the value `value(key)` returns, in the order they entered.
+    /// Gives every waiting caller whose key is `selected` the value `value`, in the order they entered.
     ///
-    /// - Returns: How many callers it gave a value.
+    /// - Returns: How many callers it gave the value.
     @discardableResult
     package mutating func resolve(
-        where selected: (Key) -> Bool, with value: (Key) -> Value, into wakeups: inout Wakeups
+        where selected: (Key) -> Bool, with value: Value, into wakeups: inout Wakeups
     ) -> Int {
         guard waiting > 0 else { return 0 }
         var resolved = 0
+        var parked: [UnsafeContinuation<Value, Never>] = []
         for index in entries.indices {
-            guard let key = entries[index].entry?.key, selected(key) else { continue }
-            waiting -= 1
-            resolved += 1
-            if case .parked(_, let continuation) = entries[index].entry {
-                wakeups.append(continuation, value(key))
+            guard let entry = entries[index].entry else { continue }
+            switch entry {
+            case .parked(let key, let continuation):
+                guard selected(key) else { continue }
+                parked.append(continuation)
                 entries[index].entry = nil
                 live -= 1
-            } else {
-                entries[index].entry = .resolved(value(key))
+            case .enqueued(let key):
+                guard selected(key) else { continue }
+                entries[index].entry = .resolved(value)
+            case .resolved:
+                continue
             }
+            waiting -= 1
+            resolved += 1
         }
+        wakeups.append(parked, value)
         compact()
         return resolved
     }
 
     /// Gives every waiting caller `value`, in the order they entered.
     package mutating func resolveAll(with value: Value, into wakeups: inout Wakeups) {
-        resolve(where: { _ in true }, with: { _ in value }, into: &wakeups)
+        resolve(where: { _ in true }, with: value, into: &wakeups)
     }
 
     /// Gives the caller that has waited longest `value`.
@@ -175,7 +192,7 @@ package struct WaiterQueue<Key, Value: Sendable> {
             where: { _ in
                 defer { first = false }
                 return first
-            }, with: { _ in value }, into: &wakeups) > 0
+            }, with: value, into: &wakeups) > 0
     }
 
     /// The position of `ticket`'s entry: the last entry most often (a caller parks right after it enters), else a
