@@ -1,23 +1,24 @@
 #!/usr/bin/env bash
 # Installs the real servers the network tests run the fetcher against (Tests/SessionEngineTests/Network/): nginx, a
 # TLS and HTTP/2 front, and tinyproxy, a forward proxy that tunnels with CONNECT; openssl, which makes the tests'
-# private certificate authority, too. Each comes from the distribution's packages (Debian's apt-get) and only when its
+# private certificate authority, too; and objdump (binutils), which CI's scan of the release binaries reads
+# (Scripts/check-thread-ids.py). Each comes from the distribution's packages (Debian's apt-get) and only when its
 # command is missing, so a second run does nothing and exits 0. Needs root for apt-get; where apt-get is not there it
 # says what is missing and exits 0: the tests then skip with a printed reason instead of failing.
 #
 #   Scripts/install-test-servers.sh
 set -euo pipefail
 
-declare -A packages=([nginx]=nginx [tinyproxy]=tinyproxy [openssl]=openssl)
+declare -A packages=([nginx]=nginx [tinyproxy]=tinyproxy [openssl]=openssl [objdump]=binutils)
 missing=()
-for command in nginx tinyproxy openssl; do
+for command in nginx tinyproxy openssl objdump; do
     # nginx and tinyproxy live in /usr/sbin, which is not on every PATH.
     if ! command -v "$command" >/dev/null && [ ! -x "/usr/sbin/$command" ]; then
         missing+=("${packages[$command]}")
     fi
 done
 if [ ${#missing[@]} -eq 0 ]; then
-    echo "test servers: nginx, tinyproxy and openssl are installed"
+    echo "test servers: nginx, tinyproxy, openssl and objdump are installed"
     exit 0
 fi
 if ! command -v apt-get >/dev/null; then

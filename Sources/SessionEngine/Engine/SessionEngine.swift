@@ -300,7 +300,9 @@ public actor SessionEngine {
     ///   credential has expired by the local clock or was rejected; ``SessionError/Code/signedOut`` when no account
     ///   is signed in; ``SessionError/Code/switching`` during an account change; ``SessionError/Code/shutDown`` after
     ///   shutdown. Never falls back to anonymous.
+    @inline(never)
     public nonisolated func identityHeaders() throws(SessionError) -> IdentityHeaders {
+        // Never inlined: the store's read inlines its lock here (`SanitizedMutex.withLockInlined`).
         try store.headers()
     }
 

@@ -220,9 +220,13 @@ final class SessionStore: Sendable {
     /// The usable credential's headers, checked against the local clock.
     ///
     /// It takes only the lock of ``Readable`` and, on the ``SystemClock``, reads the coarse wall clock (see
-    /// ``WallClockCheck``): the one read every identified request makes.
+    /// ``WallClockCheck``): the one read every identified request makes. Inlined into
+    /// ``SessionEngine/identityHeaders()`` alone, a function that is never inlined, so its lock is inlined
+    /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
+    @inline(__always)
     func headers() throws(SessionError) -> IdentityHeaders {
-        let (headers, expiresAt, unavailable) = reading()
+        // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
+        let (headers, expiresAt, unavailable) = readable.withLockInlined { $0.reading }
         guard let headers else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
         return headers
@@ -230,9 +234,7 @@ final class SessionStore: Sendable {
 
     /// What ``headers()`` reads under the lock of ``Readable``, before it checks the clock: the headers and their
     /// local expiry, or why there are none.
-    @inline(__always)
     func reading() -> Reading {
-        // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
         readable.withLock { $0.reading }
     }
 

@@ -89,9 +89,12 @@ final class MemberTable: Sendable {
 
     /// What `account`'s member reads, stamping the slot with a new use when `stampingUse`; `nil` when no slot holds
     /// the account.
+    ///
+    /// Inlined into the pool's read alone, a function that is never inlined, so its lock is inlined
+    /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
     @inline(__always)
     func reading(_ account: AccountID, hash: UInt64, stampingUse: Bool) -> SessionStore.Reading? {
-        state.withLock { state in
+        state.withLockInlined { state in
             var use = Int64.min
             if stampingUse {
                 state.uses += 1

@@ -229,7 +229,9 @@ public final class SessionPool: Sendable {
     }
 
     /// The read of ``identityHeaders(for:)`` and of ``headersWithoutUse(for:)``; `stampingUse` marks the account used.
-    @inline(__always)
+    ///
+    /// Never inlined, so the table's lock is inlined into it alone (``MemberTable/reading(_:hash:stampingUse:)``).
+    @inline(never)
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         let hash = memberHasher.hash(account)
         // The table's copy of the member's read, under the table's lock alone; a member without a slot is read from
