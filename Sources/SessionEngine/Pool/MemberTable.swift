@@ -90,7 +90,7 @@ final class MemberTable: Sendable {
     /// What `account`'s member reads, stamping the slot with a new use when `stampingUse`; `nil` when no slot holds
     /// the account.
     ///
-    /// Inlined into the pool's read alone, a function that is never inlined, so its lock is inlined
+    /// Inlined into the pool's reads alone, functions that are never inlined, so its lock is inlined
     /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
     @inline(__always)
     func reading(_ account: AccountID, hash: UInt64, stampingUse: Bool) -> SessionStore.Reading? {

@@ -224,14 +224,17 @@ public final class SessionPool: Sendable {
     /// - Returns: The `X-AppNorth-Identity-*` headers of the account's installed credential.
     /// - Throws: ``SessionError`` as ``SessionEngine/identityHeaders()`` does; ``SessionError/Code/signedOut`` for an
     ///   account the pool does not hold. Never another account's headers, never anonymous.
+    @inline(never)
     public func identityHeaders(for account: AccountID) throws(SessionError) -> IdentityHeaders {
+        // Never inlined: the read inlines the table's lock here (`SanitizedMutex.withLockInlined`).
         try headers(for: account, stampingUse: true)
     }
 
     /// The read of ``identityHeaders(for:)`` and of ``headersWithoutUse(for:)``; `stampingUse` marks the account used.
     ///
-    /// Never inlined, so the table's lock is inlined into it alone (``MemberTable/reading(_:hash:stampingUse:)``).
-    @inline(never)
+    /// Inlined into those two alone, functions that are never inlined, so the table's lock is inlined
+    /// (``MemberTable/reading(_:hash:stampingUse:)``) and never lands in an `async` function.
+    @inline(__always)
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         let hash = memberHasher.hash(account)
         // The table's copy of the member's read, under the table's lock alone; a member without a slot is read from
@@ -272,6 +275,7 @@ public final class SessionPool: Sendable {
 
     /// The account's headers as ``identityHeaders(for:)`` reads them, without marking the account used, for checks
     /// that must not change which account the pool evicts.
+    @inline(never)
     package func headersWithoutUse(for account: AccountID) throws(SessionError) -> IdentityHeaders {
         try headers(for: account, stampingUse: false)
     }
