@@ -237,16 +237,14 @@ public final class SessionPool: Sendable {
     @inline(__always)
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         let hash = memberHasher.hash(account)
-        // The table's copy of the member's read, under the table's lock alone; a member without a slot is read from
-        // its store, found under the members' lock, where the index holds it, so the read retains neither.
-        let reading =
-            table.reading(account, hash: hash, stampingUse: stampingUse)
-            ?? members.withLock { members in
-                members.index.memberWithoutTable(account).map { member in
-                    if stampingUse { member.markUsed(table.nextUse()) }
-                    return member.store.reading()
-                }
-            }
+        // The table's copy of the member's read, under the table's lock alone. A member without a slot (about one in
+        // a thousand) is found under the members' lock and read from its store after it, so no lock of the read is
+        // taken inside another.
+        var reading = table.reading(account, hash: hash, stampingUse: stampingUse)
+        if reading == nil, let member = members.withLock({ $0.index.memberWithoutTable(account) }) {
+            if stampingUse { member.markUsed(table.nextUse()) }
+            reading = member.store.reading()
+        }
         guard let (headers, expiresAt, unavailable) = reading else { throw Self.notHeld(account) }
         guard let headers else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
