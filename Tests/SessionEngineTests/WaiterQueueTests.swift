@@ -1,3 +1,4 @@
+import Dispatch
 import Synchronization
 import Testing
 
@@ -141,12 +142,19 @@ import Testing
     /// caller is lost between the check of whether it opened and the parking, and none is woken twice (the queue's
     /// unchecked continuations would trap).
     @Test func realThreadsRacingAOneShotNeverLoseACaller() async {
-        let stuck = await RealThreadRounds.run(4_000) { round in
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(4_000)) { round in
             let shot = OneShot<Int>()
-            async let opened: Bool = Task.detached { shot.open(with: round) }.value
-            async let waited: Int = Task.detached { await shot.value() }.value
-            let cancellable = Task.detached { await shot.valueUnlessCancelled() }
-            async let cancelled: Void = Task.detached { cancellable.cancel() }.value
+            async let opened: Bool = Task.detached(executorPreference: RealThreadRounds.threads) {
+                shot.open(with: round)
+            }.value
+            async let waited: Int = Task.detached(executorPreference: RealThreadRounds.threads) { await shot.value() }
+                .value
+            let cancellable = Task.detached(executorPreference: RealThreadRounds.threads) {
+                await shot.valueUnlessCancelled()
+            }
+            async let cancelled: Void = Task.detached(executorPreference: RealThreadRounds.threads) {
+                cancellable.cancel()
+            }.value
             let (didOpen, value, _) = await (opened, waited, cancelled)
             #expect(didOpen)
             #expect(value == round)
@@ -161,16 +169,20 @@ import Testing
     /// ends exactly once, with the outcome or its cancellation, and the waiters end empty.
     @Test func realThreadsRacingOutcomeWaitersEndEveryCallerOnce() async {
         let failure = SessionError(.signedOut, reason: "resolved")
-        let stuck = await RealThreadRounds.run(3_000) { _ in
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { _ in
             let waiters = OutcomeWaiters()
             let first = waiters.register(epoch: 1, kind: .identity)
             let second = waiters.register(epoch: 1, kind: .identity)
-            let waiting = Task.detached { try await waiters.wait(first) }
-            let cancelled = Task.detached { try await waiters.wait(second) }
-            async let resolved: Void = Task.detached {
+            let waiting = Task.detached(executorPreference: RealThreadRounds.threads) { try await waiters.wait(first) }
+            let cancelled = Task.detached(executorPreference: RealThreadRounds.threads) {
+                try await waiters.wait(second)
+            }
+            async let resolved: Void = Task.detached(executorPreference: RealThreadRounds.threads) {
                 waiters.resolve(epoch: 1, kinds: [.identity], outcome: .failed(failure))
             }.value
-            async let cancelling: Void = Task.detached { cancelled.cancel() }.value
+            async let cancelling: Void = Task.detached(executorPreference: RealThreadRounds.threads) {
+                cancelled.cancel()
+            }.value
             _ = await (resolved, cancelling)
             await #expect(throws: SessionError.self) { try await waiting.value }
             do {
@@ -191,19 +203,43 @@ enum RealThreadRounds {
         let rounds = Atomic<Int>(0)
     }
 
+    /// Whether the thread sanitizer runs: it slows the rounds about tenfold, and the suite's CPU-bound property tests
+    /// then hold both threads of the concurrency pool for minutes at a time.
+    private static let sanitized = SanitizedMutex<Int>.annotatesForThreadSanitizer
+
+    /// Runs the rounds' tasks on the dispatch queue's threads, not the concurrency pool's two, which the suite's
+    /// CPU-bound tests may hold for a minute: the rounds race on threads of their own.
+    final class Threads: TaskExecutor {
+        func enqueue(_ job: consuming ExecutorJob) {
+            let job = UnownedJob(job)
+            DispatchQueue.global().async { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+        }
+    }
+
+    /// The executor every task of the rounds prefers.
+    static let threads = Threads()
+
+    /// `rounds`, or a tenth of them under the thread sanitizer, which is there to see races on the accesses, not to
+    /// repeat them.
+    static func scaled(_ rounds: Int) -> Int { sanitized ? rounds / 10 : rounds }
+
+    /// How long no round may end before the run counts as stuck: a lost wake-up never ends, and a round costs well
+    /// under a millisecond, but on a machine with both cores busy, and under the thread sanitizer, its threads may wait
+    /// long for a core.
+    static let stall: Duration = sanitized ? .seconds(600) : .seconds(90)
+
     /// Runs `rounds` rounds of `round`, one after another, off the calling task.
     ///
     /// - Parameters:
     ///   - rounds: How many rounds.
-    ///   - stall: How long no round may end before the run counts as stuck: far above a round's cost on a machine
-    ///     with both cores busy, since a lost wake-up never ends.
+    ///   - stall: How long no round may end before the run counts as stuck.
     ///   - round: One round, given its number.
     /// - Returns: The round that never ended; `nil` when every round did. A stuck round's tasks stay suspended.
     static func run(
-        _ rounds: Int, stall: Duration = .seconds(20), _ round: @escaping @Sendable (Int) async -> Void
+        _ rounds: Int, stall: Duration = Self.stall, _ round: @escaping @Sendable (Int) async -> Void
     ) async -> Int? {
         let progress = Progress()
-        Task.detached {
+        Task.detached(executorPreference: RealThreadRounds.threads) {
             for number in 0..<rounds {
                 await round(number)
                 progress.rounds.store(number + 1, ordering: .releasing)

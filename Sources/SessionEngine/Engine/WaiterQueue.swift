@@ -70,10 +70,14 @@ package struct WaiterQueue<Key, Value: Sendable> {
     private var nextID: UInt64 = 0
     /// The entries by ascending ID, in the order they entered; a removed entry leaves `nil` until the next compaction.
     private var entries: [(id: UInt64, entry: Entry?)] = []
-    /// How many entries are not `nil`.
-    private var live = 0
+    /// How many entries are not `nil`. This count and the next are 32 bits each and share a word: an owner keeps its
+    /// queue inline, one per account in a pool.
+    private var live: UInt32 = 0
     /// How many entries wait for a value: enqueued or parked.
-    package private(set) var waiting = 0
+    private var waitingCount: UInt32 = 0
+
+    /// How many callers wait for a value: entered or parked, not yet given one.
+    package var waiting: Int { Int(waitingCount) }
 
     /// Creates an empty queue.
     package init() {}
@@ -92,7 +96,7 @@ package struct WaiterQueue<Key, Value: Sendable> {
         nextID += 1
         entries.append((nextID, .enqueued(key)))
         live += 1
-        waiting += 1
+        waitingCount += 1
         return Ticket(id: nextID)
     }
 
@@ -122,7 +126,7 @@ package struct WaiterQueue<Key, Value: Sendable> {
         nextID += 1
         entries.append((nextID, .parked(key, continuation)))
         live += 1
-        waiting += 1
+        waitingCount += 1
         return Ticket(id: nextID)
     }
 
@@ -133,7 +137,7 @@ package struct WaiterQueue<Key, Value: Sendable> {
     @discardableResult
     package mutating func resolve(_ ticket: Ticket, with value: Value, into wakeups: inout Wakeups) -> Bool {
         guard let index = index(of: ticket), let entry = entries[index].entry, entry.key != nil else { return false }
-        waiting -= 1
+        waitingCount -= 1
         defer { compact() }
         if case .parked(_, let continuation) = entry {
             wakeups.append(continuation, value)
@@ -152,7 +156,7 @@ package struct WaiterQueue<Key, Value: Sendable> {
     package mutating func resolve(
         where selected: (Key) -> Bool, with value: Value, into wakeups: inout Wakeups
     ) -> Int {
-        guard waiting > 0 else { return 0 }
+        guard waitingCount > 0 else { return 0 }
         var resolved = 0
         var parked: [UnsafeContinuation<Value, Never>] = []
         for index in entries.indices {
@@ -169,7 +173,7 @@ package struct WaiterQueue<Key, Value: Sendable> {
             case .resolved:
                 continue
             }
-            waiting -= 1
+            waitingCount -= 1
             resolved += 1
         }
         wakeups.append(parked, value)
@@ -219,7 +223,7 @@ package struct WaiterQueue<Key, Value: Sendable> {
     private mutating func compact() {
         if live == 0 {
             entries = []
-        } else if entries.count > 2 * live + 64 {
+        } else if entries.count > 2 * Int(live) + 64 {
             entries.removeAll { element in
                 guard case .some = element.entry else { return true }
                 return false

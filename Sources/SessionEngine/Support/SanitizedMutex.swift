@@ -42,15 +42,7 @@ package struct SanitizedMutex<Value: ~Copyable>: ~Copyable {
     package borrowing func withLock<Result: ~Copyable, E: Error>(
         _ body: (inout sending Value) throws(E) -> sending Result
     ) throws(E) -> sending Result {
-        // The sanitizer only uses the address as the lock's identity and never reads through it. The lock cannot move
-        // while it is borrowed, and a move needs exclusive ownership, which orders it after every earlier critical
-        // section.
-        let identity = withUnsafePointer(to: self) { UnsafeRawPointer($0) }
-        return try base.withLock { (value: inout sending Value) throws(E) -> sending Result in
-            se_sanitizer_acquire(identity)
-            defer { se_sanitizer_release(identity) }
-            return try body(&value)
-        }
+        try withLockInlined(body)
     }
 
     /// ``withLock(_:)`` inlined into its caller, for the read every identified request makes.
@@ -66,6 +58,9 @@ package struct SanitizedMutex<Value: ~Copyable>: ~Copyable {
     package borrowing func withLockInlined<Result: ~Copyable, E: Error>(
         _ body: (inout sending Value) throws(E) -> sending Result
     ) throws(E) -> sending Result {
+        // The sanitizer only uses the address as the lock's identity and never reads through it. The lock cannot move
+        // while it is borrowed, and a move needs exclusive ownership, which orders it after every earlier critical
+        // section.
         let identity = withUnsafePointer(to: self) { UnsafeRawPointer($0) }
         return try base.withLock { (value: inout sending Value) throws(E) -> sending Result in
             se_sanitizer_acquire(identity)
