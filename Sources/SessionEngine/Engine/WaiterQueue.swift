@@ -6,13 +6,14 @@
 /// wakes: no window opens between the check and the registration, or between the change and its wake-ups. The owner
 /// resumes what a step took after releasing its lock (``Wakeups/resume()``), so a woken caller never runs under it.
 ///
-/// A caller may enter in two steps: ``enqueue(_:)`` in the step that decides it waits, and ``park(_:_:)`` when it
-/// suspends. A value that comes between the two is kept for it (``Entry/resolved(_:)``), so it cannot slip by. A
-/// caller that decides and suspends in one step calls ``park(_:_:)-(Key,_)`` alone.
+/// A caller may enter in two steps: ``enqueue(_:)`` in the step that decides it waits, and `park(_:_:)` with its ticket
+/// when it suspends. A value that comes between the two is kept in its entry, so it cannot slip by. A caller that
+/// decides and suspends in one step parks with its key alone.
 ///
 /// Its owners: the callers waiting for an outcome (``OutcomeWaiters``, keyed by epoch and kind), the one-shot signal
-/// (``OneShot``: an account change's preparation, a shutdown, a fetch's race, the test kit's gate) and the store's
-/// drains (keyed by epoch).
+/// (``OneShot``: an account change's preparation, a shutdown, a fetch's race, the test kit's gate), the store's drains
+/// (keyed by epoch), the event streams' iterators (keyed by subscriber), a transfer's caller (`TransferControl`), and
+/// the test kit's clock, executor and scripted fetcher. Design/engine.md, *Parked callers*, lists them.
 package struct WaiterQueue<Key, Value: Sendable> {
     /// A caller's place in the queue.
     package struct Ticket: Hashable, Sendable {
