@@ -44,10 +44,8 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     private struct State {
         var cancelled = 0
         var requests: [Request] = []
-        /// The held fetches, each waiting for its reply.
+        /// The held fetches, each waiting for its reply, keyed by request ID.
         var held = WaiterQueue<Int, Reply>()
-        /// Every held fetch's place in `held`, by request ID.
-        var tickets: [Int: WaiterQueue<Int, Reply>.Ticket] = [:]
         var unclaimed: [Request] = []
         /// Callers of ``nextRequest()``, each waiting for a held request no earlier call has returned.
         var requestWaiters = WaiterQueue<Void, Request>()
@@ -165,7 +163,6 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
                 return nil
             }
             let ticket = state.held.enqueue(request.id)
-            state.tickets[request.id] = ticket
             var claimed = WaiterQueue<Void, Request>.Wakeups()
             if !state.requestWaiters.resolveFirst(with: request, into: &claimed) { state.unclaimed.append(request) }
             return (ticket, claimed)
@@ -184,7 +181,6 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
                 guard state.held.resolve(ticket, with: .error(CancellationError()), into: &wakeups) else {
                     return wakeups
                 }
-                state.tickets[request.id] = nil
                 state.cancelled += 1
                 state.unclaimed.removeAll { $0.id == request.id }
                 return wakeups
@@ -257,8 +253,8 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
         let (answered, wakeups) = state.withLock { state -> (Bool, WaiterQueue<Int, Reply>.Wakeups) in
             var wakeups = WaiterQueue<Int, Reply>.Wakeups()
             state.unclaimed.removeAll { $0.id == request.id }
-            guard let ticket = state.tickets.removeValue(forKey: request.id) else { return (false, wakeups) }
-            return (state.held.resolve(ticket, with: reply, into: &wakeups), wakeups)
+            let answered = state.held.resolve(where: { $0 == request.id }, with: reply, into: &wakeups) > 0
+            return (answered, wakeups)
         }
         wakeups.resume()
         return answered

@@ -21,9 +21,14 @@ package final class OneShot<Value: Sendable>: Sendable {
     }
 
     private struct State {
+        /// The value, once opened; `nil` before. For an optional `Value`, opened with `nil` is `.some(nil)`.
         var value: Value?
-        var isOpen = false
         var waiters = WaiterQueue<Void, Wake>()
+
+        var isOpen: Bool {
+            guard case .some = value else { return false }
+            return true
+        }
     }
 
     private let state = SanitizedMutex(State())
@@ -45,7 +50,6 @@ package final class OneShot<Value: Sendable>: Sendable {
         let (opened, wakeups) = state.withLock { state -> (Bool, WaiterQueue<Void, Wake>.Wakeups) in
             var wakeups = WaiterQueue<Void, Wake>.Wakeups()
             guard !state.isOpen else { return (false, wakeups) }
-            state.isOpen = true
             state.value = value
             state.waiters.resolveAll(with: .opened(value), into: &wakeups)
             return (true, wakeups)
@@ -58,7 +62,7 @@ package final class OneShot<Value: Sendable>: Sendable {
     package func value() async -> Value {
         let wake = await withUnsafeContinuation { (continuation: UnsafeContinuation<Wake, Never>) in
             let now = state.withLock { state -> Value? in
-                if state.isOpen { return state.value }
+                if let value = state.value { return value }
                 state.waiters.park((), continuation)
                 return nil
             }
@@ -75,7 +79,7 @@ package final class OneShot<Value: Sendable>: Sendable {
     /// - Returns: Its value; `nil` when the task was cancelled before it opened.
     package func valueUnlessCancelled() async -> Value? {
         let entered = state.withLock { state -> Entered in
-            if state.isOpen, let value = state.value { return .woken(.opened(value)) }
+            if let value = state.value { return .woken(.opened(value)) }
             if Task.isCancelled { return .woken(.cancelled) }
             return .waiting(state.waiters.enqueue(()))
         }

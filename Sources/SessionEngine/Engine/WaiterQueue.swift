@@ -55,9 +55,6 @@ package struct WaiterQueue<Key, Value: Sendable> {
             batches.append((value, continuations))
         }
 
-        /// How many callers the step woke.
-        package var count: Int { batches.reduce(0) { $0 + $1.continuations.count } }
-
         /// Resumes every caller taken, in the order they entered; call it outside the owner's lock.
         package consuming func resume() {
             for batch in batches {
