@@ -39,6 +39,8 @@ enum {
     SE_CURLE_OK = 0,
     SE_CURLM_OK = 0,
     SE_CURLMSG_DONE = 1,
+    // Multi options: CURLOPTTYPE_LONG + n.
+    SE_CURLMOPT_MAXCONNECTS = 6,
     // Options: CURLOPTTYPE_LONG + n, CURLOPTTYPE_OBJECTPOINT (10000) + n, CURLOPTTYPE_FUNCTIONPOINT (20000) + n,
     // CURLOPTTYPE_OFF_T (30000) + n, CURLOPTTYPE_BLOB (40000) + n.
     SE_CURLOPT_WRITEDATA = 10001,
@@ -79,6 +81,8 @@ enum {
     SE_CURLINFO_HTTP_CONNECTCODE = 0x200016,
     SE_CURLINFO_PROXY_SSL_VERIFYRESULT = 0x20002F,  // libcurl 7.52 and later
     SE_CURLINFO_PROXY_ERROR = 0x20003B,  // libcurl 7.73 and later
+    // How many idle connections the driver's cache keeps.
+    SE_CURL_IDLE_CONNECTIONS = 64,
     // libcurl's CURL_MAX_INPUT_LENGTH: the largest string or blob an option takes.
     SE_CURL_MAX_INPUT_LENGTH = 8000000,
 };
@@ -113,6 +117,7 @@ typedef int (*curl_multi_perform_f)(CURLM *multi, int *running);
 typedef se_curl_message *(*curl_multi_info_read_f)(CURLM *multi, int *left);
 typedef int (*curl_multi_poll_f)(CURLM *multi, void *extra, unsigned count, int timeout_ms, int *ready);
 typedef int (*curl_multi_wakeup_f)(CURLM *multi);
+typedef int (*curl_multi_setopt_f)(CURLM *multi, int option, ...);
 typedef void *(*d2i_X509_f)(void **certificate, const unsigned char **input, long length);
 typedef void (*X509_free_f)(void *certificate);
 
@@ -131,6 +136,7 @@ static struct {
     curl_multi_info_read_f multi_info_read;
     curl_multi_poll_f multi_poll;
     curl_multi_wakeup_f multi_wakeup;
+    curl_multi_setopt_f multi_setopt;
 } api;
 
 /// OpenSSL's certificate decoder, when the libcurl in the process uses OpenSSL (it is loaded with it).
@@ -175,7 +181,8 @@ static void load(void) {
         && LOAD(slist_free_all, "curl_slist_free_all") && LOAD(multi_init, "curl_multi_init")
         && LOAD(multi_add_handle, "curl_multi_add_handle") && LOAD(multi_remove_handle, "curl_multi_remove_handle")
         && LOAD(multi_perform, "curl_multi_perform") && LOAD(multi_info_read, "curl_multi_info_read")
-        && LOAD(multi_poll, "curl_multi_poll") && LOAD(multi_wakeup, "curl_multi_wakeup");
+        && LOAD(multi_poll, "curl_multi_poll") && LOAD(multi_wakeup, "curl_multi_wakeup")
+        && LOAD(multi_setopt, "curl_multi_setopt");
     // Reference-counted and thread-safe in every libcurl since 7.84; earlier ones need this before any thread
     // uses libcurl, which `pthread_once` gives within this package.
     if (!complete || global_init(SE_CURL_GLOBAL_ALL) != SE_CURLE_OK) {
@@ -195,6 +202,12 @@ static void load(void) {
     if (driver.multi == NULL) {
         return;
     }
+    // libcurl's default cache holds four connections per transfer running, counted each time one goes idle: in a
+    // process whose fetchers speak to more hosts than that (backends, proxies) with one fetch running, the fifth
+    // idle connection closed the oldest, another fetcher's, and its next fetch paid a new connection and handshake.
+    // A fixed cache keeps them; an idle connection is still closed after libcurl's idle limit (118 s) or by the
+    // server.
+    api.multi_setopt(driver.multi, SE_CURLMOPT_MAXCONNECTS, (long)SE_CURL_IDLE_CONNECTIONS);
     pthread_attr_t attributes;
     pthread_attr_init(&attributes);
     pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);

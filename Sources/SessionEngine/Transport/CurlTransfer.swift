@@ -17,7 +17,8 @@ import Foundation
 ///
 /// One thread drives every transfer of the process, so a thousand fetches in flight cost no thread each, and
 /// connections to the backend are reused, except by a retry: a fetch after a failed one opens a new connection, so a
-/// connection to a worker that keeps failing (an nginx reloading) is not asked again. The caller is resumed as soon as the outcome is known; a deadline or a
+/// connection to a worker that keeps failing (an nginx reloading) is not asked again. The process keeps up to 64 idle
+/// connections, whatever hosts its fetchers speak to, so one fetcher's traffic does not close another's connection. The caller is resumed as soon as the outcome is known; a deadline or a
 /// cancellation decides it at once and wakes the thread, which stops the transfer then. libcurl's own timeout, one
 /// second after the fetch's, is the backstop.
 enum CurlTransfer {

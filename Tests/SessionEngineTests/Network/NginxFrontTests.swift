@@ -162,6 +162,29 @@ struct NginxFrontTests {
         }
     }
 
+    /// A fetcher's idle connection outlives other fetchers' traffic to other hosts: libcurl's own default keeps four
+    /// connections per transfer running, so a process's fifth idle connection closed its oldest, and the next fetch
+    /// paid a new connection (a TLS handshake, over `https`).
+    @Test func anIdleConnectionOutlivesOtherFetchersTraffic() async throws {
+        try await withFront { nginx, _ in
+            let authority = try await Self.authority.value
+            let trust = CertificateTrust.authorities([try CertificateAuthorities(pemFile: authority.certificate)])
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let fetcher = Self.fetcher(nginx, .plain, trust: trust, clock: clock)
+            _ = try await fetcher.fetchCredential(for: "bob")
+            // One connection to each other server, each left idle in turn: five idle connections with the first.
+            for front in [Front.http1, .http2, .addedDate, .passedDate] {
+                _ = try await Self.fetcher(nginx, front, trust: trust, clock: clock).fetchCredential(for: "bob")
+            }
+            _ = try await fetcher.fetchCredential(for: "bob")
+            let lines = try await nginx.accessLog(atLeast: 6)
+            let plain = String(nginx.ports[Front.plain.rawValue])
+            let connections = lines.filter { $0.hasPrefix("\(plain) ") }.compactMap { $0.split(separator: " ").last }
+            #expect(connections.count == 2, "\(lines)")
+            #expect(Set(connections).count == 1, "the second fetch opened a new connection: \(connections)")
+        }
+    }
+
     /// Every request names the package and its version in `User-Agent` unless the host's `authenticate` sets its
     /// own, on every transfer: libcurl over TLS, the plain HTTP/1.1 transfer and `URLSession`.
     @Test func theUserAgentNamesThePackageUnlessTheHostReplacesIt() async throws {
