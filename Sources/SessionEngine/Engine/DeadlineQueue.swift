@@ -245,7 +245,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     private func startSleeper(_ plan: (wait: Duration, id: UInt64)) {
         let clock = self.clock
         // The sleeper holds the queue weakly: a queue whose owners are all gone goes with them.
-        let task = Task(executorPreference: taskExecutor) { [weak self] in
+        let task = Task.start(preferring: taskExecutor) { [weak self] in
             do {
                 try await clock.sleep(for: plan.wait)
             } catch {

@@ -39,7 +39,7 @@ enum FetchRace {
         calling: @escaping @Sendable () -> Void
     ) async -> Outcome {
         let race = OneShot<Outcome>()
-        let fetch = Task(executorPreference: taskExecutor) {
+        let fetch = Task.start(preferring: taskExecutor) {
             // Abandoned before it first ran (the account session ended): its request never reaches the backend,
             // which by now may be serving the next account's hooks. Checked in the job that calls the fetcher.
             guard !Task.isCancelled, !race.isOpen else { return }
@@ -52,7 +52,7 @@ enum FetchRace {
             }
             race.open(with: .finished(result))
         }
-        let deadline = Task(executorPreference: taskExecutor) {
+        let deadline = Task.start(preferring: taskExecutor) {
             guard (try? await clock.sleep(for: timeout)) != nil else { return }
             race.open(with: .timedOut)
         }

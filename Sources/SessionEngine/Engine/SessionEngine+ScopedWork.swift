@@ -55,7 +55,7 @@ extension SessionEngine {
         let store = self.store
         let executor = shared.taskExecutor
         let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
-            return Task(executorPreference: executor) {
+            return Task.start(preferring: executor) {
                 defer { store.finishWork(id) }
                 return try await body(credential)
             }

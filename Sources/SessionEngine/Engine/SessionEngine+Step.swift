@@ -127,7 +127,7 @@ extension SessionEngine {
     nonisolated func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
         let recorder = self.recorder
         recorder.tasks(1)
-        return Task(executorPreference: shared.taskExecutor) {
+        return Task.start(preferring: shared.taskExecutor) {
             defer { recorder.tasks(-1) }
             await body()
         }

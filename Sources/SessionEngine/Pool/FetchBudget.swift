@@ -223,7 +223,7 @@ final class FetchBudget: Sendable {
     /// Starts the sleeper that the lock step which asked for it recorded.
     private func startSleeper(for duration: Duration) {
         let clock = self.clock
-        Task(executorPreference: taskExecutor) { [self] in
+        Task.start(preferring: taskExecutor) { [self] in
             try? await clock.sleep(for: duration)
             let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
                 let action = state.machine.sleeperFired(at: clock.uptime)

@@ -244,7 +244,7 @@ extension SessionPool {
         let checkpoint = { (use: table.nextUse(), at: clock.uptime) }
         // Oldest first; only the latest checkpoint at least the timeout old, and later ones, are kept.
         var checkpoints = [checkpoint()]
-        Task(executorPreference: engineShared.taskExecutor) { [weak self] in
+        Task.start(preferring: engineShared.taskExecutor) { [weak self] in
             while true {
                 do {
                     try await clock.sleep(for: timeout / 2)
