@@ -18,6 +18,9 @@ enum FetchRace {
         case cancelled
     }
 
+    /// The longest deadline the queue holds; a longer ``SessionConfiguration/fetchTimeout`` waits without one.
+    static let maximumTimeout = Duration.seconds(365 * 86_400)
+
     /// Runs `request` on `fetcher` and waits for the first of its result, its deadline `timeout` on `clock`, and the
     /// calling task's cancellation.
     ///
@@ -25,8 +28,10 @@ enum FetchRace {
     ///   - request: The fetch, as the budget admitted it.
     ///   - fetcher: The host's backend.
     ///   - timeout: How long the fetcher may take.
-    ///   - clock: The engine's clock, which the deadline sleeps on.
-    ///   - taskExecutor: The executor the two tasks prefer.
+    ///   - clock: The engine's clock, which the deadline is on.
+    ///   - timers: The engine's deadline queue, which holds the deadline: a slot for the fetch's life, not a task
+    ///     sleeping until the deadline whatever comes first (a cancelled sleep keeps its timer until it was due).
+    ///   - taskExecutor: The executor the fetcher's task prefers.
     ///   - calling: Runs in the job that calls the fetcher, right before the call; never for a fetch abandoned
     ///     before it.
     /// - Returns: What decided the race.
@@ -35,6 +40,7 @@ enum FetchRace {
         on fetcher: any CredentialFetcher,
         timeout: Duration,
         clock: any SessionClock,
+        timers: DeadlineQueue<SessionEngine.TimerTarget>,
         taskExecutor: (any TaskExecutor)?,
         calling: @escaping @Sendable () -> Void
     ) async -> Outcome {
@@ -52,9 +58,10 @@ enum FetchRace {
             }
             race.open(with: .finished(result))
         }
-        let deadline = Task.start(preferring: taskExecutor) {
-            guard (try? await clock.sleep(for: timeout)) != nil else { return }
-            race.open(with: .timedOut)
+        let deadline = timers.register(.fetchDeadline(race))
+        // A deadline beyond a year is none: the monotonic clock cannot hold every duration a configuration can.
+        if timeout <= maximumTimeout {
+            timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout), for: deadline)
         }
         let outcome = await withTaskCancellationHandler {
             await race.value()
@@ -62,7 +69,7 @@ enum FetchRace {
             race.open(with: .cancelled)
             fetch.cancel()
         }
-        deadline.cancel()
+        timers.release(deadline)
         if case .finished = outcome {} else { fetch.cancel() }
         return outcome
     }

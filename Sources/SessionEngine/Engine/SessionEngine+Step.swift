@@ -145,6 +145,7 @@ extension SessionEngine {
         }
         let configuration = self.configuration
         let taskExecutor = shared.taskExecutor
+        let timers = self.timers
         let task = startTask {
             let result: Result<FetchedCredential, any Error>
             var waited = Duration.zero
@@ -166,7 +167,7 @@ extension SessionEngine {
                 }
                 // Counted in the job that calls the fetcher, so the count is of requests the backend can see.
                 let outcome = await FetchRace.run(
-                    admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock,
+                    admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock, timers: timers,
                     taskExecutor: taskExecutor, calling: { recorder.fetchStarted() })
                 switch outcome {
                 case .finished(let finished): result = finished

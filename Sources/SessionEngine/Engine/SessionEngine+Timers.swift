@@ -12,11 +12,18 @@ extension SessionEngine {
         /// A pool's member: the pool finds it by its account, and the serial tells it from a later member of the
         /// same account.
         case member(AccountID, serial: UInt64)
+        /// A fetch's deadline (``SessionConfiguration/fetchTimeout``): its firing decides the fetch's race as timed
+        /// out, unless the answer or a cancellation decided it first. The slot lives as long as the fetch.
+        case fetchDeadline(OneShot<FetchRace.Outcome>)
 
-        /// The delivery of a queue whose engines are their own: each firing goes to its engine, if it is still there.
+        /// The delivery of a queue whose engines are their own, and of a pool's queue for every target but its
+        /// members: each firing goes to its engine, if it is still there, or decides its fetch's race.
         static let deliver: DeadlineQueue<TimerTarget>.Delivery = { target, timer in
-            guard case .engine(let reference) = target else { return }
-            reference.engine?.fireTimer(timer)
+            switch target {
+            case .engine(let reference): reference.engine?.fireTimer(timer)
+            case .fetchDeadline(let race): race.open(with: .timedOut)
+            case .member: break
+            }
         }
     }
 

@@ -192,7 +192,10 @@ public final class SessionPool: Sendable {
     /// Fires a member's timer that the pool's deadline queue found due, on the member it names; a member that has left
     /// the pool has no timer to fire, since its engine is signed out and shut down.
     private func timerFired(_ timer: TimerID, for target: SessionEngine.TimerTarget) {
-        guard case .member(let account, let serial) = target else { return }
+        guard case .member(let account, let serial) = target else {
+            SessionEngine.TimerTarget.deliver(target, timer)
+            return
+        }
         guard let member = member(account), member.serial == serial else { return }
         member.engine.fireTimer(timer)
     }
