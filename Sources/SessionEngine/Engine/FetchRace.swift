@@ -18,9 +18,6 @@ enum FetchRace {
         case cancelled
     }
 
-    /// The longest deadline the queue holds; a longer ``SessionConfiguration/fetchTimeout`` waits without one.
-    static let maximumTimeout = Duration.seconds(365 * 86_400)
-
     /// Runs `request` on `fetcher` and waits for the first of its result, its deadline `timeout` on `clock`, and the
     /// calling task's cancellation.
     ///
@@ -58,10 +55,8 @@ enum FetchRace {
             }
             race.open(with: .finished(result))
         }
-        let deadline = timers.register(.fetchDeadline(race))
-        // A deadline beyond a year is none: the monotonic clock cannot hold every duration a configuration can.
-        if timeout <= maximumTimeout {
-            timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout), for: deadline)
+        let deadline = SessionEngine.setDeadline(in: timers, on: clock, after: timeout) {
+            race.open(with: .timedOut)
         }
         let outcome = await withTaskCancellationHandler {
             await race.value()

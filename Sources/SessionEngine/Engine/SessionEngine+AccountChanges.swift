@@ -249,8 +249,8 @@ extension SessionEngine {
         case identified
         /// The epoch is no longer the current one, or the engine has shut down.
         case superseded(SessionError)
-        /// Registered for the epoch's identity, with the task that enforces the caller's deadline, if any.
-        case registered(OutcomeWaiters.Ticket, deadline: Task<Void, Never>?)
+        /// Registered for the epoch's identity, with the caller's deadline's slot in the deadline queue, if any.
+        case registered(OutcomeWaiters.Ticket, deadline: DeadlineQueue<TimerTarget>.Token?)
     }
 
     /// Decides and registers the caller's wait for the identity of `epoch`, in the caller's step: nothing is awaited
@@ -272,15 +272,11 @@ extension SessionEngine {
             return .superseded(SessionError(.accountChanged, reason: "another account change superseded this one"))
         }
         let ticket = registerWaiter(epoch: epoch, kind: .identity)
-        let clock = self.clock
         let deadline = timeout.map { timeout in
-            startTask { [weak self] in
-                do {
-                    try await clock.sleep(for: timeout)
-                } catch {
-                    return
+            setDeadline(after: timeout) { [weak self] in
+                _ = self?.startTask { [weak self] in
+                    await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
                 }
-                await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
             }
         }
         return .registered(ticket, deadline: deadline)
@@ -296,7 +292,7 @@ extension SessionEngine {
             await prepared?.value()
             throw error
         case .registered(let ticket, let deadline):
-            defer { deadline?.cancel() }
+            defer { if let deadline { timers.release(deadline) } }
             do {
                 _ = try await waitForOutcome(ticket)
             } catch let error as SessionError where error.code == .signInTimedOut {

@@ -12,16 +12,17 @@ extension SessionEngine {
         /// A pool's member: the pool finds it by its account, and the serial tells it from a later member of the
         /// same account.
         case member(AccountID, serial: UInt64)
-        /// A fetch's deadline (``SessionConfiguration/fetchTimeout``): its firing decides the fetch's race as timed
-        /// out, unless the answer or a cancellation decided it first. The slot lives as long as the fetch.
-        case fetchDeadline(OneShot<FetchRace.Outcome>)
+        /// A caller's or a fetch's deadline (a sign-in's `timeout`, ``SessionConfiguration/fetchTimeout``): its
+        /// firing runs the action, which must return at once (it decides a race or starts a task). The slot lives as
+        /// long as the wait it bounds, and is given back when the wait ends, whatever ended it.
+        case deadline(@Sendable () -> Void)
 
         /// The delivery of a queue whose engines are their own, and of a pool's queue for every target but its
-        /// members: each firing goes to its engine, if it is still there, or decides its fetch's race.
+        /// members: each firing goes to its engine, if it is still there, or runs its deadline's action.
         static let deliver: DeadlineQueue<TimerTarget>.Delivery = { target, timer in
             switch target {
             case .engine(let reference): reference.engine?.fireTimer(timer)
-            case .fetchDeadline(let race): race.open(with: .timedOut)
+            case .deadline(let action): action()
             case .member: break
             }
         }
@@ -51,5 +52,29 @@ extension SessionEngine {
 
     private func timerFired(_ id: TimerID) {
         step { $0.timerFired(id, at: $1) }
+    }
+
+    /// Takes a slot of the engine's deadline queue whose firing runs `action` once `timeout` has passed on the
+    /// engine's clock; give it back with `timers.release(_:)` when the wait it bounds has ended.
+    ///
+    /// A deadline in the queue costs a slot while it is set, and nothing once it is given back; a task sleeping on the
+    /// clock, cancelled early, would keep its timer in the runtime until it was due. A timeout beyond a year sets
+    /// no deadline: the monotonic clock cannot hold every duration a caller can pass.
+    nonisolated func setDeadline(
+        after timeout: Duration, _ action: @escaping @Sendable () -> Void
+    ) -> DeadlineQueue<TimerTarget>.Token {
+        Self.setDeadline(in: timers, on: clock, after: timeout, action)
+    }
+
+    /// ``setDeadline(after:_:)`` in `timers`, on `clock`.
+    static func setDeadline(
+        in timers: DeadlineQueue<TimerTarget>, on clock: any SessionClock, after timeout: Duration,
+        _ action: @escaping @Sendable () -> Void
+    ) -> DeadlineQueue<TimerTarget>.Token {
+        let token = timers.register(.deadline(action))
+        if timeout <= .seconds(365 * 86_400) {
+            timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout), for: token)
+        }
+        return token
     }
 }
