@@ -54,6 +54,22 @@ import Testing
         #expect(harness.pool.timers.slotCount == 0)
     }
 
+    /// A sign-in's deadline and each fetch's deadline hold a slot of the queue only while their wait lasts: once the
+    /// sign-in has returned, the account's renewal is the only timer left.
+    @Test func theDeadlinesOfASignInAndItsFetchEndWithTheirWaits() async throws {
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice", timeout: .seconds(30))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 1, "the renewal's timer only")
+        // The sign-in's deadline, were it still set, would fire now and find nothing to fail.
+        harness.clock.advance(by: .seconds(31))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 1)
+        #expect(harness.pool.state(of: "alice").isIdentified)
+        await harness.pool.shutdown()
+        #expect(harness.pool.timers.slotCount == 0)
+    }
+
     @Test func everyAccountRenewsOnceThroughTheSharedTimers() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
         let accounts = PoolHarness.accounts(10)
