@@ -160,4 +160,25 @@ import Testing
         #expect(engine == nil, "the dropped pool's engine is freed")
         #expect(timers.count == 0)
     }
+
+    /// A fetch whose fetcher never answers still times out when the pool was dropped without shutting down: its
+    /// deadline, a slot of the pool's queue, needs no pool to fire, so the fetch task ends and its engine is freed.
+    @Test func aHungFetchOfADroppedPoolStillTimesOutAndFreesItsEngine() async throws {
+        let clock = ManualClock()
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { _ in .held(ignoringCancellation: true) }
+        var pool: SessionPool? = SessionPool(fetcher: fetcher, clock: clock)
+        let caller = Task { [weak pool] in try await pool?.signIn("alice") }
+        _ = await fetcher.nextRequest()
+        weak let engine = pool?.member("alice")?.engine
+        #expect(engine != nil)
+        caller.cancel()
+        _ = await caller.result
+        weak let dropped = pool
+        pool = nil
+        #expect(dropped == nil, "the pool is gone")
+        #expect(engine != nil, "the fetch task holds its engine while the fetcher hangs")
+        clock.advance(by: SessionConfiguration().fetchTimeout + .seconds(1))
+        await clock.executor.waitUntilIdle()
+        #expect(engine == nil, "the fetch timed out, and its task let its engine go")
+    }
 }

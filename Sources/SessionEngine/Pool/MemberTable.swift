@@ -175,6 +175,14 @@ final class MemberTable: Sendable {
         }
     }
 
+    /// Empties every slot, for a pool that is going: its index, which held the members the slots name, goes with it,
+    /// while an engine that outlives it may still write its read here (``mirror(_:of:hash:_:)`` then finds no slot).
+    func clearAll() {
+        state.withLock { state in
+            for index in state.slots.indices { state.slots[index] = Slot() }
+        }
+    }
+
     /// Replaces every slot with `count` empty ones, a power of two, and places `members` in them, each with the hash
     /// `hash` gives it; last reads carry over. Returns how many members found no slot.
     func rebuild(count: Int, members: some Sequence<SessionPool.Member>, hash: (SessionPool.Member) -> UInt64) -> Int {

@@ -185,17 +185,25 @@ public final class SessionPool: Sendable {
             executors: Self.executorCount)
         self.stopped = OneShot<Void>()
         // The queue names each member by its account and serial, and the pool finds it: the queue holds no engine,
-        // and only the pool, not each engine, is referenced weakly.
-        timers.deliver { [weak self] target, timer in self?.timerFired(timer, for: target) }
+        // and only the pool, not each engine, is referenced weakly. A deadline needs no pool: a fetch whose fetcher
+        // hangs still times out after a pool dropped without shutting down, and its task lets its engine go.
+        timers.deliver { [weak self] target, timer in
+            guard case .member = target else { return SessionEngine.TimerTarget.deliver(target, timer) }
+            self?.timerFired(timer, for: target)
+        }
+    }
+
+    /// A pool dropped without shutting down empties its members' table before its members go: the table's slots do
+    /// not retain their members, and an engine whose fetch is still in flight outlives the pool and installs its
+    /// result through its link, which writes into the table.
+    deinit {
+        table.clearAll()
     }
 
     /// Fires a member's timer that the pool's deadline queue found due, on the member it names; a member that has left
     /// the pool has no timer to fire, since its engine is signed out and shut down.
     private func timerFired(_ timer: TimerID, for target: SessionEngine.TimerTarget) {
-        guard case .member(let account, let serial) = target else {
-            SessionEngine.TimerTarget.deliver(target, timer)
-            return
-        }
+        guard case .member(let account, let serial) = target else { return }
         guard let member = member(account), member.serial == serial else { return }
         member.engine.fireTimer(timer)
     }
