@@ -274,8 +274,10 @@ extension SessionEngine {
         let ticket = registerWaiter(epoch: epoch, kind: .identity)
         let deadline = timeout.map { timeout in
             setDeadline(after: timeout) { [weak self] in
-                _ = self?.startTask { [weak self] in
-                    await self?.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
+                // Fired: a task of the engine's own holds it until the caller is failed, as a timer's firing does.
+                guard let self else { return }
+                _ = startTask {
+                    await self.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
                 }
             }
         }

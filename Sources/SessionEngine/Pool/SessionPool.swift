@@ -188,8 +188,10 @@ public final class SessionPool: Sendable {
         // and only the pool, not each engine, is referenced weakly. A deadline needs no pool: a fetch whose fetcher
         // hangs still times out after a pool dropped without shutting down, and its task lets its engine go.
         timers.deliver { [weak self] target, timer in
-            guard case .member = target else { return SessionEngine.TimerTarget.deliver(target, timer) }
-            self?.timerFired(timer, for: target)
+            guard case .member(let account, let serial) = target else {
+                return SessionEngine.TimerTarget.deliver(target, timer)
+            }
+            self?.timerFired(timer, account: account, serial: serial)
         }
     }
 
@@ -202,8 +204,7 @@ public final class SessionPool: Sendable {
 
     /// Fires a member's timer that the pool's deadline queue found due, on the member it names; a member that has left
     /// the pool has no timer to fire, since its engine is signed out and shut down.
-    private func timerFired(_ timer: TimerID, for target: SessionEngine.TimerTarget) {
-        guard case .member(let account, let serial) = target else { return }
+    private func timerFired(_ timer: TimerID, account: AccountID, serial: UInt64) {
         guard let member = member(account), member.serial == serial else { return }
         member.engine.fireTimer(timer)
     }
