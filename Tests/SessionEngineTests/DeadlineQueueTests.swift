@@ -179,6 +179,32 @@ import Testing
         await clock.executor.waitUntilIdle()
     }
 
+    /// A graceful shutdown's grace period is a deadline of the engine's queue, not a sleeping task: while it lasts one
+    /// task sleeps for it and the renewal, and the shutdown gives its slot back when the work ends first.
+    @Test func aGracePeriodWaitsInTheEnginesQueueAndEndsWithTheShutdown() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_queue", secret: "queue-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { account in
+            try signer.sign(email: EngineHarness.email(for: account))
+        })
+        var engine = SessionEngine(fetcher: fetcher, clock: clock)
+        let queue = engine.timers
+        try await engine.signIn("alice")
+        let gate = Gate(clock: clock)
+        let work = await engine.startCall { engine in try await engine.withIdentity { _ in await gate.wait() } }
+        let shutdown = await engine.startCall { engine in await engine.shutdown(gracePeriod: .seconds(3600)) }
+        #expect(queue.count == 2, "the renewal and the grace period")
+        #expect(clock.sleeperCount == 1, "one task sleeps for both")
+        gate.open()
+        try await work.value
+        try await shutdown.value
+        await engine.waitUntilIdle()
+        #expect(queue.count == 0)
+        #expect(clock.sleeperCount == 0, "no task sleeps out the grace period")
+        engine = SessionEngine(fetcher: fetcher, clock: clock)
+        #expect(queue.slotCount == 0, "every slot of the first engine was given back")
+    }
+
     /// Engines of their own on the system clock share the process's queue; on any other clock each has its own.
     @Test func enginesOnTheSystemClockShareTheProcesssQueue() throws {
         let fetcher = ScriptedCredentialFetcher(responder: { _ in throw CancellationError() })

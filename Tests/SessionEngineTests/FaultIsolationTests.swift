@@ -156,7 +156,7 @@ extension ScriptedCredentialFetcher {
         let budget = FetchBudget(
             limits: .init(
                 maximumInFlight: 4, startsPerSecond: 1000, outageThreshold: 3, outageProbeInterval: .seconds(5)),
-            clock: clock, taskExecutor: clock.executor)
+            clock: clock, timers: .ofTheirOwn(on: clock))
         // Three accounts fail in a row: an outage.
         for name in ["a", "b", "c"] {
             let ticket = budget.ticket(urgency: .needed, deadline: .zero, account: AccountID(name))
@@ -194,7 +194,7 @@ extension ScriptedCredentialFetcher {
         let changes = SanitizedMutex<[FetchBudget.Change]>([])
         let budget = FetchBudget(
             limits: .init(maximumInFlight: 1, startsPerSecond: 1000), clock: clock,
-            taskExecutor: clock.executor, onChange: { change in changes.withLock { $0.append(change) } })
+            timers: .ofTheirOwn(on: clock), onChange: { change in changes.withLock { $0.append(change) } })
         let admitted = Admitted()
         func queue(_ name: String, _ urgency: FetchUrgency, deadline: Duration) async -> FetchBudget.Ticket {
             await FetchBudgetTests.start(
@@ -223,7 +223,8 @@ extension ScriptedCredentialFetcher {
         let clock = ManualClock()
         let budget = FetchBudget(
             limits: .init(maximumInFlight: 100, startsPerSecond: 1000, outageThreshold: 4),
-            clock: clock, taskExecutor: nil)
+            clock: clock,
+            timers: DeadlineQueue(clock: clock, taskExecutor: nil, delivery: SessionEngine.TimerTarget.deliver))
         func fail(_ name: String) async {
             let ticket = budget.ticket(urgency: .needed, deadline: .zero, account: AccountID(name))
             #expect(await budget.acquire(ticket))

@@ -70,6 +70,43 @@ import Testing
         #expect(harness.pool.timers.slotCount == 0)
     }
 
+    /// The budget's sleeper is a deadline of the pool's queue: while fetches wait for a token, the queue holds it
+    /// beside the accounts' timers and one task sleeps for all of them; once nothing waits, its slot is given back.
+    @Test func theBudgetsSleeperWaitsInThePoolsQueue() async throws {
+        // One start a second, a bucket of one: the second and third sign-ins wait for tokens.
+        let harness = PoolHarness(budget: .init(maximumInFlight: 8, startsPerSecond: 1, burst: 1))
+        let calls = await harness.signInAtOnce(PoolHarness.accounts(3))
+        #expect(harness.pool.timers.count == 2, "the first account's renewal and the sleeper's deadline")
+        #expect(harness.clock.sleeperCount == 1)
+        for _ in 0..<3 {
+            harness.clock.advance(by: .seconds(1))
+            await harness.pool.waitUntilIdle()
+        }
+        for call in calls { try await call.value }
+        #expect(harness.pool.timers.count == 3, "the accounts' renewals only: nothing waits for the budget")
+        #expect(harness.clock.sleeperCount == 1)
+        await harness.pool.shutdown()
+        // The engines' last jobs hold them, and their slots, until they have run.
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.slotCount == 0, "every slot was given back, the sleeper's too")
+    }
+
+    /// The idle sweeper is a deadline of the pool's queue, set again after each sweep: no task sleeps for it, and a
+    /// shutdown cancels it.
+    @Test func theIdleSweeperWaitsInThePoolsQueue() async throws {
+        let harness = PoolHarness(idleTimeout: .seconds(60))
+        try await harness.pool.signIn("alice")
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 2, "alice's renewal and the sweeper")
+        #expect(harness.clock.sleeperCount == 1, "one task sleeps for both")
+        harness.clock.advance(by: .seconds(30))
+        await harness.pool.waitUntilIdle()
+        #expect(harness.pool.timers.count == 2, "the sweeper swept and set its next deadline")
+        await harness.pool.shutdown()
+        #expect(harness.pool.timers.count == 0)
+        #expect(harness.clock.sleeperCount == 0)
+    }
+
     @Test func everyAccountRenewsOnceThroughTheSharedTimers() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
         let accounts = PoolHarness.accounts(10)

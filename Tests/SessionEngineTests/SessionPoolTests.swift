@@ -420,6 +420,13 @@ final class Admitted: Sendable {
     var all: [String] { names.withLock { $0 } }
 }
 
+extension DeadlineQueue where Target == SessionEngine.TimerTarget {
+    /// A deadline queue for a budget of its own, on `clock` and its executor, as a pool's is.
+    static func ofTheirOwn(on clock: ManualClock) -> DeadlineQueue {
+        DeadlineQueue(clock: clock, taskExecutor: clock.executor, delivery: SessionEngine.TimerTarget.deliver)
+    }
+}
+
 @Suite struct FetchBudgetTests {
     private func budget(
         inFlight: Int = 1, rate: Double = 1000, burst: Int? = nil, outageThreshold: Int? = nil, clock: ManualClock,
@@ -429,7 +436,7 @@ final class Admitted: Sendable {
             limits: .init(
                 maximumInFlight: inFlight, startsPerSecond: rate, burst: burst, outageThreshold: outageThreshold,
                 outageProbeInterval: .seconds(5)),
-            clock: clock, taskExecutor: clock.executor, onChange: onChange)
+            clock: clock, timers: .ofTheirOwn(on: clock), onChange: onChange)
     }
 
     /// Ends one admitted fetch that was no probe, as neither an answer nor an outage.

@@ -86,27 +86,30 @@ extension SessionEngine {
         await waitUntilStopped()
     }
 
+    /// What watches a graceful shutdown's grace period: its deadline's slot in the engine's deadline queue, and the
+    /// task that waits for the running work to finish.
+    struct GracePeriodWatch: Sendable {
+        let deadline: DeadlineQueue<TimerTarget>.Token
+        let drain: Task<Void, Never>
+    }
+
     /// Watches a graceful shutdown's grace period: the first of the running work finishing and the grace period
     /// passing on the engine's clock reports its end to the machine.
+    ///
+    /// The grace period is a deadline in the engine's deadline queue, as a sign-in's is: no task sleeps for it, and
+    /// `finishShutdown` gives its slot back.
     func startGracePeriod(_ grace: Duration) {
-        let clock = self.clock
         let store = self.store
-        graceTasks.append(
-            startTask { [weak self] in
-                do {
-                    try await clock.sleep(for: grace)
-                } catch {
-                    return
-                }
-                await self?.gracePeriodEnded()
-            }
-        )
-        graceTasks.append(
-            startTask { [weak self] in
-                // New work is refused, so this only waits for the work that was running.
-                await store.drain(before: .max)
-                await self?.gracePeriodEnded()
-            }
-        )
+        let deadline = setDeadline(after: grace) { [weak self] in
+            // Fired: a task of the engine's own holds it until the machine has heard, as a timer's firing does.
+            guard let self else { return }
+            _ = startTask { await self.gracePeriodEnded() }
+        }
+        let drain = startTask { [weak self] in
+            // New work is refused, so this only waits for the work that was running.
+            await store.drain(before: .max)
+            await self?.gracePeriodEnded()
+        }
+        gracePeriod = OutOfLine(GracePeriodWatch(deadline: deadline, drain: drain))
     }
 }

@@ -63,8 +63,11 @@ extension SessionEngine {
             case .finishShutdown:
                 finishesShutdown = true
                 timers.cancel(for: timerToken)
-                for task in graceTasks { task.cancel() }
-                graceTasks = []
+                if let watch = gracePeriod?.value {
+                    timers.release(watch.deadline)
+                    watch.drain.cancel()
+                }
+                gracePeriod = nil
             default:
                 perform(action, at: now)
             }

@@ -52,8 +52,9 @@ public actor SessionEngine {
     /// The engine's slot in its deadline queue (``Shared/timers``), taken when the engine is made and given back when it
     /// is freed.
     nonisolated let timerToken: DeadlineQueue<TimerTarget>.Token
-    /// A graceful shutdown's two watchers: the grace period's sleep and the wait for running work to finish.
-    var graceTasks: [Task<Void, Never>] = []
+    /// A graceful shutdown's two watchers, while it lasts: the grace period's deadline and the wait for running work
+    /// to finish; out of line, since an engine holds them only while it shuts down.
+    var gracePeriod: OutOfLine<GracePeriodWatch>?
     var hooks: [@Sendable (AccountChange) async -> Void] = []
     /// The latest account change's preparation: the next one runs after it.
     var preparation: OneShot<Void>?
@@ -232,10 +233,11 @@ public actor SessionEngine {
         if timerTarget == nil { shared.timers.attach(.engine(WeakEngine(self)), to: timerToken) }
     }
 
-    /// An engine freed gives its slot of the deadline queue back, with its timer: the queue holds no engine, so a
+    /// An engine freed gives its slots of the deadline queue back, with their timers: the queue holds no engine, so a
     /// timer never keeps one alive, and the last timer gone stops the queue's sleeper.
     deinit {
         shared.timers.release(timerToken)
+        if let watch = gracePeriod?.value { shared.timers.release(watch.deadline) }
     }
 
     /// Closes the engine to new scoped work if none runs and no caller waits, for a pool evicting the account: work

@@ -20,8 +20,8 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// waits behind a stream of others for ever. Every decision is made by a value, ``StateMachine``
 /// (`FetchBudget+StateMachine.swift`), that lives behind one lock with the waiting fetches' continuations; each lock
 /// step feeds it one input and then performs what it returns: waiters resumed and a sleeper started after the lock,
-/// changes reported inside it. A single task sleeps on the clock until the next token, the pause's end or the next
-/// probe, and none runs while nothing waits.
+/// changes reported inside it. One deadline in the pool's deadline queue waits until the next token, the pause's end
+/// or the next probe, and none is set while nothing waits.
 ///
 /// After ``SessionPoolConfiguration/Budget/outageThreshold`` fetches in a row, from at least
 /// ``SessionPoolConfiguration/Budget/outageAccounts`` accounts, end as an outage (``release(_:outcome:waited:)``),
@@ -95,23 +95,33 @@ final class FetchBudget: Sendable {
     private struct Locked {
         var machine: StateMachine
         var parked: [UInt64: UnsafeContinuation<Bool, Never>] = [:]
+        /// The sleeper's slot in the deadline queue, while the machine's sleeper sleeps.
+        var sleeper: DeadlineQueue<SessionEngine.TimerTarget>.Token?
     }
 
     private let clock: any SessionClock
-    private let taskExecutor: (any TaskExecutor)?
+    /// The deadline queue the sleeper waits in: the pool's, which its accounts' timers wait in too.
+    private let timers: DeadlineQueue<SessionEngine.TimerTarget>
     private let state: SanitizedMutex<Locked>
     /// Receives each change in the lock step that makes it, so in order; it must return quickly and must not call the
     /// budget.
     private let onChange: (@Sendable (Change) -> Void)?
 
+    /// Creates a budget with nothing in flight and a full bucket.
+    ///
+    /// - Parameters:
+    ///   - limits: The budget's limits.
+    ///   - clock: The clock the budget's rate, pauses and probes are on.
+    ///   - timers: The deadline queue the sleeper waits in: a pool's, on `clock`.
+    ///   - onChange: Receives each change in the lock step that makes it.
     init(
         limits: SessionPoolConfiguration.Budget,
         clock: any SessionClock,
-        taskExecutor: (any TaskExecutor)?,
+        timers: DeadlineQueue<SessionEngine.TimerTarget>,
         onChange: (@Sendable (Change) -> Void)? = nil
     ) {
         self.clock = clock
-        self.taskExecutor = taskExecutor
+        self.timers = timers
         self.onChange = onChange
         state = SanitizedMutex(Locked(machine: StateMachine(limits: limits, now: clock.uptime)))
     }
@@ -220,17 +230,35 @@ final class FetchBudget: Sendable {
 
     // MARK: - The sleeper
 
-    /// Starts the sleeper that the lock step which asked for it recorded.
+    /// Starts the sleeper that the lock step which asked for it recorded: a deadline in the deadline queue, whose
+    /// firing feeds ``StateMachine/sleeperFired(at:)`` in the queue's job. The machine has at most one sleeper.
     private func startSleeper(for duration: Duration) {
-        let clock = self.clock
-        Task.start(preferring: taskExecutor) { [self] in
-            try? await clock.sleep(for: duration)
-            let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
-                let action = state.machine.sleeperFired(at: clock.uptime)
-                return wake(&state, action)
-            }
-            for continuation in ready { continuation.resume(returning: true) }
-            if let sleep { startSleeper(for: sleep) }
+        // The slot holds the budget weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
+        let token = timers.register(.deadline { [weak self] in self?.sleeperFired() })
+        let replaced = state.withLock { state in
+            defer { state.sleeper = token }
+            return state.sleeper
         }
+        if let replaced { timers.release(replaced) }
+        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + duration), for: token)
+    }
+
+    /// The sleeper's deadline passed: the machine hears it, the fetches it admits go, and the slot is given back.
+    private func sleeperFired() {
+        let (ready, sleep, token) = state.withLock {
+            state -> ([UnsafeContinuation<Bool, Never>], Duration?, DeadlineQueue<SessionEngine.TimerTarget>.Token?) in
+            let token = state.sleeper.take()
+            let action = state.machine.sleeperFired(at: clock.uptime)
+            let (ready, sleep) = wake(&state, action)
+            return (ready, sleep, token)
+        }
+        if let token { timers.release(token) }
+        for continuation in ready { continuation.resume(returning: true) }
+        if let sleep { startSleeper(for: sleep) }
+    }
+
+    /// A budget that goes gives back its sleeper's slot, if one is set.
+    deinit {
+        if let token = state.withLock({ $0.sleeper }) { timers.release(token) }
     }
 }

@@ -119,6 +119,7 @@ extension SessionPool {
             members.shutDown = true
             return members.index.removeAll()
         }
+        if let sweeperSlot { timers.cancel(for: sweeperSlot) }
         await withTaskGroup(of: Void.self) { group in
             for member in all { group.addTask { await member.engine.shutdown() } }
         }
@@ -231,47 +232,56 @@ extension SessionPool {
 
     // MARK: - Idle accounts
 
-    /// Signs out accounts unused for the idle timeout, waking once per half timeout while the pool holds accounts.
+    /// Starts the idle sweeper, which signs out accounts unused for the idle timeout, sweeping once per half timeout
+    /// while the pool holds accounts; the joining call that set `sweeping` starts it.
     ///
-    /// Uses are counted, not timed (``MemberTable/nextUse()``), so the sweeper ties the count to its clock: it takes a
-    /// checkpoint, a use serial and then the clock's time, when it starts and at every sweep. A member whose last use
-    /// comes before the latest checkpoint at least the timeout old was unused for at least the timeout; with a
-    /// checkpoint every half timeout, a member goes within one and a half timeouts of its last use.
+    /// The sweeper is a deadline in the pool's deadline queue (``sweeperSlot``), set again after each sweep, so no
+    /// task sleeps for it. Uses are counted, not timed (``MemberTable/nextUse()``), so the sweeper ties the count to
+    /// its clock: it takes a checkpoint, a use serial and then the clock's time, when it starts and at every sweep. A
+    /// member whose last use comes before the latest checkpoint at least the timeout old was unused for at least the
+    /// timeout; with a checkpoint every half timeout, a member goes within one and a half timeouts of its last use.
     private func startIdleSweeper() {
-        guard let timeout = configuration.idleTimeout else { return }
-        let clock = self.clock
-        let table = self.table
-        let checkpoint = { (use: table.nextUse(), at: clock.uptime) }
-        // Oldest first; only the latest checkpoint at least the timeout old, and later ones, are kept.
-        var checkpoints = [checkpoint()]
-        Task.start(preferring: engineShared.taskExecutor) { [weak self] in
-            while true {
-                do {
-                    try await clock.sleep(for: timeout / 2)
-                } catch {
-                    return
-                }
-                guard let self else { return }
-                let now = clock.uptime
-                let old = checkpoints.lastIndex { now - $0.at >= timeout }
-                let horizon = old.map { checkpoints[$0].use }
-                if let old { checkpoints.removeFirst(old) }
-                checkpoints.append(checkpoint())
-                let idle = self.members.withLock { members -> [Member]? in
-                    guard !members.shutDown, members.index.count > 0 else {
-                        members.sweeping = false
-                        return nil
-                    }
-                    guard let horizon else { return [] }
-                    let idle = members.index.lastUses().compactMap { member, used in
-                        used < horizon && member.engine.closeToWorkIfIdle() ? member : nil
-                    }
-                    for member in idle { members.index.remove(member) }
-                    return idle
-                }
-                guard let idle else { return }
-                for member in idle { await self.remove(member, because: .idle) }
+        guard let timeout = configuration.idleTimeout, let sweeperSlot else { return }
+        members.withLock { $0.checkpoints = [Self.checkpoint(table, clock)] }
+        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout / 2), for: sweeperSlot)
+    }
+
+    /// A use serial, then the clock's time: the sweeper's checkpoint.
+    private static func checkpoint(_ table: MemberTable, _ clock: any SessionClock) -> (use: Int64, at: Duration) {
+        (table.nextUse(), clock.uptime)
+    }
+
+    /// The sweeper's deadline passed: a task of the pool's sweeps, since a firing must return at once.
+    func sweepDue() {
+        Task.start(preferring: engineShared.taskExecutor) { [weak self] in await self?.sweep() }
+    }
+
+    /// Signs out the members unused since the latest checkpoint at least the timeout old, takes a checkpoint, and
+    /// sets the next deadline; stops, clearing `sweeping`, once the pool has shut down or holds no account.
+    private func sweep() async {
+        guard let timeout = configuration.idleTimeout, let sweeperSlot else { return }
+        let now = clock.uptime
+        let idle = members.withLock { members -> [Member]? in
+            guard !members.shutDown, members.index.count > 0 else {
+                members.sweeping = false
+                return nil
             }
+            // Oldest first; only the latest checkpoint at least the timeout old, and later ones, are kept.
+            let old = members.checkpoints.lastIndex { now - $0.at >= timeout }
+            let horizon = old.map { members.checkpoints[$0].use }
+            if let old { members.checkpoints.removeFirst(old) }
+            members.checkpoints.append(Self.checkpoint(table, clock))
+            guard let horizon else { return [] }
+            let idle = members.index.lastUses().compactMap { member, used in
+                used < horizon && member.engine.closeToWorkIfIdle() ? member : nil
+            }
+            for member in idle { members.index.remove(member) }
+            return idle
         }
+        guard let idle else { return }
+        for member in idle { await remove(member, because: .idle) }
+        // A shutdown meanwhile cancelled the deadline; the sweep that would follow would only stop.
+        guard !isShutDown else { return }
+        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout / 2), for: sweeperSlot)
     }
 }

@@ -86,8 +86,11 @@ public final class SessionPool: Sendable {
         var evictions = 0
         /// How many members the pool has made.
         var made: UInt64 = 0
-        /// Whether the idle sweeper runs.
+        /// Whether the idle sweeper runs: its deadline is set, or its sweep is under way.
         var sweeping = false
+        /// The idle sweeper's checkpoints, oldest first: a use serial and the clock's `uptime` just after it
+        /// (``SessionPool/sweepDue()``).
+        var checkpoints: [(use: Int64, at: Duration)] = []
     }
 
     let fetcher: any CredentialFetcher
@@ -98,8 +101,10 @@ public final class SessionPool: Sendable {
     /// The members' expiry check: their engines run on `clock`.
     let wallClock: WallClockCheck
     let budget: FetchBudget
-    /// Every account's timer, in one deadline queue.
+    /// Every timer of the pool, in one deadline queue: each account's, the budget's sleeper and the idle sweeper.
     let timers: DeadlineQueue<SessionEngine.TimerTarget>
+    /// The idle sweeper's slot in the deadline queue, for the pool's life; `nil` without an idle timeout.
+    let sweeperSlot: DeadlineQueue<SessionEngine.TimerTarget>.Token?
     let members: SanitizedMutex<Members>
     /// The hash of the members' index, used outside its lock.
     let memberHasher: MemberIndex.Hasher
@@ -161,9 +166,10 @@ public final class SessionPool: Sendable {
             broadcaster: PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit), observer: observer,
             table: index.table)
         self.outlets = outlets
+        let timers = DeadlineQueue<SessionEngine.TimerTarget>(clock: clock, taskExecutor: taskExecutor)
+        self.timers = timers
         self.budget = FetchBudget(
-            limits: configuration.budget, clock: clock,
-            taskExecutor: taskExecutor,
+            limits: configuration.budget, clock: clock, timers: timers,
             onChange: { [log = configuration.session.log] change in
                 let event: SessionPoolEvent
                 switch change {
@@ -178,12 +184,11 @@ public final class SessionPool: Sendable {
                 }
                 outlets.publish(event, member: 0)
             })
-        let timers = DeadlineQueue<SessionEngine.TimerTarget>(clock: clock, taskExecutor: taskExecutor)
-        self.timers = timers
         self.engineShared = SessionEngine.Shared(
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
             executors: Self.executorCount)
         self.stopped = OneShot<Void>()
+        self.sweeperSlot = configuration.idleTimeout.map { _ in timers.register(nil) }
         // The queue names each member by its account and serial, and the pool finds it: the queue holds no engine,
         // and only the pool, not each engine, is referenced weakly. A deadline needs no pool: a fetch whose fetcher
         // hangs still times out after a pool dropped without shutting down, and its task lets its engine go.
@@ -193,6 +198,10 @@ public final class SessionPool: Sendable {
             }
             self?.timerFired(timer, account: account, serial: serial)
         }
+        if let sweeperSlot {
+            // Held weakly, as the members are named: a pool dropped with its sweeper's deadline set is not kept.
+            timers.attach(.deadline { [weak self] in self?.sweepDue() }, to: sweeperSlot)
+        }
     }
 
     /// A pool dropped without shutting down empties its members' table before its members go: the table's slots do
@@ -200,6 +209,7 @@ public final class SessionPool: Sendable {
     /// result through its link, which writes into the table.
     deinit {
         table.clearAll()
+        if let sweeperSlot { timers.release(sweeperSlot) }
     }
 
     /// Fires a member's timer that the pool's deadline queue found due, on the member it names; a member that has left
