@@ -59,6 +59,25 @@ import Testing
         #expect(!machine.sleeping, "nothing waits")
     }
 
+    @Test func theSleeperStopsOnceNothingWaits() {
+        var machine = Self.machine(rate: 4, burst: 1)
+        let a = machine.start("a", at: .zero)!
+        let b = machine.queue("b", .needed, deadline: .zero, at: .zero)
+        #expect(machine.sleeping, "b waits for the next token")
+        #expect(machine.cancel(b) == .resumeCancelled(stopsSleeper: true), "b was the last fetch waiting")
+        #expect(!machine.sleeping)
+        // A fetch that waits again starts a sleeper again.
+        let c = machine.ticket(urgency: .needed, deadline: .zero, account: "c")
+        #expect(
+            machine.acquire(c, cancelled: false, at: .milliseconds(100))
+                == .queued(Action(startSleeper: .milliseconds(150))))
+        // Admitted by a release once its token has come, before the sleeper fires: the sleeper stops too.
+        #expect(
+            machine.release(a, outcome: .answered, waited: .zero, at: .milliseconds(250))
+                == Action(resume: [c.order], stopSleeper: true))
+        #expect(!machine.sleeping)
+    }
+
     @Test func theBucketRefillsAtTheRateAndHoldsAtMostTheBurst() {
         var machine = Self.machine(inFlight: 100, rate: 4, burst: 3)
         for name in ["a", "b", "c"] { _ = machine.start(AccountID(name), at: .zero) }
@@ -183,7 +202,7 @@ import Testing
         let blocker = machine.start("blocker", at: .zero)!
         let cancelled = machine.queue("cancelled", .needed, deadline: .zero, at: .zero)
         let waiting = machine.queue("waiting", .needed, deadline: .seconds(1), at: .zero)
-        #expect(machine.cancel(cancelled) == .resumeCancelled)
+        #expect(machine.cancel(cancelled) == .resumeCancelled(stopsSleeper: false))
         #expect(machine.snapshot.queuedNeeded == 1)
         #expect(machine.cancel(cancelled) == .none, "cancelled once")
         #expect(machine.release(blocker, outcome: .neither, waited: .zero, at: .seconds(1)).resume == [waiting.order])
@@ -409,6 +428,10 @@ extension FetchBudgetStateMachineTests {
                 running[order] = ticket
                 starts.append(now)
             }
+            if action.stopSleeper {
+                #expect(sleepingBefore, "\(step): stopped a sleeper that did not sleep")
+                sleeperDue = nil
+            }
             if let sleep = action.startSleeper {
                 #expect(!sleepingBefore, "\(step): a second sleeper")
                 #expect(sleep > .zero)
@@ -426,6 +449,9 @@ extension FetchBudgetStateMachineTests {
             #expect(machine.sleeping == (sleeperDue != nil), "\(step)")
             if !queued.isEmpty, running.count < inFlightLimit, !machine.probing {
                 #expect(machine.sleeping, "\(step): a queued fetch with nothing to wake it")
+            }
+            if queued.isEmpty {
+                #expect(!machine.sleeping, "\(step): a sleeper with nothing waiting")
             }
         }
 
@@ -475,7 +501,14 @@ extension FetchBudgetStateMachineTests {
             case 7:
                 guard let order = queued.keys.randomElement(using: &random) else { break }
                 let ticket = queued.removeValue(forKey: order)!
-                #expect(machine.cancel(ticket) == .resumeCancelled)
+                guard case .resumeCancelled(let stopsSleeper) = machine.cancel(ticket) else {
+                    Issue.record("a queued fetch's cancellation resumed nothing")
+                    break
+                }
+                if stopsSleeper {
+                    #expect(queued.isEmpty && sleeperDue != nil, "stopped a sleeper that was needed, or none")
+                    sleeperDue = nil
+                }
                 cancelled.insert(order)
                 busy.remove(ticket.account)
             case 8:

@@ -26,6 +26,8 @@ extension FetchBudget {
             var resume: [UInt64] = []
             /// Start the one sleeper for this long; `nil` when no sleeper is needed or one sleeps already.
             var startSleeper: Duration?
+            /// Stop the sleeper: no fetch waits in the queue any more, so nothing waits for time to pass.
+            var stopSleeper = false
             /// The changes to report, in order, in the lock step that made them.
             var report: [Change] = []
         }
@@ -43,8 +45,9 @@ extension FetchBudget {
 
         /// What the owner does with a waiting fetch whose task was cancelled.
         enum CancelAction: Sendable, Equatable {
-            /// It was queued and has left the queue: resume it with `false`.
-            case resumeCancelled
+            /// It was queued and has left the queue: resume it with `false`, and stop the sleeper when it was the
+            /// last fetch waiting.
+            case resumeCancelled(stopsSleeper: Bool)
             /// It is not queued (admitted already, or not queued yet): nothing.
             case none
         }
@@ -186,7 +189,7 @@ extension FetchBudget {
             // Its key stays in its heap, dropped when it comes up.
             guard state.queued[ticket.order] != nil else { return .none }
             state.setQueued(ticket.order, nil)
-            return .resumeCancelled
+            return .resumeCancelled(stopsSleeper: stopSleeperIfNothingWaits())
         }
 
         /// The ticket's admitted fetch ended at `now` with `outcome`, after waiting `waited` for the budget.
@@ -301,6 +304,7 @@ extension FetchBudget {
                 action.resume.append(order)
             }
             if state.queued.isEmpty { state.behind = false }
+            action.stopSleeper = stopSleeperIfNothingWaits()
             guard !state.queued.isEmpty, state.inFlight < limits.maximumInFlight, !state.sleeping,
                 state.hold?.probe == nil
             else {
@@ -313,6 +317,14 @@ extension FetchBudget {
             state.sleeping = true
             action.startSleeper = max(wait, .nanoseconds(1))
             return action
+        }
+
+        /// Marks the sleeper stopped when no fetch waits in the queue: it would wake for nothing. Returns whether it
+        /// slept.
+        private mutating func stopSleeperIfNothingWaits() -> Bool {
+            guard state.queued.isEmpty, state.sleeping else { return false }
+            state.sleeping = false
+            return true
         }
 
         /// The queued fetch to admit next, dropping the keys of fetches cancelled meanwhile; while a hold chooses a

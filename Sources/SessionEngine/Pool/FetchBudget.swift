@@ -88,7 +88,7 @@ final class FetchBudget: Sendable {
     private enum Start {
         case now
         case cancelled
-        case queued([UnsafeContinuation<Bool, Never>], sleep: Duration?)
+        case queued([UnsafeContinuation<Bool, Never>])
     }
 
     /// What the lock guards: the budget's decisions, and the waiters of the fetches they queued, by ticket order.
@@ -157,33 +157,31 @@ final class FetchBudget: Sendable {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
                 let start = state.withLock { state -> Start in
+                    let now = clock.uptime
                     let action: StateMachine.Action
-                    switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: clock.uptime) {
+                    switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: now) {
                     case .resumeCancelled: return .cancelled
                     case .startNow: return .now
                     case .queued(let queued): action = queued
                     }
                     state.parked[order] = continuation
-                    let (ready, sleep) = perform(action, &state)
-                    return .queued(ready, sleep: sleep)
+                    return .queued(perform(action, &state, at: now))
                 }
                 switch start {
                 case .now:
                     continuation.resume(returning: true)
                 case .cancelled:
                     continuation.resume(returning: false)
-                case .queued(let ready, let sleep):
+                case .queued(let ready):
                     // `ready` may hold this fetch's own continuation.
                     for continuation in ready { continuation.resume(returning: true) }
-                    if let sleep { startSleeper(for: sleep) }
                 }
             }
         } onCancel: {
             let continuation = state.withLock { state -> UnsafeContinuation<Bool, Never>? in
-                guard state.machine.cancel(ticket) == .resumeCancelled,
-                    let continuation = state.parked.removeValue(forKey: order)
-                else { return nil }
-                return continuation
+                guard case .resumeCancelled(let stopsSleeper) = state.machine.cancel(ticket) else { return nil }
+                if stopsSleeper { stopSleeper(&state) }
+                return state.parked.removeValue(forKey: order)
             }
             continuation?.resume(returning: false)
         }
@@ -193,12 +191,11 @@ final class FetchBudget: Sendable {
     /// `outcome`, or was abandoned (its deadline passed, its account session ended) whether or not its fetcher has
     /// returned.
     func release(_ ticket: Ticket, outcome: Outcome, waited: Duration = .zero) {
-        let (ready, sleep) = state.withLock { state -> ([UnsafeContinuation<Bool, Never>], Duration?) in
-            let action = state.machine.release(ticket, outcome: outcome, waited: waited, at: clock.uptime)
-            return wake(&state, action)
+        let ready = state.withLock { state -> [UnsafeContinuation<Bool, Never>] in
+            let now = clock.uptime
+            return perform(state.machine.release(ticket, outcome: outcome, waited: waited, at: now), &state, at: now)
         }
         for continuation in ready { continuation.resume(returning: true) }
-        if let sleep { startSleeper(for: sleep) }
     }
 
     /// The backend asked to be left alone for `duration` (a 429 or 503 with `Retry-After`): no account's fetch
@@ -211,54 +208,47 @@ final class FetchBudget: Sendable {
 
     // MARK: - Under the lock
 
-    /// Reports the action's changes, in the lock step that made them, so that reports of racing steps arrive in the
-    /// order of their changes; takes the admitted fetches' waiters out and returns them with the sleeper to start.
+    /// Performs what a lock step decided, in that step: reports the changes, so that reports of racing steps arrive in
+    /// the order of their changes; stops or sets the sleeper's deadline; takes the admitted fetches' waiters out, for
+    /// the caller to resume after the lock.
+    ///
+    /// The sleeper's deadline is set and given back inside the lock step that decided it, so a sleeper one step stops
+    /// is never set again by an earlier step that comes late: the deadline queue's lock is taken inside the budget's,
+    /// the one place it is, and the queue never calls the budget while it holds its own.
     private func perform(
-        _ action: StateMachine.Action, _ state: inout Locked
-    ) -> ([UnsafeContinuation<Bool, Never>], Duration?) {
+        _ action: StateMachine.Action, _ state: inout Locked, at now: Duration
+    ) -> [UnsafeContinuation<Bool, Never>] {
         for change in action.report { onChange?(change) }
-        let ready = action.resume.compactMap { state.parked.removeValue(forKey: $0) }
-        return (ready, action.startSleeper)
+        if action.stopSleeper { stopSleeper(&state) }
+        if let sleep = action.startSleeper {
+            // The slot holds the budget weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
+            let token = state.sleeper ?? timers.register(.deadline { [weak self] in self?.sleeperFired() })
+            state.sleeper = token
+            timers.schedule(TimerSpec(id: 0, uptimeDeadline: now + sleep), for: token)
+        }
+        return action.resume.compactMap { state.parked.removeValue(forKey: $0) }
     }
 
-    /// Performs an action for a runnable caller (a fetch that ended, the sleeper).
-    private func wake(
-        _ state: inout Locked, _ action: StateMachine.Action
-    ) -> ([UnsafeContinuation<Bool, Never>], Duration?) {
-        perform(action, &state)
+    /// Gives the sleeper's slot back, with its deadline, if one is set.
+    private func stopSleeper(_ state: inout Locked) {
+        if let token = state.sleeper.take() { timers.release(token) }
     }
 
     // MARK: - The sleeper
 
-    /// Starts the sleeper that the lock step which asked for it recorded: a deadline in the deadline queue, whose
-    /// firing feeds ``StateMachine/sleeperFired(at:)`` in the queue's job. The machine has at most one sleeper.
-    private func startSleeper(for duration: Duration) {
-        // The slot holds the budget weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
-        let token = timers.register(.deadline { [weak self] in self?.sleeperFired() })
-        let replaced = state.withLock { state in
-            defer { state.sleeper = token }
-            return state.sleeper
-        }
-        if let replaced { timers.release(replaced) }
-        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + duration), for: token)
-    }
-
-    /// The sleeper's deadline passed: the machine hears it, the fetches it admits go, and the slot is given back.
+    /// The sleeper's deadline passed, and the deadline queue's job calls this: the machine hears it, its slot is given
+    /// back, and the fetches it admits go. The machine has at most one sleeper, set again if fetches still wait.
     private func sleeperFired() {
-        let (ready, sleep, token) = state.withLock {
-            state -> ([UnsafeContinuation<Bool, Never>], Duration?, DeadlineQueue<SessionEngine.TimerTarget>.Token?) in
-            let token = state.sleeper.take()
-            let action = state.machine.sleeperFired(at: clock.uptime)
-            let (ready, sleep) = wake(&state, action)
-            return (ready, sleep, token)
+        let ready = state.withLock { state -> [UnsafeContinuation<Bool, Never>] in
+            stopSleeper(&state)
+            let now = clock.uptime
+            return perform(state.machine.sleeperFired(at: now), &state, at: now)
         }
-        if let token { timers.release(token) }
         for continuation in ready { continuation.resume(returning: true) }
-        if let sleep { startSleeper(for: sleep) }
     }
 
     /// A budget that goes gives back its sleeper's slot, if one is set.
     deinit {
-        if let token = state.withLock({ $0.sleeper }) { timers.release(token) }
+        state.withLock { stopSleeper(&$0) }
     }
 }
