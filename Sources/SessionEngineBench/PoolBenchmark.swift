@@ -14,7 +14,7 @@ struct PoolBenchmark: Benchmark {
     private static let burst = 5
 
     func run(_ options: Options) async throws -> [Figure] {
-        let readers = options.quick ? 2_000 : 100_000
+        let readers = options.poolAccounts ?? (options.quick ? 2_000 : 100_000)
         let signingIn = options.quick ? 500 : 10_000
         let rate = options.quick ? 100.0 : 500.0
         let window: Duration = options.quick ? .milliseconds(40) : .milliseconds(200)
@@ -101,7 +101,11 @@ struct PoolBenchmark: Benchmark {
                 "  pool: reads on \(threads) thread(s), \(String(format: "%.1f", pool)) ns against one engine's "
                     + "\(String(format: "%.1f", engine)) ns: \(String(format: "%.2f", pool / engine))×")
         }
+        progress("  pool: shutting \(grouped(readers)) accounts down")
+        let shutdownStart = ContinuousClock.now
         await pool.shutdown()
+        let shutdownSeconds = shutdownStart.duration(to: .now).seconds
+        progress("  pool: shut down in \(String(format: "%.2f", shutdownSeconds)) s")
         await engine.shutdown()
         let atMostTwice = { (ratio: Double) in ratio <= 2 }
         var figures = [
@@ -128,6 +132,13 @@ struct PoolBenchmark: Benchmark {
                 note: String(
                     format: "the pool's one timer sleeper: %.0f wake-ups in a %.0f s window; CPU %.3f%% of one core",
                     idle.wakeUps * idle.seconds, idle.seconds, idle.cpuShare * 100)
+            ),
+            Figure(
+                name,
+                Measurement("shutdown() of \(grouped(readers)) identified accounts", .seconds, [shutdownSeconds]),
+                goal: Goal(
+                    text: "≤ 20 µs an account", met: shutdownSeconds <= 20e-6 * Double(readers)),
+                note: "every account's shutdown begun, then each waited for, a few dozen at a time"
             ),
             Figure(
                 name, perRead("pool1", "identityHeaders(for:), \(grouped(readers)) accounts, 1 thread"),

@@ -12,6 +12,8 @@ struct Options: Sendable {
     var soakCycles: Int?
     /// Accounts of the pool-day benchmark's 24-hour days; `nil` for the mode's default.
     var dayAccounts: Int?
+    /// Accounts the pool benchmark signs in and reads; `nil` for the mode's default.
+    var poolAccounts: Int?
     /// Minutes of the fault-soak benchmark; `nil` for its default.
     var soakMinutes: Double?
 

@@ -2,7 +2,7 @@ import Foundation
 
 let usage = """
     Usage: swift run -c release SessionEngineBench [--quick] [--json] [--filter NAME] [--soak-cycles N]
-                                                   [--day-accounts N] [--soak-minutes N]
+                                                   [--day-accounts N] [--pool-accounts N] [--soak-minutes N]
 
     Runs the SessionEngine benchmarks. Every figure is compared with a baseline measured in the same run: the
     report gives the median of the rounds, their spread and the ratio to the baseline. See BENCHMARKS.md.
@@ -13,6 +13,8 @@ let usage = """
       --soak-cycles N  renewal cycles of the soak benchmark
       --day-accounts N accounts of pool-day's 24-hour days (default 10,000: each day takes about a minute per
                        10,000 accounts)
+      --pool-accounts N
+                       accounts the pool benchmark signs in and reads (default 100,000; about 2 KB of memory each)
       --soak-minutes N minutes of fault-soak (default 4), which runs only when named: --filter fault-soak
       --help           show this help
 
@@ -51,6 +53,9 @@ func parseOptions(_ arguments: [String]) -> Options? {
         case "--day-accounts":
             guard let text = remaining.popFirst(), let accounts = Int(text), accounts > 0 else { return nil }
             options.dayAccounts = accounts
+        case "--pool-accounts":
+            guard let text = remaining.popFirst(), let accounts = Int(text), accounts > 0 else { return nil }
+            options.poolAccounts = accounts
         case "--soak-minutes":
             guard let text = remaining.popFirst(), let minutes = Double(text), minutes >= 1, minutes <= 120 else {
                 return nil

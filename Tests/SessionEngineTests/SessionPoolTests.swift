@@ -364,6 +364,31 @@ struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    /// What a shutdown does to every member runs for each member once, and for at most a few at a time: a task group of
+    /// every member at once costs time quadratic in the members (BENCHMARKS.md, *pool*: the shutdown).
+    @Test func aShutdownVisitsEveryMemberOnceAndAFewAtATime() async throws {
+        let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
+        for call in await harness.signInAtOnce(PoolHarness.accounts(50)) { try await call.value }
+        let members = harness.pool.members.withLock { Array($0.index.members) }
+        let counts = SanitizedMutex((active: 0, most: 0, visited: [AccountID]()))
+        await SessionPool.forEach(members, atMost: 4) { member in
+            counts.withLock {
+                $0.active += 1
+                $0.most = max($0.most, $0.active)
+                $0.visited.append(member.account)
+            }
+            for _ in 0..<20 { await Task.yield() }
+            counts.withLock { $0.active -= 1 }
+        }
+        let (active, most, visited) = counts.withLock { $0 }
+        #expect(active == 0)
+        #expect(most <= 4, "\(most) members at once")
+        #expect(
+            visited.sorted { $0.rawValue < $1.rawValue } == members.map(\.account).sorted { $0.rawValue < $1.rawValue })
+        await harness.pool.shutdown()
+        #expect(harness.pool.accounts.isEmpty)
+    }
+
     @Test func anAccountsLatencySummaryKeepsOnlyItsRecentFetches() async throws {
         // Memory that grew with every renewal would grow without bound in a pool held for weeks.
         let harness = PoolHarness()

@@ -44,6 +44,13 @@ extension SessionEngine {
     ///
     /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled.
     public func shutdown(gracePeriod: Duration) async {
+        requestShutdown(gracePeriod: gracePeriod)
+        await waitUntilStopped()
+    }
+
+    /// Begins a graceful shutdown, as ``shutdown(gracePeriod:)`` does, without waiting for it: a pool begins every
+    /// account's at once and then waits for each.
+    func requestShutdown(gracePeriod: Duration) {
         step(
             announcing: { actions in
                 if !actions.isEmpty {
@@ -52,7 +59,6 @@ extension SessionEngine {
             },
             { $0.gracefulShutdownRequested(grace: gracePeriod, at: $1) }
         )
-        await waitUntilStopped()
     }
 
     /// Waits until the engine has shut down, making its signal if no caller has waited before.
@@ -61,7 +67,7 @@ extension SessionEngine {
     /// it there has nothing to wait for.
     ///
     /// - Parameter stopsOnCancellation: Whether cancelling the calling task ends the wait early.
-    private func waitUntilStopped(stopsOnCancellation: Bool = false) async {
+    func waitUntilStopped(stopsOnCancellation: Bool = false) async {
         guard !machine.isShutDown else { return }
         let signal = stopped ?? OneShot<Void>()
         stopped = signal
@@ -77,13 +83,19 @@ extension SessionEngine {
     }
 
     private func beginShutdown() async {
+        requestShutdown()
+        await waitUntilStopped()
+    }
+
+    /// Begins a shutdown, as ``shutdown()`` does, without waiting for it: a pool begins every account's and then waits
+    /// for each.
+    func requestShutdown() {
         step(
             announcing: { decision in
                 if case .began = decision { self.log(.info, "shutting down", [:]) }
             },
             { $0.shutdownRequested(at: $1) }
         )
-        await waitUntilStopped()
     }
 
     /// What watches a graceful shutdown's grace period: its deadline's slot in the engine's deadline queue, and the
