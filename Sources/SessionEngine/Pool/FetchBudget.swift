@@ -19,9 +19,9 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// deadlines first within each, and a proactive renewal whose deadline has passed counts as needed, so no account
 /// waits behind a stream of others for ever. Every decision is made by a value, ``StateMachine``
 /// (`FetchBudget+StateMachine.swift`), that lives behind one lock with the waiting fetches' continuations; each lock
-/// step feeds it one input and then performs what it returns: waiters resumed and a sleeper started after the lock,
-/// changes reported inside it. One deadline in the pool's deadline queue waits until the next token, the pause's end
-/// or the next probe, and none is set while nothing waits.
+/// step feeds it one input and then performs what it returns: changes reported and the sleeper set or stopped inside
+/// it, waiters resumed after the lock. The sleeper is one deadline in the pool's deadline queue, which waits until the
+/// next token, the pause's end or the next probe; none is set while nothing waits.
 ///
 /// After ``SessionPoolConfiguration/Budget/outageThreshold`` fetches in a row, from at least
 /// ``SessionPoolConfiguration/Budget/outageAccounts`` accounts, end as an outage (``release(_:outcome:waited:)``),

@@ -259,18 +259,26 @@ public final class SessionPool: Sendable {
     @inline(__always)
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         let hash = memberHasher.hash(account)
-        // The table's copy of the member's read, under the table's lock alone. A member without a slot (about one in
-        // a thousand) is found under the members' lock and read from its store after it, so no lock of the read is
-        // taken inside another.
-        var reading = table.reading(account, hash: hash, stampingUse: stampingUse)
-        if reading == nil, let member = members.withLock({ $0.index.memberWithoutTable(account) }) {
-            if stampingUse { member.markUsed(table.nextUse()) }
-            reading = member.store.reading()
-        }
-        guard let (headers, expiresAt, unavailable) = reading else { throw Self.notHeld(account) }
+        // The table's copy of the member's read, under the table's lock alone, handed on as it came out of the lock:
+        // the headers are retained once, and no copy is made to be destroyed (a read kept in a variable, to be
+        // replaced on the slow path, retained them twice).
+        guard
+            let (headers, expiresAt, unavailable) =
+                table.reading(account, hash: hash, stampingUse: stampingUse)
+                ?? readingWithoutSlot(account, stampingUse: stampingUse)
+        else { throw Self.notHeld(account) }
         guard let headers else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
         return headers
+    }
+
+    /// The read of a member without a slot in the members' table (about one in a thousand): found under the members'
+    /// lock and read from its store after it, so no lock of the read is taken inside another.
+    @inline(never)
+    private func readingWithoutSlot(_ account: AccountID, stampingUse: Bool) -> SessionStore.Reading? {
+        guard let member = members.withLock({ $0.index.memberWithoutTable(account) }) else { return nil }
+        if stampingUse { member.markUsed(table.nextUse()) }
+        return member.store.reading()
     }
 
     /// What the pool has done and holds: accounts, the budget's counters and evictions. Read without an actor hop.
