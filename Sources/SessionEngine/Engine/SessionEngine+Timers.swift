@@ -72,9 +72,17 @@ extension SessionEngine {
         _ action: @escaping @Sendable () -> Void
     ) -> DeadlineQueue<TimerTarget>.Token {
         let token = timers.register(.deadline(action))
-        if timeout <= .seconds(365 * 86_400) {
-            timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout), for: token)
-        }
+        scheduleDeadline(token, in: timers, on: clock, after: timeout)
         return token
+    }
+
+    /// Sets the deadline of the slot `token`, a slot that lives longer than one wait (a pool's idle sweeper),
+    /// `timeout` from now on `clock`, replacing the slot's earlier one; a timeout beyond a year sets none.
+    static func scheduleDeadline(
+        _ token: DeadlineQueue<TimerTarget>.Token, in timers: DeadlineQueue<TimerTarget>, on clock: any SessionClock,
+        after timeout: Duration
+    ) {
+        guard timeout <= .seconds(365 * 86_400) else { return }
+        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout), for: token)
     }
 }

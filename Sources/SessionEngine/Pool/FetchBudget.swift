@@ -157,15 +157,14 @@ final class FetchBudget: Sendable {
         return await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
                 let start = state.withLock { state -> Start in
-                    let now = clock.uptime
                     let action: StateMachine.Action
-                    switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: now) {
+                    switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: clock.uptime) {
                     case .resumeCancelled: return .cancelled
                     case .startNow: return .now
                     case .queued(let queued): action = queued
                     }
                     state.parked[order] = continuation
-                    return .queued(perform(action, &state, at: now))
+                    return .queued(perform(action, &state))
                 }
                 switch start {
                 case .now:
@@ -192,8 +191,7 @@ final class FetchBudget: Sendable {
     /// returned.
     func release(_ ticket: Ticket, outcome: Outcome, waited: Duration = .zero) {
         let ready = state.withLock { state -> [UnsafeContinuation<Bool, Never>] in
-            let now = clock.uptime
-            return perform(state.machine.release(ticket, outcome: outcome, waited: waited, at: now), &state, at: now)
+            perform(state.machine.release(ticket, outcome: outcome, waited: waited, at: clock.uptime), &state)
         }
         for continuation in ready { continuation.resume(returning: true) }
     }
@@ -216,15 +214,17 @@ final class FetchBudget: Sendable {
     /// is never set again by an earlier step that comes late: the deadline queue's lock is taken inside the budget's,
     /// the one place it is, and the queue never calls the budget while it holds its own.
     private func perform(
-        _ action: StateMachine.Action, _ state: inout Locked, at now: Duration
+        _ action: StateMachine.Action, _ state: inout Locked
     ) -> [UnsafeContinuation<Bool, Never>] {
         for change in action.report { onChange?(change) }
         if action.stopSleeper { stopSleeper(&state) }
         if let sleep = action.startSleeper {
-            // The slot holds the budget weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
-            let token = state.sleeper ?? timers.register(.deadline { [weak self] in self?.sleeperFired() })
-            state.sleeper = token
-            timers.schedule(TimerSpec(id: 0, uptimeDeadline: now + sleep), for: token)
+            // The machine starts a sleeper only when none sleeps, so no slot is held here. The slot holds the budget
+            // weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
+            assert(state.sleeper == nil, "a second sleeper")
+            state.sleeper = SessionEngine.setDeadline(in: timers, on: clock, after: sleep) { [weak self] in
+                self?.sleeperFired()
+            }
         }
         return action.resume.compactMap { state.parked.removeValue(forKey: $0) }
     }
@@ -241,8 +241,7 @@ final class FetchBudget: Sendable {
     private func sleeperFired() {
         let ready = state.withLock { state -> [UnsafeContinuation<Bool, Never>] in
             stopSleeper(&state)
-            let now = clock.uptime
-            return perform(state.machine.sleeperFired(at: now), &state, at: now)
+            return perform(state.machine.sleeperFired(at: clock.uptime), &state)
         }
         for continuation in ready { continuation.resume(returning: true) }
     }

@@ -263,7 +263,7 @@ extension SessionPool {
     private func startIdleSweeper() {
         guard let timeout = configuration.idleTimeout, let sweeperSlot else { return }
         members.withLock { $0.checkpoints = [Self.checkpoint(table, clock)] }
-        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout / 2), for: sweeperSlot)
+        SessionEngine.scheduleDeadline(sweeperSlot, in: timers, on: clock, after: timeout / 2)
     }
 
     /// A use serial, then the clock's time: the sweeper's checkpoint.
@@ -302,6 +302,6 @@ extension SessionPool {
         for member in idle { await remove(member, because: .idle) }
         // A shutdown meanwhile cancelled the deadline; the sweep that would follow would only stop.
         guard !isShutDown else { return }
-        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout / 2), for: sweeperSlot)
+        SessionEngine.scheduleDeadline(sweeperSlot, in: timers, on: clock, after: timeout / 2)
     }
 }
