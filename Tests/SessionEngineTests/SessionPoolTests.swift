@@ -369,7 +369,7 @@ struct PoolHarness {
     @Test func aShutdownVisitsEveryMemberOnceAndAFewAtATime() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 64, startsPerSecond: 1000, burst: 64))
         for call in await harness.signInAtOnce(PoolHarness.accounts(50)) { try await call.value }
-        let members = harness.pool.members.withLock { Array($0.index.members) }
+        let members = harness.pool.table.members
         let counts = SanitizedMutex((active: 0, most: 0, visited: [AccountID]()))
         await SessionPool.forEach(members, atMost: 4) { member in
             counts.withLock {

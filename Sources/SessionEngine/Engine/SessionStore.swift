@@ -144,11 +144,11 @@ final class SessionStore: Sendable {
     /// What ``reading()`` returns: the headers and their local expiry, or why there are none.
     typealias Reading = (headers: IdentityHeaders?, expiresAt: TimeInterval, unavailable: Unavailability)
 
-    /// Receives every change of what ``reading()`` returns, with the store it is of, after the store's locks are
-    /// released and in the order of the changes (the engine's actor alone installs): a pool keeps a copy of each
-    /// member's read in its table (`MemberTable`). It must not call the store and must take no lock but a lock of its
-    /// own that it holds only briefly.
-    typealias Mirror = @Sendable (_ store: SessionStore, _ reading: Reading) -> Void
+    /// Receives every change of what ``reading()`` returns, after the store's locks are released and in the order of
+    /// the changes (the engine's actor alone installs): a pool keeps a copy of each member's read in its table
+    /// (`AccountTable`). It must not call the store and must take no lock but a lock of its own that it holds only
+    /// briefly.
+    typealias Mirror = @Sendable (_ reading: Reading) -> Void
 
     private let state = SanitizedMutex(State())
     private let readable = SanitizedMutex(Readable.unavailable(.signedOut))
@@ -213,7 +213,7 @@ final class SessionStore: Sendable {
         // Each lock alone, one after the other: the engine's actor is the only writer, so its installs reach the
         // readers and the mirror in order with no lock held across them.
         readable.withLock { $0 = next }
-        mirror?(self, next.reading)
+        mirror?(next.reading)
         return changed
     }
 

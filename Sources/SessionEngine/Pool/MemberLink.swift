@@ -1,16 +1,16 @@
 extension SessionPool {
-    /// Where every member's engine reports to: the pool's event stream, its observer and the members' table. One per
+    /// Where every member's engine reports to: the pool's event stream, its observer and the accounts' table. One per
     /// pool, which each member's ``MemberLink`` names, and through which the pool publishes its own events too.
     final class Outlets: Sendable {
         let broadcaster: PoolEventBroadcaster
         /// Receives every event of the pool, with the serial of the member it is about, before any subscriber does.
         let observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
-        let table: MemberTable
+        let table: AccountTable
 
         init(
             broadcaster: PoolEventBroadcaster,
             observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?,
-            table: MemberTable
+            table: AccountTable
         ) {
             self.broadcaster = broadcaster
             self.observer = observer
@@ -26,15 +26,16 @@ extension SessionPool {
     }
 
     /// What a member's engine reports under: the account, the member's serial and the account's hash, and the pool's
-    /// outlets.
+    /// outlets. It also tells one member from another of the same account: a member is its link.
     ///
     /// The engine's observer and its store's mirror each capture this one object and nothing else, so neither needs a
     /// closure context of its own: one allocation an account instead of two.
     final class MemberLink: Sendable {
         let account: AccountID
-        /// The member's ``Member/serial``.
+        /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that leaves
+        /// and signs in again has a new member, with an engine and events of its own.
         let serial: UInt64
-        /// The account's hash in the members' table.
+        /// The account's hash in the accounts' table.
         let hash: UInt64
         let outlets: Outlets
 
@@ -50,9 +51,23 @@ extension SessionPool {
             outlets.publish(SessionPoolEvent(account: account, kind: .session(event)), member: serial)
         }
 
-        /// Copies a change of the engine's read into the account's slot of the members' table.
-        func mirror(_ store: SessionStore, _ reading: SessionStore.Reading) {
-            outlets.table.mirror(store, of: account, hash: hash, reading)
+        /// Copies a change of the engine's read into the member's row of the accounts' table.
+        func mirror(_ reading: SessionStore.Reading) {
+            outlets.table.mirror(reading, of: self)
         }
+    }
+
+    /// One account of the pool: its engine and the link the engine reports under, as the accounts' table holds it.
+    struct Member: Sendable {
+        let link: MemberLink
+        let engine: SessionEngine
+
+        var account: AccountID { link.account }
+
+        /// The member's serial (``MemberLink/serial``).
+        var serial: UInt64 { link.serial }
+
+        /// Whether `other` is this member, not only a member of its account.
+        func `is`(_ other: Member) -> Bool { link === other.link }
     }
 }

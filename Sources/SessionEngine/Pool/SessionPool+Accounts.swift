@@ -83,7 +83,7 @@ extension SessionPool {
     public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) async {
         let current = members.withLock { members in
             members.hooks.append(hook)
-            return Array(members.index.members)
+            return table.members
         }
         for member in current { await member.engine.addAccountChangeHook(hook) }
     }
@@ -101,7 +101,7 @@ extension SessionPool {
     public func shutdown(gracePeriod: Duration) async {
         let all = members.withLock { members -> [Member] in
             members.shutDown = true
-            return Array(members.index.members)
+            return table.members
         }
         // Every account's grace period begins now; then the pool waits for each.
         await Self.forEach(all) { await $0.engine.requestShutdown(gracePeriod: gracePeriod) }
@@ -117,7 +117,7 @@ extension SessionPool {
     public func shutdown() async {
         let all = members.withLock { members -> [Member] in
             members.shutDown = true
-            return members.index.removeAll()
+            return table.removeAll()
         }
         if let sweeperSlot { timers.cancel(for: sweeperSlot) }
         await Self.forEach(all) { await $0.engine.requestShutdown() }
@@ -174,20 +174,17 @@ extension SessionPool {
             members throws(SessionError) -> (Member, Member?, Bool) in
             guard !members.shutDown else { throw Self.shutDownError }
             let use = table.nextUse()
-            if let member = members.index.member(account) {
-                member.markUsed(use)
-                return (member, nil, false)
-            }
+            if let member = table.member(account, stamping: use) { return (member, nil, false) }
             members.made += 1
             let serial = members.made
-            let link = MemberLink(account: account, serial: serial, hash: memberHasher.hash(account), outlets: outlets)
-            let member = Member(link: link, engine: makeEngine(for: link, hooks: members.hooks), use: use)
+            let link = MemberLink(account: account, serial: serial, hash: table.hasher.hash(account), outlets: outlets)
+            let member = Member(link: link, engine: makeEngine(for: link, hooks: members.hooks))
             var evicted: Member?
-            if let cap = configuration.maximumAccounts, members.index.count >= cap {
-                evicted = Self.closeLeastRecentlyUsedIdle(members.index.lastUses())
-                if let evicted { members.index.remove(evicted) }
+            if let cap = configuration.maximumAccounts, table.count >= cap {
+                evicted = Self.closeLeastRecentlyUsedIdle(table.lastUses())
+                if let evicted { table.remove(evicted) }
             }
-            members.index.insert(member)
+            table.insert(member, use: use)
             let startSweeper = configuration.idleTimeout != nil && !members.sweeping
             if startSweeper { members.sweeping = true }
             return (member, evicted, startSweeper)
@@ -227,7 +224,7 @@ extension SessionPool {
             observer: { [link] event in link.publish(event) },
             latencyWindow: Self.accountLatencyWindow,
             hooks: hooks,
-            readMirror: { [link] store, reading in link.mirror(store, reading) },
+            readMirror: { [link] reading in link.mirror(reading) },
             executor: link.serial,
             timerTarget: .member(account, serial: link.serial)
         )
@@ -239,7 +236,7 @@ extension SessionPool {
     /// that reached the old engine first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
     func remove(_ member: Member, because reason: SessionPoolEvent.EvictionReason?) async {
         members.withLock { members in
-            members.index.remove(member)
+            table.remove(member)
             if reason != nil { members.evictions += 1 }
         }
         await member.engine.signOut()
@@ -256,7 +253,7 @@ extension SessionPool {
     /// while the pool holds accounts; the joining call that set `sweeping` starts it.
     ///
     /// The sweeper is a deadline in the pool's deadline queue (``sweeperSlot``), set again after each sweep, so no
-    /// task sleeps for it. Uses are counted, not timed (``MemberTable/nextUse()``), so the sweeper ties the count to
+    /// task sleeps for it. Uses are counted, not timed (``AccountTable/nextUse()``), so the sweeper ties the count to
     /// its clock: it takes a checkpoint, a use serial and then the clock's time, when it starts and at every sweep. A
     /// member whose last use comes before the latest checkpoint at least the timeout old was unused for at least the
     /// timeout; with a checkpoint every half timeout, a member goes within one and a half timeouts of its last use.
@@ -267,7 +264,7 @@ extension SessionPool {
     }
 
     /// A use serial, then the clock's time: the sweeper's checkpoint.
-    private static func checkpoint(_ table: MemberTable, _ clock: any SessionClock) -> (use: Int64, at: Duration) {
+    private static func checkpoint(_ table: AccountTable, _ clock: any SessionClock) -> (use: Int64, at: Duration) {
         (table.nextUse(), clock.uptime)
     }
 
@@ -282,7 +279,7 @@ extension SessionPool {
         guard let timeout = configuration.idleTimeout, let sweeperSlot else { return }
         let now = clock.uptime
         let idle = members.withLock { members -> [Member]? in
-            guard !members.shutDown, members.index.count > 0 else {
+            guard !members.shutDown, table.count > 0 else {
                 members.sweeping = false
                 return nil
             }
@@ -292,10 +289,10 @@ extension SessionPool {
             if let old { members.checkpoints.removeFirst(old) }
             members.checkpoints.append(Self.checkpoint(table, clock))
             guard let horizon else { return [] }
-            let idle = members.index.lastUses().compactMap { member, used in
+            let idle = table.lastUses().compactMap { member, used in
                 used < horizon && member.engine.closeToWorkIfIdle() ? member : nil
             }
-            for member in idle { members.index.remove(member) }
+            for member in idle { table.remove(member) }
             return idle
         }
         guard let idle else { return }

@@ -22,65 +22,8 @@ import Synchronization
 /// let headers = try pool.identityHeaders(for: "agent-7")   // on every identified request, no actor hop
 /// ```
 public final class SessionPool: Sendable {
-    /// An account's key in the members' index (``MemberIndex``): a member, or a probe that looks one up by account.
-    ///
-    /// The index keeps its members in a set of these, one word a member, instead of a dictionary from each account to
-    /// its member, three words; a lookup by account hashes and compares a probe that names only the account.
-    /// Unchecked: the class holds nothing, and each subclass holds only constants and atomics.
-    class AccountKey: Hashable, @unchecked Sendable {
-        /// The account; each subclass names it.
-        var account: AccountID { preconditionFailure("each subclass names its account") }
-
-        static func == (lhs: AccountKey, rhs: AccountKey) -> Bool { lhs.account == rhs.account }
-
-        func hash(into hasher: inout Hasher) { hasher.combine(account) }
-    }
-
-    /// A lookup's key in the members' index: an account, and no member.
-    final class AccountProbe: AccountKey, @unchecked Sendable {
-        private let probed: AccountID
-
-        init(_ account: AccountID) {
-            probed = account
-        }
-
-        override var account: AccountID { probed }
-    }
-
-    /// One account's engine and when it was last used.
-    final class Member: AccountKey, @unchecked Sendable {
-        /// The account, the member's serial and the pool's outlets, which the engine reports under.
-        let link: MemberLink
-        let engine: SessionEngine
-        /// The engine's store, held here so that a read of a member without a slot in the members' table reaches the
-        /// headers without touching the engine.
-        let store: SessionStore
-        /// The use serial (``MemberTable/nextUse()``) of the last call that joined or named the member and of the last
-        /// read that found it without a slot; a read through its slot stamps the slot (``MemberIndex/lastUses()``).
-        let lastUsed: Atomic<Int64>
-
-        init(link: MemberLink, engine: SessionEngine, use: Int64) {
-            self.link = link
-            self.engine = engine
-            self.store = engine.store
-            self.lastUsed = Atomic(use)
-        }
-
-        override var account: AccountID { link.account }
-
-        /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that
-        /// leaves and signs in again has a new member, with an engine and events of its own.
-        var serial: UInt64 { link.serial }
-
-        /// Marks the member used by the use whose serial is `use`, unless a later use has marked it already.
-        @inline(__always)
-        func markUsed(_ use: Int64) {
-            if lastUsed.load(ordering: .relaxed) < use { lastUsed.store(use, ordering: .relaxed) }
-        }
-    }
-
+    /// What joins and removals change together, under the members' lock; the members themselves are in ``table``.
     struct Members {
-        var index: MemberIndex
         var hooks: [@Sendable (AccountChange) async -> Void] = []
         var shutDown = false
         var evictions = 0
@@ -105,11 +48,11 @@ public final class SessionPool: Sendable {
     let timers: DeadlineQueue<SessionEngine.TimerTarget>
     /// The idle sweeper's slot in the deadline queue, for the pool's life; `nil` without an idle timeout.
     let sweeperSlot: DeadlineQueue<SessionEngine.TimerTarget>.Token?
+    /// Taken by every join and removal, so that the cap, the shutdown and the accounts' table change as one; the table
+    /// has locks of its own, taken under this one.
     let members: SanitizedMutex<Members>
-    /// The hash of the members' index, used outside its lock.
-    let memberHasher: MemberIndex.Hasher
-    /// The members' index's table, which reads and finds members under a lock of its own.
-    let table: MemberTable
+    /// Every member, and a copy of its read: where reads and lookups go, under a lock of their own.
+    let table: AccountTable
     /// The pool's event stream.
     var broadcaster: PoolEventBroadcaster { outlets.broadcaster }
     /// Opens once the pool has shut down.
@@ -118,7 +61,7 @@ public final class SessionPool: Sendable {
     /// accounts' steps run side by side on every core, few enough that they cost nothing an account.
     static let executorCount = 16
     /// Where the pool's events go (its stream, and the observer that receives every event of the pool, with the
-    /// ``Member/serial`` of the member it is about, before any subscriber does) and where the members' engines report
+    /// ``MemberLink/serial`` of the member it is about, before any subscriber does) and where the members' engines report
     /// to, which each member's link names.
     let outlets: Outlets
 
@@ -156,15 +99,13 @@ public final class SessionPool: Sendable {
         self.configuration = configuration
         self.clock = clock
         self.wallClock = WallClockCheck(clock)
-        let memberHasher = MemberIndex.Hasher(seed: UInt64.random(in: .min ... .max))
-        self.memberHasher = memberHasher
-        let index = MemberIndex(hasher: memberHasher)
-        self.table = index.table
-        self.members = SanitizedMutex(Members(index: index))
+        let table = AccountTable(hasher: AccountTable.Hasher(seed: UInt64.random(in: .min ... .max)))
+        self.table = table
+        self.members = SanitizedMutex(Members())
         let taskExecutor = SessionEngine.Shared.executors(configuration.session, clock: clock).task
         let outlets = Outlets(
             broadcaster: PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit), observer: observer,
-            table: index.table)
+            table: table)
         self.outlets = outlets
         let timers = DeadlineQueue<SessionEngine.TimerTarget>(clock: clock, taskExecutor: taskExecutor)
         self.timers = timers
@@ -204,11 +145,11 @@ public final class SessionPool: Sendable {
         }
     }
 
-    /// A pool dropped without shutting down empties its members' table before its members go: the table's slots do
-    /// not retain their members, and an engine whose fetch is still in flight outlives the pool and installs its
-    /// result through its link, which writes into the table.
+    /// A pool dropped without shutting down empties its accounts' table, which lets its members' engines go: each
+    /// engine's link holds the table, whose rows hold the engines. An engine whose fetch is still in flight outlives
+    /// the pool and installs its result through its link, which then finds no row to write into.
     deinit {
-        table.clearAll()
+        _ = table.removeAll()
         if let sweeperSlot { timers.release(sweeperSlot) }
     }
 
@@ -226,7 +167,7 @@ public final class SessionPool: Sendable {
     package var clockExecutor: (any SerialExecutor)? { engineShared.actorExecutor }
 
     /// The accounts the pool holds, signed in or signing in.
-    public var accounts: [AccountID] { members.withLock { Array($0.index.accounts) } }
+    public var accounts: [AccountID] { table.members.map(\.account) }
 
     /// An account's state, read without an actor hop; ``SessionState/signedOut`` for an account the pool does not
     /// hold.
@@ -238,9 +179,10 @@ public final class SessionPool: Sendable {
 
     /// The identity headers for an identified request of `account`, read without an actor hop.
     ///
-    /// Costs what ``SessionEngine/identityHeaders()`` costs and a hash and a comparison of the account: the members'
-    /// table keeps a copy of each member's read, which the read takes under the table's lock (`MemberTable`), touching
-    /// neither the member nor its engine, and marks the account used with a count under that lock, not a clock read.
+    /// Costs what ``SessionEngine/identityHeaders()`` costs and a hash and a comparison of the account: the accounts'
+    /// table keeps a copy of each member's read, which the read takes under the lock of the account's shard
+    /// (`AccountTable`), touching neither the member nor its engine, and marks the account used with a count, not a
+    /// clock read.
     ///
     /// - Parameter account: The account the request acts for.
     /// - Returns: The `X-AppNorth-Identity-*` headers of the account's installed credential.
@@ -254,36 +196,25 @@ public final class SessionPool: Sendable {
 
     /// The read of ``identityHeaders(for:)`` and of ``headersWithoutUse(for:)``; `stampingUse` marks the account used.
     ///
-    /// Inlined into those two alone, functions that are never inlined, so the table's lock is inlined
-    /// (``MemberTable/reading(_:hash:stampingUse:)``) and never lands in an `async` function.
+    /// Inlined into those two alone, functions that are never inlined, so the shard's lock is inlined
+    /// (``AccountTable/reading(_:hash:stampingUse:)``) and never lands in an `async` function.
     @inline(__always)
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
-        let hash = memberHasher.hash(account)
-        // The table's copy of the member's read, under the table's lock alone, handed on as it came out of the lock:
-        // the headers are retained once, and no copy is made to be destroyed (a read kept in a variable, to be
-        // replaced on the slow path, retained them twice).
+        // The table's copy of the member's read, under its shard's lock alone, handed on as it came out of the lock:
+        // the headers are retained once, and no copy is made to be destroyed.
         guard
-            let (headers, expiresAt, unavailable) =
-                table.reading(account, hash: hash, stampingUse: stampingUse)
-                ?? readingWithoutSlot(account, stampingUse: stampingUse)
+            let (headers, expiresAt, unavailable) = table.reading(
+                account, hash: table.hasher.hash(account), stampingUse: stampingUse)
         else { throw Self.notHeld(account) }
         guard let headers else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
         return headers
     }
 
-    /// The read of a member without a slot in the members' table (about one in a thousand): found under the members'
-    /// lock and read from its store after it, so no lock of the read is taken inside another.
-    @inline(never)
-    private func readingWithoutSlot(_ account: AccountID, stampingUse: Bool) -> SessionStore.Reading? {
-        guard let member = members.withLock({ $0.index.memberWithoutTable(account) }) else { return nil }
-        if stampingUse { member.markUsed(table.nextUse()) }
-        return member.store.reading()
-    }
-
     /// What the pool has done and holds: accounts, the budget's counters and evictions. Read without an actor hop.
     public var metrics: SessionPoolMetrics {
-        let (accounts, evictions) = members.withLock { ($0.index.count, $0.evictions) }
+        let evictions = members.withLock { $0.evictions }
+        let accounts = table.count
         let budget = budget.snapshot
         var metrics = SessionPoolMetrics(
             accounts: accounts, fetchesInFlight: budget.inFlight, queuedNeeded: budget.queuedNeeded,
@@ -344,18 +275,12 @@ public final class SessionPool: Sendable {
 
     /// The member for `account`, marking it used when `using`.
     func member(_ account: AccountID, using: Bool = false) -> Member? {
-        let hash = memberHasher.hash(account)
-        guard
-            let member = table.member(account, hash: hash)
-                ?? members.withLock({ $0.index.memberWithoutTable(account) })
-        else { return nil }
-        if using { member.markUsed(table.nextUse()) }
-        return member
+        table.member(account, stamping: using ? table.nextUse() : .min)
     }
 
     /// Whether `member` is still the pool's member for its account.
     func isMember(_ member: Member) -> Bool {
-        members.withLock { $0.index.member(member.account) === member }
+        table.member(member.account)?.is(member) == true
     }
 
     /// Whether the pool has shut down.

@@ -1,0 +1,354 @@
+import Foundation
+import Synchronization
+
+/// The pool's accounts: each account's member with a copy of its read, in the rows of sixteen shards, each shard
+/// behind a lock of its own. The one place the read every identified request makes goes, and the one place the pool
+/// finds a member.
+///
+/// An account's hash (``Hasher``) chooses its shard (its top four bits) and its home row in the shard's
+/// open-addressed table (its low bits); the account sits in the first free row from there on (linear probing), and a
+/// row a member leaves is filled by moving the rows after it back, so no row is ever a tombstone. A row holds the
+/// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
+/// (``SessionStore/Reading``, kept current by the store's ``SessionStore/Mirror``) and the serial of the account's
+/// last use. A read therefore takes one shard's lock and touches one row and the headers it hands out: not the
+/// member's engine, not its store, which at 100,000 accounts are each a cache miss; and two threads reading two
+/// accounts take the same lock once in sixteen times.
+///
+/// Each shard keeps at least two rows per account it holds, a power of two: it doubles when it would be more than half
+/// full and halves when it is less than an eighth full.
+///
+/// The rows hold their members. An engine's observer and mirror hold its ``SessionPool/MemberLink``, which holds the
+/// pool's outlets and so this table: the pool empties the table when it goes (``removeAll()``), which lets the engines
+/// go, and an engine that outlives the pool (a fetch in flight) finds no row to write its read into.
+///
+/// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a
+/// leaf too, and only when a member is inserted, never on the read or the install path. The pool's members' lock is
+/// taken before a shard's (joins and removals) and never under one. A store's install takes its own locks one after the
+/// other and then its shard's alone (the mirror), so no lock is held across another when a credential lands.
+///
+/// **Uses.** The table counts the pool's uses (``nextUse()``): every read that stamps its account, every join and
+/// every call that names an account takes the next serial of one counter. A use's serial, not a clock, orders the
+/// accounts for eviction, so the least recently used account is exact and a read reads no clock for it; the idle sweep
+/// ties serials to time by taking one itself, with the time, at every sweep.
+///
+/// Unchecked: the shards sit in one allocation the table makes once, fills once and frees in its `deinit`, and each
+/// shard's rows are touched only under the shard's lock.
+final class AccountTable: @unchecked Sendable {
+    /// The table's hash of an account: its UTF-8 bytes in Unicode's canonical composition, seeded once per pool.
+    ///
+    /// A `Set` or `Dictionary` lookup hashes the account's `String` with the standard library's seeded SipHash, which
+    /// costs more than the engine's whole read; this hash takes the bytes eight at a time. `AccountID` compares as
+    /// `String` does, by canonical equivalence, so every spelling of one account must hash alike: ASCII, which is
+    /// its own composition, is hashed as it is, and any other account through its composed bytes
+    /// (`String._withNFCCodeUnits`, the bytes the standard library's own hashing and comparison use).
+    struct Hasher: Sendable {
+        let seed: UInt64
+
+        /// A hash of `account`'s bytes in canonical composition.
+        @inline(__always)
+        func hash(_ account: AccountID) -> UInt64 {
+            let hashed = account.rawValue.utf8.withContiguousStorageIfAvailable {
+                Self.mixIfASCII(UnsafeRawBufferPointer($0), seed)
+            }
+            if let hashed, let hash = hashed { return hash }
+            return composedHash(account)
+        }
+
+        /// The hash of an account that is not all ASCII, or whose bytes are not contiguous: through its composed bytes.
+        @inline(never)
+        private func composedHash(_ account: AccountID) -> UInt64 {
+            var composed: [UInt8] = []
+            composed.reserveCapacity(account.rawValue.utf8.count)
+            account.rawValue._withNFCCodeUnits { composed.append($0) }
+            return composed.withUnsafeBytes { Self.mix($0, seed).hash }
+        }
+
+        /// The hash of `bytes`, or `nil` when a byte is not ASCII.
+        @inline(__always)
+        private static func mixIfASCII(_ bytes: UnsafeRawBufferPointer, _ seed: UInt64) -> UInt64? {
+            let (hash, seen) = mix(bytes, seed)
+            return seen & 0x8080_8080_8080_8080 == 0 ? hash : nil
+        }
+
+        /// The hash of `bytes`, and every byte's bits or-ed together in its lane, which says whether one is not ASCII.
+        @inline(__always)
+        private static func mix(_ bytes: UnsafeRawBufferPointer, _ seed: UInt64) -> (hash: UInt64, seen: UInt64) {
+            var state = seed ^ (UInt64(bytes.count) &* 0x9E37_79B9_7F4A_7C15)
+            var seen: UInt64 = 0
+            var offset = 0
+            while offset + 8 <= bytes.count {
+                let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+                seen |= word
+                state = (state ^ word) &* 0xBF58_476D_1CE4_E5B9
+                state ^= state >> 31
+                offset += 8
+            }
+            // The last bytes, four at once and then one by one, never in a load that overlaps bytes already mixed: a
+            // small string's bytes are a copy on the stack written as two words, and a load across the two cannot
+            // take its bytes from the pending writes (store-to-load forwarding fails, a stall of a dozen cycles).
+            var tail: UInt64 = 0
+            var shift: UInt64 = 0
+            if bytes.count - offset >= 4 {
+                tail = UInt64(bytes.loadUnaligned(fromByteOffset: offset, as: UInt32.self))
+                shift = 32
+                offset += 4
+            }
+            while offset < bytes.count {
+                tail |= UInt64(bytes[offset]) << shift
+                shift += 8
+                offset += 1
+            }
+            seen |= tail
+            // SplitMix64's finalizer: every input bit reaches the low bits, which choose the row, and the top ones,
+            // which choose the shard.
+            state ^= tail
+            state = (state ^ (state >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            state = (state ^ (state >> 27)) &* 0x94D0_49BB_1331_11EB
+            return (state ^ (state >> 31), seen)
+        }
+    }
+
+    /// A row: an account's member and a copy of its read, or nothing.
+    struct Row {
+        /// The hash's low 32 bits: compared before the account, and the home row of any shard up to 2^32 rows.
+        var tag: UInt32 = 0
+        /// Whether the row holds a member: a byte a probe reads without touching the references, whose copies
+        /// would load the member's objects, each a cache miss.
+        var taken = false
+        var unavailable: SessionStore.Unavailability = .signedOut
+        var account: AccountID?
+        var member: SessionPool.Member?
+        var headers: IdentityHeaders?
+        var expiresAt: TimeInterval = 0
+        /// The serial of the account's last use.
+        var lastUse: Int64 = .min
+    }
+
+    /// One shard's rows, a power of two, and how many hold a member.
+    private struct Rows {
+        var rows = [Row](repeating: Row(), count: AccountTable.minimumRows)
+        var count = 0
+
+        var mask: Int { rows.count - 1 }
+
+        /// The position of the row `matches` picks among the rows of `tag`'s probe run; `nil` when none does.
+        @inline(__always)
+        func find(tag: UInt32, _ matches: (borrowing Row) -> Bool) -> Int? {
+            let mask = self.mask
+            var position = Int(tag) & mask
+            while rows[position].taken {
+                if rows[position].tag == tag && matches(rows[position]) { return position }
+                position = (position &+ 1) & mask
+            }
+            return nil
+        }
+
+        /// The position of `account`'s row.
+        @inline(__always)
+        func find(_ account: AccountID, tag: UInt32) -> Int? {
+            find(tag: tag) { $0.account == account }
+        }
+
+        /// Puts `row` in the first free row of its probe run, growing first if the shard would be more than half full.
+        mutating func insert(_ row: Row) {
+            if (count + 1) * 2 > rows.count { resize(to: rows.count * 2) }
+            Self.place(row, in: &rows)
+            count += 1
+        }
+
+        private static func place(_ row: Row, in rows: inout [Row]) {
+            let mask = rows.count - 1
+            var position = Int(row.tag) & mask
+            while rows[position].taken { position = (position &+ 1) & mask }
+            rows[position] = row
+        }
+
+        /// Empties the row at `position` and moves back the rows after it that may sit there, so that every probe run
+        /// stays unbroken; shrinks once the shard is less than an eighth full. Returns the emptied row.
+        mutating func remove(at position: Int) -> Row {
+            let mask = self.mask
+            let removed = rows[position]
+            var hole = position
+            var next = (hole &+ 1) & mask
+            while rows[next].taken {
+                // A row may move back into the hole if the hole lies between its home and where it sits.
+                let home = Int(rows[next].tag) & mask
+                if (next &- home) & mask >= (next &- hole) & mask {
+                    rows[hole] = rows[next]
+                    hole = next
+                }
+                next = (next &+ 1) & mask
+            }
+            rows[hole] = Row()
+            count -= 1
+            if rows.count > AccountTable.minimumRows && count * 8 < rows.count { resize(to: rows.count / 2) }
+            return removed
+        }
+
+        private mutating func resize(to size: Int) {
+            var resized = [Row](repeating: Row(), count: size)
+            for row in rows where row.taken { Self.place(row, in: &resized) }
+            rows = resized
+        }
+    }
+
+    /// A shard: its rows behind its lock, on cache lines of their own, so that readers of two shards share none.
+    ///
+    /// A value in the table's one allocation of shards, not an object: a read borrows it where it lies, where an
+    /// object taken out of an array would be retained and released, two atomic writes to a line every reader of the
+    /// shard shares.
+    private struct Shard: ~Copyable {
+        let rows = SanitizedMutex(Rows())
+        /// Fills the shard to two cache lines, so that the next shard's lock is never on this one's line.
+        private let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        )
+    }
+
+    let hasher: Hasher
+    /// The shards, ``shardCount`` of them.
+    private let shards: UnsafeMutablePointer<Shard>
+    /// How many uses that are not reads there have been (``nextUse()``). Reads only load it (``readStamp()``), so it
+    /// may share a line with what they load: it is written once per join or call, not per read.
+    private let uses = Atomic<Int64>(0)
+
+    /// How many shards: enough that two threads seldom read the same one, few enough that an empty pool's rows
+    /// (``minimumRows`` in each) cost little. A power of two; the hash's top bits choose one.
+    static let shardCount = 16
+    private static let shardShift = UInt64(64 - shardCount.trailingZeroBitCount)
+    /// A shard's fewest rows.
+    static let minimumRows = 8
+
+    init(hasher: Hasher) {
+        self.hasher = hasher
+        shards = .allocate(capacity: Self.shardCount)
+        for index in 0..<Self.shardCount { (shards + index).initialize(to: Shard()) }
+    }
+
+    deinit {
+        shards.deinitialize(count: Self.shardCount)
+        shards.deallocate()
+    }
+
+    /// The shard of `hash`, borrowed where it lies.
+    @inline(__always)
+    private func shard(_ hash: UInt64) -> UnsafeMutablePointer<Shard> {
+        shards + Int(truncatingIfNeeded: hash >> Self.shardShift)
+    }
+
+    /// Every shard, in turn.
+    private var allShards: some Sequence<UnsafeMutablePointer<Shard>> {
+        (0..<Self.shardCount).lazy.map { self.shards + $0 }
+    }
+
+    /// The stamp of a new use that is not a read (a join, a call that names an account, the idle sweeper's
+    /// checkpoint): later than every use before it, read or not. An even number.
+    func nextUse() -> Int64 {
+        uses.wrappingAdd(1, ordering: .relaxed).newValue &* 2
+    }
+
+    /// The stamp of a read: later than every use before it that was not a read, and equal to the reads' since then. An
+    /// odd number. It writes nothing shared, so reads on two threads do not pass the counter's line between them.
+    @inline(__always)
+    func readStamp() -> Int64 {
+        uses.load(ordering: .relaxed) &* 2 &+ 1
+    }
+
+    /// What `account`'s member reads, stamping its row with a new use when `stampingUse`; `nil` when the table does not
+    /// hold the account.
+    ///
+    /// Inlined into the pool's reads alone, functions that are never inlined, so its lock is inlined
+    /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
+    @inline(__always)
+    func reading(_ account: AccountID, hash: UInt64, stampingUse: Bool) -> SessionStore.Reading? {
+        let use = stampingUse ? readStamp() : .min
+        let tag = UInt32(truncatingIfNeeded: hash)
+        return shard(hash).pointee.rows.withLockInlined { shard -> SessionStore.Reading? in
+            guard let position = shard.find(account, tag: tag) else { return nil }
+            if use > shard.rows[position].lastUse { shard.rows[position].lastUse = use }
+            // Field by field: a copy of the whole row would retain the member's references too.
+            return (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable)
+        }
+    }
+
+    /// The member of `account`, its row stamped with `use` if that is later than its last; `nil` when the table does
+    /// not hold the account.
+    func member(_ account: AccountID, stamping use: Int64 = .min) -> SessionPool.Member? {
+        let hash = hasher.hash(account)
+        let tag = UInt32(truncatingIfNeeded: hash)
+        return shard(hash).pointee.rows.withLock { shard -> SessionPool.Member? in
+            guard let position = shard.find(account, tag: tag) else { return nil }
+            if use > shard.rows[position].lastUse { shard.rows[position].lastUse = use }
+            return shard.rows[position].member
+        }
+    }
+
+    /// Installs a change of a member's read in its row, found by the member's link; a member that has left the table
+    /// changes nothing.
+    func mirror(_ reading: SessionStore.Reading, of link: SessionPool.MemberLink) {
+        let tag = UInt32(truncatingIfNeeded: link.hash)
+        shard(link.hash).pointee.rows.withLock { shard in
+            guard let position = shard.find(tag: tag, { $0.member?.link === link }) else { return }
+            (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable) = reading
+        }
+    }
+
+    /// Adds `member`, last used at `use`, with its store's read; returns the member of its account it replaced.
+    @discardableResult
+    func insert(_ member: SessionPool.Member, use: Int64) -> SessionPool.Member? {
+        let hash = member.link.hash
+        let tag = UInt32(truncatingIfNeeded: hash)
+        return shard(hash).pointee.rows.withLock { shard -> SessionPool.Member? in
+            let replaced = shard.find(member.account, tag: tag).map { shard.remove(at: $0).member } ?? nil
+            // Read under the shard's lock: a change of the read that the store makes meanwhile waits for the lock and
+            // lands after this one.
+            let reading = member.engine.store.reading()
+            shard.insert(
+                Row(
+                    tag: tag, taken: true, unavailable: reading.unavailable, account: member.account, member: member,
+                    headers: reading.headers, expiresAt: reading.expiresAt, lastUse: use))
+            return replaced
+        }
+    }
+
+    /// Removes `member` if it is still its account's member; returns whether it was.
+    @discardableResult
+    func remove(_ member: SessionPool.Member) -> Bool {
+        let hash = member.link.hash
+        let tag = UInt32(truncatingIfNeeded: hash)
+        // The row comes out of the lock to be released after it.
+        let removed = shard(hash).pointee.rows.withLock { shard -> Row? in
+            guard let position = shard.find(tag: tag, { $0.member?.link === member.link }) else { return nil }
+            return shard.remove(at: position)
+        }
+        return removed != nil
+    }
+
+    /// Removes every member and returns them.
+    func removeAll() -> [SessionPool.Member] {
+        allShards.flatMap { shard in
+            shard.pointee.rows.withLock { shard -> [SessionPool.Member] in
+                let members = shard.rows.compactMap(\.member)
+                shard = Rows()
+                return members
+            }
+        }
+    }
+
+    /// How many members the table holds.
+    var count: Int {
+        allShards.reduce(0) { total, shard in total + shard.pointee.rows.withLock { $0.count } }
+    }
+
+    /// Every member with its last use, shard by shard, each under its shard's lock.
+    func lastUses() -> [(member: SessionPool.Member, used: Int64)] {
+        allShards.flatMap { shard in
+            shard.pointee.rows.withLock { shard in
+                shard.rows.compactMap { row in row.member.map { ($0, row.lastUse) } }
+            }
+        }
+    }
+
+    /// Every member.
+    var members: [SessionPool.Member] { lastUses().map(\.member) }
+}

@@ -1,0 +1,212 @@
+import SessionEngineTestKit
+import Testing
+
+@testable import SessionEngine
+
+/// The pool's accounts' table: its shards of open-addressed rows must answer exactly as a dictionary from account to
+/// member would, whichever accounts share a home row, however the account is spelled, through growth and removals.
+@Suite struct AccountTableTests {
+    /// Members share one engine where the table looks only at their accounts and links.
+    private let engine = SessionEngine(fetcher: ScriptedCredentialFetcher())
+
+    private func table(seed: UInt64 = 0x5EED) -> AccountTable {
+        AccountTable(hasher: AccountTable.Hasher(seed: seed))
+    }
+
+    /// A member of `table`'s pool; `hash` in place of the account's own, to make accounts share rows.
+    private func member(
+        _ account: AccountID, in table: AccountTable, hash: UInt64? = nil, engine: SessionEngine? = nil
+    ) -> SessionPool.Member {
+        let outlets = SessionPool.Outlets(
+            broadcaster: PoolEventBroadcaster(bufferLimit: 1), observer: nil, table: table)
+        let link = SessionPool.MemberLink(
+            account: account, serial: 1, hash: hash ?? table.hasher.hash(account), outlets: outlets)
+        return SessionPool.Member(link: link, engine: engine ?? self.engine)
+    }
+
+    /// A member with an engine, and so a store, of its own.
+    private func memberOfItsOwn(_ account: AccountID, in table: AccountTable, hash: UInt64? = nil) -> SessionPool.Member
+    {
+        member(account, in: table, hash: hash, engine: SessionEngine(fetcher: ScriptedCredentialFetcher()))
+    }
+
+    @Test func everyAccountFindsItsOwnMemberThroughGrowthAndSharedRows() {
+        let table = table()
+        let members = (0..<5_000).map { member(AccountID("account-\($0)"), in: table) }
+        for member in members { table.insert(member, use: 0) }
+        #expect(table.count == members.count)
+        for member in members {
+            #expect(table.member(member.account)?.is(member) == true)
+            // A caller's own AccountID value, not the member's, finds it too.
+            #expect(table.member(AccountID(String(member.account.rawValue)))?.is(member) == true)
+        }
+        #expect(table.member("account-5000") == nil)
+        #expect(table.member("") == nil)
+    }
+
+    @Test(arguments: ["reader-", "user-00000000", "tenant-0123456789/agent-", "", "é"])
+    func accountsThatDifferOnlyInTheirLastBytesSpreadOverShardsAndRows(prefix: String) {
+        // Names a daemon makes: a fixed prefix and a counter, so that only the last bytes differ. Every byte must
+        // reach the top bits, which choose the shard, and the low ones, which choose the row, or such names pile up in
+        // a few shards and long probe runs.
+        let hasher = AccountTable.Hasher(seed: 7)
+        let hashes = (0..<20_000).map { hasher.hash(AccountID(prefix + String($0))) }
+        var perShard = [Int](repeating: 0, count: AccountTable.shardCount)
+        for hash in hashes { perShard[Int(hash >> 60)] += 1 }
+        #expect(perShard.min()! >= 1_000 && perShard.max()! <= 1_500, "\(perShard)")
+        // 20,000 random draws of 2^16 rows leave about 17,240 distinct; a hash that lost low bits leaves far fewer.
+        let rows = Set(hashes.map { $0 & 0xFFFF })
+        #expect(rows.count >= 16_800, "\(rows.count) distinct home rows of 65,536")
+    }
+
+    @Test func removalLeavesTheOthersAndShrinkingKeepsThem() {
+        let table = table(seed: 1)
+        let members = (0..<2_000).map { member(AccountID("user-\($0)"), in: table) }
+        for member in members { table.insert(member, use: 0) }
+        for member in members.dropFirst(10) {
+            let removed = table.remove(member)
+            #expect(removed)
+        }
+        #expect(table.count == 10)
+        for member in members.prefix(10) { #expect(table.member(member.account)?.is(member) == true) }
+        for member in members.dropFirst(10) { #expect(table.member(member.account) == nil) }
+        let removedAgain = table.remove(members[500])
+        #expect(!removedAgain, "a member already removed")
+    }
+
+    @Test func aRemovalKeepsEveryProbeRunUnbroken() {
+        // Nine accounts with one hash share a home row, the shard's last, so their run wraps around to its first rows;
+        // two more start inside the run. Whatever is removed, every other account is still found.
+        let table = table()
+        let crowded = (0..<9).map { member(AccountID("crowded-\($0)"), in: table, hash: 7) }
+        let inside = (0..<2).map { member(AccountID("inside-\($0)"), in: table, hash: 1) }
+        let all = crowded + inside
+        for order in [[0, 4, 8], [9, 0], [10, 3, 1]] {
+            for member in all { table.insert(member, use: 0) }
+            for index in order { table.remove(all[index]) }
+            for (index, member) in all.enumerated() {
+                let found = table.reading(member.account, hash: member.link.hash, stampingUse: false) != nil
+                #expect(found == !order.contains(index), "\(member.account) after removing \(order)")
+            }
+            _ = table.removeAll()
+        }
+        #expect(table.count == 0)
+    }
+
+    @Test func aReplacedMemberCannotRemoveItsSuccessor() {
+        let table = table()
+        let first = member("alice", in: table)
+        let second = member("alice", in: table)
+        table.insert(first, use: 0)
+        let replaced = table.insert(second, use: 0)
+        #expect(replaced?.is(first) == true)
+        #expect(table.count == 1)
+        let removedFirst = table.remove(first)
+        #expect(!removedFirst)
+        #expect(table.member("alice")?.is(second) == true)
+        let removed = table.remove(second)
+        #expect(removed)
+        #expect(table.member("alice") == nil)
+    }
+
+    @Test(arguments: [
+        ("Ren\u{E9}", "Rene\u{301}"),  // é precomposed and as e with a combining accent
+        ("K", "\u{212A}"),  // the Kelvin sign is the letter K, which is ASCII
+        ("a\u{323}\u{302}", "a\u{302}\u{323}"),  // combining marks in either order
+        ("\u{AC00}", "\u{1100}\u{1161}"),  // a Hangul syllable and its letters
+    ])
+    func everySpellingOfAnAccountFindsItsMember(spelling: (String, String)) {
+        // Each pair is one AccountID, as it is one String: both spellings hash alike.
+        #expect(AccountID(spelling.0) == AccountID(spelling.1))
+        let table = table()
+        let joined = member(AccountID(spelling.0), in: table)
+        table.insert(joined, use: 0)
+        #expect(table.hasher.hash(AccountID(spelling.0)) == table.hasher.hash(AccountID(spelling.1)))
+        #expect(table.member(AccountID(spelling.1))?.is(joined) == true)
+        #expect(table.member(AccountID(spelling.0 + "x")) == nil)
+    }
+
+    @Test func longAndNonASCIIAccountsHashAllTheirBytes() {
+        let hasher = AccountTable.Hasher(seed: 9)
+        let long = String(repeating: "tenant-0123456789/", count: 8)
+        #expect(hasher.hash(AccountID(long + "a")) != hasher.hash(AccountID(long + "b")))
+        #expect(hasher.hash("αβγδεζηθ") != hasher.hash("αβγδεζηι"))
+        #expect(hasher.hash("abcdefgh") != hasher.hash("abcdefgh\u{0}"), "the length is part of the hash")
+        #expect(AccountTable.Hasher(seed: 1).hash("alice") != AccountTable.Hasher(seed: 2).hash("alice"))
+    }
+
+    @Test func theTableLetsGoOfEveryMemberItRemoves() {
+        // The rows hold their members' engines: a member replaced, removed or emptied out is not kept.
+        let table = table()
+        weak var replaced: SessionEngine?
+        weak var removed: SessionEngine?
+        weak var emptied: SessionEngine?
+        do {
+            let first = memberOfItsOwn("alice", in: table)
+            let gone = memberOfItsOwn("bob", in: table)
+            let last = memberOfItsOwn("carol", in: table)
+            (replaced, removed, emptied) = (first.engine, gone.engine, last.engine)
+            table.insert(first, use: 0)
+            table.insert(gone, use: 0)
+            table.insert(last, use: 0)
+            table.insert(member("alice", in: table), use: 0)
+            table.remove(gone)
+        }
+        #expect(replaced == nil && removed == nil, "the table holds neither any longer")
+        #expect(emptied != nil)
+        #expect(table.member("alice") != nil)
+        #expect(table.member("bob") == nil)
+        _ = table.removeAll()
+        #expect(emptied == nil)
+    }
+
+    // MARK: - The table's copy of each member's read
+
+    private func usable(_ email: String) throws -> SessionStore.Reading {
+        let signature = String(repeating: "a", count: 64)
+        let credential = try IdentityCredential(email: email, expiresAt: 2_000_000_000, signature: signature)
+        return (IdentityHeaders(credential), 2_000_000_000, .expired)
+    }
+
+    @Test func aMemberThatLeftTheTableCannotChangeItsSuccessorsRead() throws {
+        let table = table()
+        let first = memberOfItsOwn("alice", in: table)
+        let second = memberOfItsOwn("alice", in: table)
+        let hash = table.hasher.hash("alice")
+        table.insert(first, use: 0)
+        table.insert(second, use: 0)
+        table.mirror(try usable("second@example.com"), of: second.link)
+        // The replaced member's engine still publishes (its sign-out and shutdown): none of it reaches the row.
+        table.mirror((nil, 0, .shutDown), of: first.link)
+        table.mirror(try usable("first@example.com"), of: first.link)
+        let reading = table.reading("alice", hash: hash, stampingUse: false)
+        #expect(try reading?.headers?.credential().email == "second@example.com")
+        table.remove(second)
+        #expect(table.reading("alice", hash: hash, stampingUse: false) == nil)
+    }
+
+    @Test func readsStampTheRowAfterTheLatestCallAndTheStampsOutliveAGrowth() throws {
+        let table = table()
+        let alice = memberOfItsOwn("alice", in: table)
+        table.insert(alice, use: table.nextUse())
+        let joined = try #require(table.lastUses().first?.used)
+        let hash = table.hasher.hash("alice")
+        _ = table.reading("alice", hash: hash, stampingUse: true)
+        let firstRead = try #require(table.lastUses().first?.used)
+        #expect(firstRead > joined, "a read is a use after the join")
+        _ = table.reading("alice", hash: hash, stampingUse: false)
+        #expect(table.lastUses().first?.used == firstRead, "a read that does not stamp leaves the use")
+        _ = table.reading("alice", hash: hash, stampingUse: true)
+        #expect(table.lastUses().first?.used == firstRead, "reads with no other use between them share a stamp")
+        let call = table.nextUse()
+        #expect(call > firstRead, "a call is later than the reads before it")
+        _ = table.reading("alice", hash: hash, stampingUse: true)
+        let secondRead = try #require(table.lastUses().first?.used)
+        #expect(secondRead > call, "a read is later than the call before it")
+        for account in (0..<100).map({ AccountID("grow-\($0)") }) { table.insert(member(account, in: table), use: 0) }
+        #expect(table.lastUses().first { $0.member.is(alice) }?.used == secondRead, "after the table grew")
+        _ = table.member("alice", stamping: firstRead)
+        #expect(
+            table.lastUses().first { $0.member.is(alice) }?.used == secondRead, "an earlier use does not move it back")
+    }
+}
