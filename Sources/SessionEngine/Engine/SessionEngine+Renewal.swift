@@ -32,7 +32,7 @@ extension SessionEngine {
             return .failed(error)
         case .wait(let epoch, _):
             // A caller now waits for the fetch: the pool's budget lets it go before proactive renewals.
-            if let fetchTicket { budget?.promote(fetchTicket) }
+            if let ticket = fetch?.value.ticket { budget?.promote(ticket) }
             // Registered in the step that started the fetch, so no outcome of it can slip by.
             return .wait(registerWaiter(epoch: epoch, kind: .nextOutcome))
         }

@@ -88,15 +88,23 @@ extension SessionEngine {
         broadcaster.publish(event)
     }
 
+    /// The fetch in flight.
+    struct RunningFetch: Sendable {
+        let id: FetchID
+        let task: Task<Void, Never>
+        /// The fetch's claim on the pool's budget, which a caller that comes to wait for it promotes; `nil` for an
+        /// engine without a budget.
+        let ticket: FetchBudget.Ticket?
+    }
+
     /// Performs one action that reports no event, decided at the step's instant `now`.
     private func perform(_ action: SessionStateMachine.Action, at now: SessionInstant) {
         switch action {
         case .startFetch(let request):
             startFetch(request, at: now)
         case .cancelFetch:
-            fetchTask?.task.cancel()
-            fetchTask = nil
-            fetchTicket = nil
+            fetch?.value.task.cancel()
+            fetch = nil
         case .scheduleTimer(let spec):
             timers.schedule(spec, for: timerToken)
         case .cancelTimer:
@@ -137,7 +145,7 @@ extension SessionEngine {
     }
 
     private func startFetch(_ request: FetchRequest, at now: SessionInstant) {
-        fetchTask?.task.cancel()
+        fetch?.value.task.cancel()
         let fetcher = self.fetcher
         let recorder = self.recorder
         let budget = self.budget
@@ -190,8 +198,7 @@ extension SessionEngine {
             }
             await self.fetchCompleted(request.id, result, waited: waited)
         }
-        fetchTask = (request.id, task)
-        fetchTicket = ticket
+        fetch = OutOfLine(RunningFetch(id: request.id, task: task, ticket: ticket))
         log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
     }
 
@@ -204,11 +211,8 @@ extension SessionEngine {
     }
 
     private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>, waited: Duration) {
-        let current = fetchTask?.id == id
-        if current {
-            fetchTask = nil
-            fetchTicket = nil
-        }
+        let current = fetch?.value.id == id
+        if current { fetch = nil }
         switch result {
         case .success(let fetched):
             step { machine, now in

@@ -38,17 +38,9 @@ public actor SessionEngine {
     /// Opens once the engine has shut down; made when a caller first waits for the shutdown
     /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps none.
     var stopped: OneShot<Void>?
-    /// Which of its ``Shared``'s executors the engine runs on: chosen when it is made, by the order a pool makes its
-    /// members, so the same program shares executors the same way every time it runs.
-    nonisolated let executorIndex: UInt8
-    var fetchTask: (id: FetchID, task: Task<Void, Never>)?
-    /// The running fetch's claim on the pool's budget, which a caller that comes to wait for it promotes.
-    var fetchTicket: FetchBudget.Ticket? {
-        get { fetchTicketBox?.value }
-        set { fetchTicketBox = newValue.map(OutOfLine.init) }
-    }
-    /// ``fetchTicket``, out of line: it is six words, and a pool's members, one per account, mostly have no fetch.
-    private var fetchTicketBox: OutOfLine<FetchBudget.Ticket>?
+    /// The fetch in flight, out of line: with its claim on a budget it is nine words, and a pool's members, one per
+    /// account, mostly have no fetch.
+    var fetch: OutOfLine<RunningFetch>?
     /// The engine's slot in its deadline queue (``Shared/timers``), taken when the engine is made and given back when it
     /// is freed.
     nonisolated let timerToken: DeadlineQueue<TimerTarget>.Token
@@ -76,7 +68,8 @@ public actor SessionEngine {
         /// process's one queue on the ``SystemClock`` (``SessionEngine/systemTimers``).
         let timers: DeadlineQueue<TimerTarget>
         /// The actors whose serial executors the engines run on (``SessionEngine/unownedExecutor``): one for an
-        /// engine of its own, a few for a pool's engines (at most 256), each engine on one of them for its whole life.
+        /// engine of its own, a few for a pool's engines (a power of two, at most 256), each engine on one of them for
+        /// its whole life.
         let executors: [ExecutorActor]
         /// The executor that runs the engines' tasks: the configuration's, else the clock's (``ExecutingClock``), else
         /// `nil` for the global concurrent executor.
@@ -94,7 +87,8 @@ public actor SessionEngine {
         ///   - budget: A pool's budget toward the backend.
         ///   - timers: A pool's deadline queue; `nil` for an engine of its own, which waits in the process's queue on
         ///     the ``SystemClock`` with no task executor of its own, and in a queue of its own otherwise.
-        ///   - executors: How many executors the engines share: one for an engine of its own.
+        ///   - executors: How many executors the engines share, rounded up to a power of two: one for an engine of its
+        ///     own.
         init(
             _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
             budget: FetchBudget?, timers: DeadlineQueue<TimerTarget>?, executors: Int = 1
@@ -105,7 +99,8 @@ public actor SessionEngine {
             self.clock = clock
             self.wallClock = SharedWallClockCheck(clock)
             self.budget = budget
-            self.executors = (0..<min(256, max(1, executors))).map { _ in ExecutorActor() }
+            let count = 1 << (Int.bitWidth - (min(256, max(1, executors)) - 1).leadingZeroBitCount)
+            self.executors = (0..<count).map { _ in ExecutorActor() }
             let (taskExecutor, actorExecutor) = Self.executors(configuration, clock: clock)
             (self.taskExecutor, self.actorExecutor) = (taskExecutor, actorExecutor)
             if let timers {
@@ -131,13 +126,17 @@ public actor SessionEngine {
     /// The serial executor the engine runs on: the executor of an actor that holds nothing, not a queue of the
     /// engine's own.
     ///
+    /// Which of its ``Shared``'s executors is chosen by the engine's slot of the deadline queue (``timerToken``), for
+    /// the engine's whole life: slots are handed out in the order the engines and their fetches take them, so the same
+    /// program shares executors the same way every time it runs, and a pool's engines spread over all of them.
+    ///
     /// An actor with a queue of its own carries twelve words for it, and a ``SessionPool`` holds one engine per
     /// account, so a pool's engines share a few such executors; an engine of its own has one to itself. The engine's
     /// isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that share an
     /// executor take turns.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
         if let actorExecutor = shared.actorExecutor { return actorExecutor.asUnownedSerialExecutor() }
-        return shared.executors[Int(executorIndex)].unownedExecutor
+        return shared.executors[timerToken & (shared.executors.count - 1)].unownedExecutor
     }
 
     /// Gets credentials from the host's backend.
@@ -185,7 +184,7 @@ public actor SessionEngine {
         self.init(
             shared: Shared(configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil),
             randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],
-            readMirror: nil, executor: 0, timerTarget: nil)
+            readMirror: nil, timerTarget: nil)
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
@@ -198,7 +197,6 @@ public actor SessionEngine {
     ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
     ///   - readMirror: Receives every change of what ``identityHeaders()`` reads (``SessionStore/Mirror``).
-    ///   - executor: Which of `shared`'s executors the engine runs on, taken modulo their count.
     ///   - timerTarget: How a firing of the engine's timer finds the engine: a pool's member by its account; `nil` for
     ///     an engine of its own, found through a weak reference to itself.
     init(
@@ -208,10 +206,8 @@ public actor SessionEngine {
         latencyWindow: Int,
         hooks: [@Sendable (AccountChange) async -> Void],
         readMirror: SessionStore.Mirror?,
-        executor: UInt64,
         timerTarget: TimerTarget?
     ) {
-        self.executorIndex = UInt8(truncatingIfNeeded: executor % UInt64(shared.executors.count))
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
         self.hooks = hooks
         self.shared = shared

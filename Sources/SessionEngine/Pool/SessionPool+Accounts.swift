@@ -225,7 +225,6 @@ extension SessionPool {
             latencyWindow: Self.accountLatencyWindow,
             hooks: hooks,
             readMirror: { [link] reading in link.mirror(reading) },
-            executor: link.serial,
             timerTarget: .member(account, serial: link.serial)
         )
     }
