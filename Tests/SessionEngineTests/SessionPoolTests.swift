@@ -247,6 +247,24 @@ struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    /// A subscriber of the pool's stream that falls behind loses its oldest events, and the pool's metrics count them.
+    @Test func eventsASubscriberLostAreCounted() async throws {
+        let harness = PoolHarness()
+        let everything = harness.pool.events(bufferLimit: .max)
+        let lagging = harness.pool.events(bufferLimit: 2)
+        try await harness.pool.signIn("alice")
+        try await harness.pool.signIn("bob")
+        await harness.pool.shutdown()
+        var published = 0
+        for await _ in everything { published += 1 }
+        var kept = 0
+        for await _ in lagging { kept += 1 }
+        #expect(published > 4)
+        #expect(kept == 2)
+        #expect(harness.pool.metrics.eventsDropped == published - 2)
+        #expect(harness.pool.metrics.description.contains("events dropped \(published - 2)"))
+    }
+
     @Test func theLeastRecentlyUsedIdleAccountMakesRoomWithItsHooks() async throws {
         let harness = PoolHarness(maximumAccounts: 2)
         let changes = SanitizedMutex<[String]>([])

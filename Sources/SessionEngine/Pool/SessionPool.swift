@@ -223,6 +223,7 @@ public final class SessionPool: Sendable {
             outages: budget.outages)
         metrics.budgetWait = LatencySummary(of: budget.waited)
         metrics.renewalsPastDeadline = budget.lateRenewals
+        metrics.eventsDropped = broadcaster.droppedCount
         return metrics
     }
 
@@ -255,7 +256,8 @@ public final class SessionPool: Sendable {
     /// The pool's events, each naming its account, starting with the events published after this call.
     ///
     /// - Parameter bufferLimit: How many undelivered events this subscriber may hold before the oldest are dropped;
-    ///   `nil` uses ``SessionConfiguration/eventBufferLimit`` of ``SessionPoolConfiguration/session``.
+    ///   `nil` uses ``SessionConfiguration/eventBufferLimit`` of ``SessionPoolConfiguration/session``. The stream does
+    ///   not say when it drops; ``SessionPoolMetrics/eventsDropped`` counts what every subscriber lost.
     /// - Returns: A sequence that ends when the pool shuts down.
     public func events(bufferLimit: Int? = nil) -> SessionPoolEvents {
         broadcaster.subscribe(bufferLimit: bufferLimit)

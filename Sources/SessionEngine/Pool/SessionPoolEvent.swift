@@ -62,7 +62,8 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
 /// The pool's events, each naming its account; it ends when the pool shuts down.
 public typealias SessionPoolEvents = AsyncStream<SessionPoolEvent>
 
-/// Fans the pool's events out to its subscribers, each with a bounded buffer that drops the oldest.
+/// Fans the pool's events out to its subscribers, each with a bounded buffer that drops the oldest, and counts what
+/// the buffers drop.
 final class PoolEventBroadcaster: Sendable {
     private struct State {
         var subscribers: [UInt64: AsyncStream<SessionPoolEvent>.Continuation] = [:]
@@ -72,6 +73,8 @@ final class PoolEventBroadcaster: Sendable {
 
     private let state = SanitizedMutex(State())
     private let bufferLimit: Int
+    /// Events dropped over all subscribers, over the broadcaster's life.
+    private let dropped = Atomic<Int>(0)
 
     init(bufferLimit: Int) {
         self.bufferLimit = max(1, bufferLimit)
@@ -100,10 +103,15 @@ final class PoolEventBroadcaster: Sendable {
     /// Hands the event to every subscriber; called in the step that publishes it.
     func publish(_ event: SessionPoolEvent) {
         let subscribers = state.withLock { Array($0.subscribers.values) }
-        for subscriber in subscribers { subscriber.yield(event) }
+        for subscriber in subscribers {
+            if case .dropped = subscriber.yield(event) { dropped.add(1, ordering: .relaxed) }
+        }
     }
 
     var subscriberCount: Int { state.withLock { $0.subscribers.count } }
+
+    /// The number of events dropped over all subscribers so far.
+    var droppedCount: Int { dropped.load(ordering: .relaxed) }
 
     func finish() {
         let subscribers = state.withLock { state -> [AsyncStream<SessionPoolEvent>.Continuation] in
@@ -148,12 +156,18 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     /// Proactive renewals the budget let start only after the credential they renew had expired, over the pool's
     /// life: a budget too small for the renewals it owes (``SessionPoolEvent/Kind/budgetBehind``).
     public var renewalsPastDeadline = 0
+    /// Events that subscribers of ``SessionPool/events(bufferLimit:)`` lost, over the pool's life: a subscriber more
+    /// than its buffer limit behind loses its oldest events. An account's own stream
+    /// (``SessionPool/events(for:bufferLimit:)``) says so in the stream, and counts in that account's
+    /// ``SessionMetrics/eventsDropped``.
+    public var eventsDropped = 0
 
     /// The pool's counters on one line.
     public var description: String {
         "accounts \(accounts), in flight \(fetchesInFlight), queued \(queuedNeeded) needed and \(queuedProactive) "
             + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions), "
             + "timers \(timers), outage \(holdsForOutage ? "held" : "none") (\(outages) over the pool's life), "
-            + "budget wait [\(budgetWait)], renewals past deadline \(renewalsPastDeadline)"
+            + "budget wait [\(budgetWait)], renewals past deadline \(renewalsPastDeadline), "
+            + "events dropped \(eventsDropped)"
     }
 }
