@@ -126,14 +126,12 @@ public actor SessionEngine {
     /// The serial executor the engine runs on: the executor of an actor that holds nothing, not a queue of the
     /// engine's own.
     ///
-    /// Which of its ``Shared``'s executors is chosen by the engine's slot of the deadline queue (``timerToken``), for
-    /// the engine's whole life: slots are handed out in the order the engines and their fetches take them, so the same
-    /// program shares executors the same way every time it runs, and a pool's engines spread over all of them.
-    ///
     /// An actor with a queue of its own carries twelve words for it, and a ``SessionPool`` holds one engine per
     /// account, so a pool's engines share a few such executors; an engine of its own has one to itself. The engine's
     /// isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that share an
-    /// executor take turns.
+    /// executor take turns. Which one an engine runs on is chosen, for its whole life, by its slot in the deadline
+    /// queue its timers wait in: slots are handed out in the order engines and their fetches take them, so the same
+    /// program shares executors the same way every time it runs, and a pool's engines spread over all of them.
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
         if let actorExecutor = shared.actorExecutor { return actorExecutor.asUnownedSerialExecutor() }
         return shared.executors[timerToken & (shared.executors.count - 1)].unownedExecutor
