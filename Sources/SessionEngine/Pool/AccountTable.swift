@@ -26,10 +26,11 @@ import Synchronization
 /// taken before a shard's (joins and removals) and never under one. A store's install takes its own locks one after the
 /// other and then its shard's alone (the mirror), so no lock is held across another when a credential lands.
 ///
-/// **Uses.** The table counts the pool's uses (``nextUse()``): every read that stamps its account, every join and
-/// every call that names an account takes the next serial of one counter. A use's serial, not a clock, orders the
-/// accounts for eviction, so the least recently used account is exact and a read reads no clock for it; the idle sweep
-/// ties serials to time by taking one itself, with the time, at every sweep.
+/// **Uses.** Every join, every call that names an account and every checkpoint of the idle sweeper takes the next
+/// serial of one counter (``nextUse()``); a read only loads the counter (``readStamp()``), so it writes nothing shared.
+/// Stamps, not a clock, order the accounts for eviction, and a read reads no clock for them: the order is exact
+/// between reads and every other use, and two reads with no other use between them share a stamp. The idle sweep ties
+/// stamps to time by taking one itself, with the time, at every sweep.
 ///
 /// Unchecked: the shards sit in one allocation the table makes once, fills once and frees in its `deinit`, and each
 /// shard's rows are touched only under the shard's lock.
@@ -41,6 +42,11 @@ final class AccountTable: @unchecked Sendable {
     /// `String` does, by canonical equivalence, so every spelling of one account must hash alike: ASCII, which is
     /// its own composition, is hashed as it is, and any other account through its composed bytes
     /// (`String._withNFCCodeUnits`, the bytes the standard library's own hashing and comparison use).
+    ///
+    /// The seed is random for each pool, so no one can choose accounts that share a shard's rows without knowing it.
+    /// Unlike the standard library's SipHash, this hash is not built to keep the seed secret from someone who sees
+    /// where accounts land; nothing outside the process does, and keys that did collide would lengthen probe runs in
+    /// their own shard, slowing the reads of its accounts, not lock any account out.
     struct Hasher: Sendable {
         let seed: UInt64
 
@@ -54,13 +60,25 @@ final class AccountTable: @unchecked Sendable {
             return composedHash(account)
         }
 
-        /// The hash of an account that is not all ASCII, or whose bytes are not contiguous: through its composed bytes.
+        /// The hash of an account that is not all ASCII, or whose bytes are not contiguous: through its composed bytes,
+        /// taken one at a time as the standard library composes them, with no copy. The same function as
+        /// ``mix(_:_:)``: whole words first, then the last bytes, then the length.
         @inline(never)
-        private func composedHash(_ account: AccountID) -> UInt64 {
-            var composed: [UInt8] = []
-            composed.reserveCapacity(account.rawValue.utf8.count)
-            account.rawValue._withNFCCodeUnits { composed.append($0) }
-            return composed.withUnsafeBytes { Self.mix($0, seed).hash }
+        func composedHash(_ account: AccountID) -> UInt64 {
+            var state = seed
+            var pending: UInt64 = 0
+            var shift: UInt64 = 0
+            var count = 0
+            account.rawValue._withNFCCodeUnits { byte in
+                pending |= UInt64(byte) << shift
+                shift += 8
+                count += 1
+                if shift == 64 {
+                    state = Self.round(state, pending)
+                    (pending, shift) = (0, 0)
+                }
+            }
+            return Self.finish(state, tail: pending, count: count)
         }
 
         /// The hash of `bytes`, or `nil` when a byte is not ASCII.
@@ -73,19 +91,19 @@ final class AccountTable: @unchecked Sendable {
         /// The hash of `bytes`, and every byte's bits or-ed together in its lane, which says whether one is not ASCII.
         @inline(__always)
         private static func mix(_ bytes: UnsafeRawBufferPointer, _ seed: UInt64) -> (hash: UInt64, seen: UInt64) {
-            var state = seed ^ (UInt64(bytes.count) &* 0x9E37_79B9_7F4A_7C15)
+            var state = seed
             var seen: UInt64 = 0
             var offset = 0
             while offset + 8 <= bytes.count {
                 let word = bytes.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
                 seen |= word
-                state = (state ^ word) &* 0xBF58_476D_1CE4_E5B9
-                state ^= state >> 31
+                state = round(state, word)
                 offset += 8
             }
-            // The last bytes, four at once and then one by one, never in a load that overlaps bytes already mixed: a
-            // small string's bytes are a copy on the stack written as two words, and a load across the two cannot
-            // take its bytes from the pending writes (store-to-load forwarding fails, a stall of a dozen cycles).
+            // The last bytes, as one little-endian word: four at once and then one by one, never in a load that
+            // overlaps bytes already mixed. A small string's bytes are a copy on the stack written as two words, and a
+            // load across the two cannot take its bytes from the pending writes (store-to-load forwarding fails, a
+            // stall of a dozen cycles).
             var tail: UInt64 = 0
             var shift: UInt64 = 0
             if bytes.count - offset >= 4 {
@@ -99,12 +117,24 @@ final class AccountTable: @unchecked Sendable {
                 offset += 1
             }
             seen |= tail
-            // SplitMix64's finalizer: every input bit reaches the low bits, which choose the row, and the top ones,
-            // which choose the shard.
-            state ^= tail
+            return (finish(state, tail: tail, count: bytes.count), seen)
+        }
+
+        /// Mixes one whole word of bytes into the state.
+        @inline(__always)
+        private static func round(_ state: UInt64, _ word: UInt64) -> UInt64 {
+            let mixed = (state ^ word) &* 0xBF58_476D_1CE4_E5B9
+            return mixed ^ (mixed >> 31)
+        }
+
+        /// Mixes the last bytes and the length in, then SplitMix64's finalizer: every input bit reaches the low bits,
+        /// which choose the row, and the top ones, which choose the shard.
+        @inline(__always)
+        private static func finish(_ state: UInt64, tail: UInt64, count: Int) -> UInt64 {
+            var state = state ^ tail ^ (UInt64(count) &* 0x9E37_79B9_7F4A_7C15)
             state = (state ^ (state >> 30)) &* 0xBF58_476D_1CE4_E5B9
             state = (state ^ (state >> 27)) &* 0x94D0_49BB_1331_11EB
-            return (state ^ (state >> 31), seen)
+            return state ^ (state >> 31)
         }
     }
 
@@ -192,17 +222,18 @@ final class AccountTable: @unchecked Sendable {
         }
     }
 
-    /// A shard: its rows behind its lock, on cache lines of their own, so that readers of two shards share none.
+    /// A shard: its rows behind its lock, 128 bytes from the next shard's, so that readers of two shards share no cache
+    /// line (nor a pair of lines, which some processors fetch together).
     ///
     /// A value in the table's one allocation of shards, not an object: a read borrows it where it lies, where an
     /// object taken out of an array would be retained and released, two atomic writes to a line every reader of the
     /// shard shares.
     private struct Shard: ~Copyable {
         let rows = SanitizedMutex(Rows())
-        /// Fills the shard to two cache lines, so that the next shard's lock is never on this one's line.
-        private let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (
-            0, 0, 0, 0, 0, 0, 0, 0, 0, 0
-        )
+        /// Fills the shard to 128 bytes (its lock and rows take 24), the alignment ``init(hasher:)`` gives the shards.
+        private let padding:
+            (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     }
 
     let hasher: Hasher
@@ -221,13 +252,16 @@ final class AccountTable: @unchecked Sendable {
 
     init(hasher: Hasher) {
         self.hasher = hasher
-        shards = .allocate(capacity: Self.shardCount)
+        shards = UnsafeMutableRawPointer.allocate(
+            byteCount: Self.shardCount * MemoryLayout<Shard>.stride, alignment: 128
+        )
+        .bindMemory(to: Shard.self, capacity: Self.shardCount)
         for index in 0..<Self.shardCount { (shards + index).initialize(to: Shard()) }
     }
 
     deinit {
         shards.deinitialize(count: Self.shardCount)
-        shards.deallocate()
+        UnsafeMutableRawPointer(shards).deallocate()
     }
 
     /// The shard of `hash`, borrowed where it lies.

@@ -6,9 +6,9 @@ extension SessionPool {
     /// Signs an account in and waits for its first credential, as ``SessionEngine/signIn(_:)`` does for its account.
     ///
     /// Signing in an account the pool already holds returns once it is identified. When the pool is at
-    /// ``SessionPoolConfiguration/maximumAccounts``, the least recently used account with no scoped work running and
-    /// no caller waiting is signed out first (its hooks run, and the pool's events report the eviction); while every
-    /// account is busy, the pool holds one more until one can go.
+    /// ``SessionPoolConfiguration/maximumAccounts``, the least recently used account (as that property says) with no
+    /// scoped work running and no caller waiting is signed out first (its hooks run, and the pool's events report the
+    /// eviction); while every account is busy, the pool holds one more until one can go.
     ///
     /// - Parameter account: The account to sign in.
     /// - Throws: As ``SessionEngine/signIn(_:)``; ``SessionError/Code/shutDown`` after the pool shut down.

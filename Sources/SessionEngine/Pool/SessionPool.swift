@@ -167,7 +167,10 @@ public final class SessionPool: Sendable {
     package var clockExecutor: (any SerialExecutor)? { engineShared.actorExecutor }
 
     /// The accounts the pool holds, signed in or signing in.
-    public var accounts: [AccountID] { table.members.map(\.account) }
+    public var accounts: [AccountID] {
+        // Under the members' lock, which every join and removal holds, so an eviction is seen whole or not at all.
+        members.withLock { _ in table.members.map(\.account) }
+    }
 
     /// An account's state, read without an actor hop; ``SessionState/signedOut`` for an account the pool does not
     /// hold.
@@ -213,8 +216,7 @@ public final class SessionPool: Sendable {
 
     /// What the pool has done and holds: accounts, the budget's counters and evictions. Read without an actor hop.
     public var metrics: SessionPoolMetrics {
-        let evictions = members.withLock { $0.evictions }
-        let accounts = table.count
+        let (accounts, evictions) = members.withLock { (table.count, $0.evictions) }
         let budget = budget.snapshot
         var metrics = SessionPoolMetrics(
             accounts: accounts, fetchesInFlight: budget.inFlight, queuedNeeded: budget.queuedNeeded,

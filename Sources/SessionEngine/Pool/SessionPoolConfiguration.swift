@@ -86,6 +86,10 @@ public struct SessionPoolConfiguration: Sendable {
     public var budget: Budget
     /// At most this many accounts; signing in one more signs out the least recently used account with no work
     /// running and no caller waiting. `nil` keeps every account.
+    ///
+    /// Every sign-in and every call that names an account orders the accounts, and a read of
+    /// ``SessionPool/identityHeaders(for:)`` counts as used after all of them; reads with no such call between them
+    /// count as one moment, so among accounts last used by such reads the pool signs out any one.
     public var maximumAccounts: Int?
     /// An account not used for this long (no sign-in, read, renewal or work) is signed out once it has no work running
     /// and no caller waiting. `nil` keeps accounts however long they are idle.
