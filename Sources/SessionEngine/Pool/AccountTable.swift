@@ -142,9 +142,6 @@ final class AccountTable: @unchecked Sendable {
     struct Row {
         /// The hash's low 32 bits: compared before the account, and the home row of any shard up to 2^32 rows.
         var tag: UInt32 = 0
-        /// Whether the row holds a member: a byte a probe reads without touching the references, whose copies
-        /// would load the member's objects, each a cache miss.
-        var taken = false
         var unavailable: SessionStore.Unavailability = .signedOut
         var account: AccountID?
         var member: SessionPool.Member?
@@ -152,6 +149,9 @@ final class AccountTable: @unchecked Sendable {
         var expiresAt: TimeInterval = 0
         /// The serial of the account's last use.
         var lastUse: Int64 = .min
+
+        /// Whether the row holds a member.
+        var taken: Bool { member != nil }
     }
 
     /// One shard's rows, a power of two, and how many hold a member.
@@ -339,7 +339,7 @@ final class AccountTable: @unchecked Sendable {
             let reading = member.engine.store.reading()
             shard.insert(
                 Row(
-                    tag: tag, taken: true, unavailable: reading.unavailable, account: member.account, member: member,
+                    tag: tag, unavailable: reading.unavailable, account: member.account, member: member,
                     headers: reading.headers, expiresAt: reading.expiresAt, lastUse: use))
             return replaced
         }
