@@ -701,6 +701,72 @@ struct SessionEngineTests {
         #expect(engine.metrics.subscribers == 0)
     }
 
+    /// An engine makes its broadcaster when the first subscriber comes: until then it keeps only the event of the
+    /// current state, which a late subscriber receives first, stamped as it was published.
+    @Test func aLateFirstSubscriberStartsFromTheLatestStateChange() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: EngineHarness.email(for: $0)) })
+        let published = Recorder<SessionEvent>()
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 3), clock: clock,
+            observer: { published.append($0) })
+        try await engine.signIn("alice")
+        #expect(engine.metrics.subscribers == 0)
+        let identified = try #require(published.values.last { $0.state != nil })
+        #expect(identified.state?.isIdentified == true)
+        #expect(published.values.last?.state == nil, "the renewal came after the state change")
+        var events = engine.events(bufferLimit: .max).makeAsyncIterator()
+        #expect(await events.next() == identified)
+        try await engine.switchAccount(to: "bob")
+        await engine.shutdown()
+        var rest: [SessionEvent] = []
+        while let event = await events.next() { rest.append(event) }
+        #expect(rest == published.values.filter { $0.sequence > identified.sequence + 1 })
+        // Shut down before anyone subscribed: the final state, then the end.
+        let other = SessionEngine(fetcher: fetcher, clock: clock)
+        try await other.signIn("carol")
+        await other.shutdown()
+        var late = other.events().makeAsyncIterator()
+        #expect(await late.next()?.state == .signedOut)
+        #expect(await late.next() == nil)
+    }
+
+    /// The first subscriber makes the broadcaster while the engine publishes, on real threads: whenever it comes, it
+    /// starts from the latest state change published before it and then receives every later event once, in order,
+    /// to the end.
+    @Test func aFirstSubscriberRacingTheEnginesEventsLosesNoneAndRepeatsNone() async throws {
+        let clock = SystemClock()
+        let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: EngineHarness.email(for: $0)) })
+        var firstsSeen = Set<UInt64>()
+        for round in 0..<300 {
+            let published = Recorder<SessionEvent>()
+            let engine = SessionEngine(
+                fetcher: fetcher, configuration: SessionConfiguration(randomSeed: UInt64(round)), clock: clock,
+                observer: { published.append($0) })
+            let subscriber = Task.detached {
+                var received: [SessionEvent] = []
+                for await event in engine.events(bufferLimit: .max) { received.append(event) }
+                return received
+            }
+            try await engine.signIn("alice")
+            try await engine.switchAccount(to: "bob")
+            await engine.shutdown()
+            let received = await subscriber.value
+            let all = published.values
+            let first = try #require(received.first)
+            let rest = received.dropFirst()
+            let start = rest.first.flatMap { next in all.firstIndex { $0.sequence == next.sequence } } ?? all.count
+            #expect(rest.map(\.sequence) == all[start...].map(\.sequence), "round \(round)")
+            let latestChange = all[..<start].last { $0.state != nil }
+            #expect(first.state != nil && first.sequence == latestChange?.sequence ?? 0, "round \(round)")
+            firstsSeen.insert(first.sequence)
+        }
+        // Not a condition of the rule, only of the test reaching it: subscribers came at more than one moment.
+        #expect(firstsSeen.count > 1)
+    }
+
     @Test func aSlowSubscriberLosesTheOldestEventsAndIsTold() async throws {
         let harness = EngineHarness()
         var slow = harness.engine.events(bufferLimit: 2).makeAsyncIterator()

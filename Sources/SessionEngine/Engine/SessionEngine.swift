@@ -28,7 +28,8 @@ public actor SessionEngine {
     let shared: Shared
     var machine: SessionStateMachine
     let store: SessionStore
-    let broadcaster: EventBroadcaster
+    /// The engine's event broadcaster, made when the first subscriber comes.
+    let broadcaster: BroadcasterSlot
     /// The callers waiting for an outcome, made when the first registers and dropped by the step after the last has
     /// gone (``dropWaitersIfNone()``): an identified engine nobody waits on, one per account in a pool, keeps none.
     let waiterTable = SanitizedMutex<OutcomeWaiters?>(nil)
@@ -219,10 +220,8 @@ public actor SessionEngine {
         self.machine = SessionStateMachine(configuration: shared.machine, seed: seed)
         self.store = SessionStore(wallClock: shared.wallClock, mirror: readMirror)
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
-        self.broadcaster = EventBroadcaster(
-            initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0),
-            bufferLimit: shared.session.eventBufferLimit
-        )
+        self.broadcaster = BroadcasterSlot(
+            initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0))
         self.timerToken = shared.timers.register(timerTarget)
         if timerTarget == nil { shared.timers.attach(.engine(WeakEngine(self)), to: timerToken) }
     }
@@ -325,7 +324,9 @@ public actor SessionEngine {
     ///   `nil` uses ``SessionConfiguration/eventBufferLimit``, `Int.max` never drops.
     /// - Returns: A sequence that ends when the engine shuts down. See ``SessionEvents``.
     public nonisolated func events(bufferLimit: Int? = nil) -> SessionEvents {
-        SessionEvents(broadcaster: broadcaster, limit: bufferLimit.map { max(1, $0) })
+        SessionEvents(
+            broadcaster: broadcaster.broadcaster(bufferLimit: configuration.eventBufferLimit),
+            limit: bufferLimit.map { max(1, $0) })
     }
 
     /// What the engine has done and holds: counters, fetch latency, the credential's remaining lifetime, tasks,

@@ -83,8 +83,14 @@ final class EventBroadcaster: Sendable {
     private let state: SanitizedMutex<State>
     private let bufferLimit: Int
 
-    init(initial: SessionEvent, bufferLimit: Int) {
-        self.state = SanitizedMutex(State(current: Published(initial)))
+    /// Creates a broadcaster whose first subscriber receives `initial` first.
+    ///
+    /// - Parameters:
+    ///   - initial: The event that produced the current state.
+    ///   - bufferLimit: A subscriber's buffer limit when it names none.
+    ///   - finished: Whether the engine has already shut down: every subscription then delivers `initial` and ends.
+    init(initial: SessionEvent, bufferLimit: Int, finished: Bool = false) {
+        self.state = SanitizedMutex(State(current: Published(initial), finished: finished))
         self.bufferLimit = bufferLimit
     }
 
@@ -178,4 +184,90 @@ final class EventBroadcaster: Sendable {
             return ended
         }.resume()
     }
+}
+
+/// An engine's ``EventBroadcaster``, made when the first subscriber comes.
+///
+/// Until then the slot keeps only the event that produced the current state, inline, which the broadcaster starts
+/// from: an engine nobody subscribes to, as each account of a ``SessionPool`` (whose events reach the pool's stream
+/// through the engine's observer), holds no broadcaster and no boxed event. Made, the broadcaster stays for the
+/// engine's life.
+///
+/// Publishing and subscribing each take the slot's lock once and the broadcaster's lock after it, never inside it.
+/// The engine's actor is the only publisher, so a subscriber that makes the broadcaster either starts from an event
+/// whose publishing found no broadcaster, or receives that event from the broadcaster it made: no event is lost or
+/// delivered twice.
+struct BroadcasterSlot: ~Copyable, Sendable {
+    /// What the slot holds. Not private: the engine stores the slot inline, and a private type in its layout breaks
+    /// the compiler's build of another file (Swift 6.3.1).
+    enum Content {
+        /// No subscriber yet: the event that produced the current state, and whether the engine has shut down.
+        case waiting(current: SessionEvent, finished: Bool)
+        case made(EventBroadcaster)
+    }
+
+    private let slot: SanitizedMutex<Content>
+
+    /// Creates a slot whose broadcaster, once made, starts from `initial`.
+    init(initial: SessionEvent) {
+        slot = SanitizedMutex(.waiting(current: initial, finished: false))
+    }
+
+    /// The broadcaster, if a subscriber has made it.
+    private var made: EventBroadcaster? {
+        slot.withLock { slot in
+            if case .made(let broadcaster) = slot { return broadcaster }
+            return nil
+        }
+    }
+
+    /// The broadcaster, made now if no subscriber made it before.
+    ///
+    /// - Parameter bufferLimit: A subscriber's buffer limit when it names none.
+    func broadcaster(bufferLimit: Int) -> EventBroadcaster {
+        slot.withLock { slot in
+            switch slot {
+            case .made(let broadcaster):
+                return broadcaster
+            case .waiting(let current, let finished):
+                let broadcaster = EventBroadcaster(initial: current, bufferLimit: bufferLimit, finished: finished)
+                slot = .made(broadcaster)
+                return broadcaster
+            }
+        }
+    }
+
+    /// Publishes an event to the subscribers, or keeps it as the current state's when none has subscribed.
+    func publish(_ event: SessionEvent) {
+        let broadcaster = slot.withLock { slot -> EventBroadcaster? in
+            switch slot {
+            case .made(let broadcaster):
+                return broadcaster
+            case .waiting(_, let finished):
+                if case .stateChanged = event.kind, !finished { slot = .waiting(current: event, finished: false) }
+                return nil
+            }
+        }
+        broadcaster?.publish(event)
+    }
+
+    /// Ends every subscription, and every later one after its first event (``EventBroadcaster/finish()``).
+    func finish() {
+        let broadcaster = slot.withLock { slot -> EventBroadcaster? in
+            switch slot {
+            case .made(let broadcaster):
+                return broadcaster
+            case .waiting(let current, _):
+                slot = .waiting(current: current, finished: true)
+                return nil
+            }
+        }
+        broadcaster?.finish()
+    }
+
+    /// The number of live subscribers.
+    var subscriberCount: Int { made?.subscriberCount ?? 0 }
+
+    /// The number of events dropped over all subscribers so far.
+    var droppedCount: Int { made?.droppedCount ?? 0 }
 }
