@@ -42,11 +42,12 @@ enum FetchRace {
         calling: @escaping @Sendable () -> Void
     ) async -> Outcome {
         let race = OneShot<Outcome>()
+        let calling = PendingCall(calling)
         let fetch = Task.start(preferring: taskExecutor) {
             // Abandoned before it first ran (the account session ended): its request never reaches the backend,
             // which by now may be serving the next account's hooks. Checked in the job that calls the fetcher.
             guard !Task.isCancelled, !race.isOpen else { return }
-            calling()
+            calling.run()
             let result: Result<FetchedCredential, any Error>
             do {
                 result = .success(try await fetcher.fetch(request))
@@ -67,5 +68,21 @@ enum FetchRace {
         timers.release(deadline)
         if case .finished = outcome {} else { fetch.cancel() }
         return outcome
+    }
+
+    /// The call the fetcher's task makes right before it calls the fetcher, let go once made: a fetcher that never
+    /// returns keeps its task, and so this box, for good, but not what the call captured (the engine, whose metrics
+    /// it counts the fetch in).
+    private final class PendingCall: Sendable {
+        private let call: SanitizedMutex<(@Sendable () -> Void)?>
+
+        init(_ call: @escaping @Sendable () -> Void) {
+            self.call = SanitizedMutex(call)
+        }
+
+        /// Makes the call, once.
+        func run() {
+            call.withLock { $0.take() }?()
+        }
     }
 }

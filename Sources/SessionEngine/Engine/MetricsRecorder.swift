@@ -1,14 +1,17 @@
 import Synchronization
 
 /// The engine's counters, fed by the step that publishes each event and read without an actor hop.
-final class MetricsRecorder: Sendable {
+///
+/// A value the engine holds inline, not an object of its own, as its store is (``SessionStore``); its nested types
+/// are not private for the same reason.
+struct MetricsRecorder: ~Copyable, Sendable {
     /// The counters ``SessionMetrics`` reports, and nothing it fills in when read: an engine keeps one for its whole
     /// life (a pool one per account), so the latency summaries and gauges a snapshot computes are not stored.
     ///
     /// The counters every identified engine moves are kept inline; those that move only after a failure, a push, a
     /// rejection or a clock report are kept out of line (``Rare``), so an engine that saw none of those, as most of a
     /// pool's accounts, holds a pointer for them instead of fifteen words.
-    fileprivate struct Counts {
+    struct Counts {
         var fetchesStarted = 0
         var fetchesSucceeded = 0
         var credentialsInstalled = 0
@@ -62,7 +65,7 @@ final class MetricsRecorder: Sendable {
         }
     }
 
-    fileprivate struct State {
+    struct State {
         var metrics = Counts()
         /// The epoch of the last account change counted.
         var changeEpoch: UInt64 = 0

@@ -111,16 +111,16 @@ extension SessionEngine {
     /// The grace period is a deadline in the engine's deadline queue, as a sign-in's is: no task sleeps for it, and
     /// `finishShutdown` gives its slot back.
     func startGracePeriod(_ grace: Duration) {
-        let store = self.store
         let deadline = setDeadline(after: grace) { [weak self] in
             // Fired: a task of the engine's own holds it until the machine has heard, as a timer's firing does.
             guard let self else { return }
             _ = startTask { await self.gracePeriodEnded() }
         }
-        let drain = startTask { [weak self] in
-            // New work is refused, so this only waits for the work that was running.
-            await store.drain(before: .max)
-            await self?.gracePeriodEnded()
+        let drain = startTask {
+            // New work is refused, so this only waits for the work that was running, whose callers hold the engine
+            // until it ends as well.
+            await self.store.drain(before: .max)
+            await self.gracePeriodEnded()
         }
         gracePeriod = OutOfLine(GracePeriodWatch(deadline: deadline, drain: drain))
     }

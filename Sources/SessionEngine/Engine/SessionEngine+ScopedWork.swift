@@ -52,11 +52,11 @@ extension SessionEngine {
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T,
         requiring required: (credential: IdentityCredential, epoch: UInt64)?
     ) async throws -> ScopedOutcome<T> {
-        let store = self.store
         let executor = shared.taskExecutor
+        // The work's task holds the engine, whose store it reports its end to; the caller holds it too until then.
         let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
             return Task.start(preferring: executor) {
-                defer { store.finishWork(id) }
+                defer { self.store.finishWork(id) }
                 return try await body(credential)
             }
         }

@@ -136,10 +136,10 @@ extension SessionEngine {
 
     /// Starts one of the engine's own tasks on its task executor, counted in the metrics until it ends.
     nonisolated func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        let recorder = self.recorder
         recorder.tasks(1)
+        // The task holds the engine, as every body it runs does.
         return Task.start(preferring: shared.taskExecutor) {
-            defer { recorder.tasks(-1) }
+            defer { self.recorder.tasks(-1) }
             await body()
         }
     }
@@ -147,7 +147,6 @@ extension SessionEngine {
     private func startFetch(_ request: FetchRequest, at now: SessionInstant) {
         fetch?.value.task.cancel()
         let fetcher = self.fetcher
-        let recorder = self.recorder
         let budget = self.budget
         let clock = self.clock
         let ticket = budget.map { budget in
@@ -179,7 +178,7 @@ extension SessionEngine {
                 // Counted in the job that calls the fetcher, so the count is of requests the backend can see.
                 let outcome = await FetchRace.run(
                     admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock, timers: timers,
-                    taskExecutor: taskExecutor, calling: { recorder.fetchStarted() })
+                    taskExecutor: taskExecutor, calling: { self.recorder.fetchStarted() })
                 switch outcome {
                 case .finished(let finished): result = finished
                 case .timedOut: result = .failure(Self.fetchTimedOut(after: configuration.fetchTimeout))

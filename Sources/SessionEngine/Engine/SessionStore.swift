@@ -8,7 +8,11 @@ import Synchronization
 /// step, and so is beginning an account change and cancelling that work: no work of account A can start once a change
 /// away from A has begun. The engine's actor is the only writer of the snapshot; requests read it without an actor
 /// hop.
-final class SessionStore: Sendable {
+///
+/// A value the engine holds inline, not an object of its own: a read goes from the engine straight to the lock, and a
+/// pool's account carries no extra allocation for it. Its nested types are not private: a private type in the
+/// layout of a value another file stores inline breaks the compiler's build of that file (Swift 6.3.1).
+struct SessionStore: ~Copyable, Sendable {
     /// What a step of the engine installs: everything the store's readers see, decided by the machine.
     struct Snapshot: Sendable {
         /// The public state.
@@ -70,7 +74,7 @@ final class SessionStore: Sendable {
         }
     }
 
-    private struct State {
+    struct State {
         var access: Access = .unavailable(.signedOut)
         var state: SessionState = .signedOut
         /// Work of epochs below this one has been cancelled; no new work may join them.
@@ -100,7 +104,7 @@ final class SessionStore: Sendable {
     ///
     /// Made when the first piece of work starts and kept, with the arrays' capacity, for the store's life: an account
     /// that never runs scoped work, as most of a pool's idle accounts, holds one word for them instead of four.
-    private final class WorkBooks {
+    final class WorkBooks {
         /// Running work, by slot; a finished piece's slot is reused. Cancelling walks the slots in order, so work
         /// started together is cancelled in the order it started: its tasks, created one after another, sit near each
         /// other in memory, and a walk in hash order would touch them at random.
@@ -118,7 +122,7 @@ final class SessionStore: Sendable {
     ///
     /// Kept apart from ``State`` so a read copies one reference (the headers' storage) and takes a lock no other
     /// path contends for. Written only by ``install(_:)``, right after `State.access`, by the engine's actor alone.
-    private enum Readable {
+    enum Readable {
         /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
         case usable(IdentityHeaders, expiresAt: TimeInterval)
         case unavailable(Unavailability)
