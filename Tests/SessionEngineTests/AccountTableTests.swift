@@ -6,28 +6,21 @@ import Testing
 /// The pool's accounts' table: its shards of open-addressed rows must answer exactly as a dictionary from account to
 /// member would, whichever accounts share a home row, however the account is spelled, through growth and removals.
 @Suite struct AccountTableTests {
-    /// Members share one engine where the table looks only at their accounts and links.
-    private let engine = SessionEngine(fetcher: ScriptedCredentialFetcher())
+    /// What the members' engines share: no pool's outlets, so they report nothing but to their own store.
+    private let shared = SessionEngine.Shared(
+        SessionConfiguration(), fetcher: ScriptedCredentialFetcher(), clock: SystemClock(), budget: nil, timers: nil)
 
     private func table(seed: UInt64 = 0x5EED) -> AccountTable {
         AccountTable(hasher: AccountTable.Hasher(seed: seed))
     }
 
-    /// A member of `table`'s pool; `hash` in place of the account's own, to make accounts share rows.
-    private func member(
-        _ account: AccountID, in table: AccountTable, hash: UInt64? = nil, engine: SessionEngine? = nil
-    ) -> SessionPool.Member {
-        let outlets = SessionPool.Outlets(
-            broadcaster: PoolEventBroadcaster(bufferLimit: 1), observer: nil, table: table)
-        let link = SessionPool.MemberLink(
-            account: account, serial: 1, hash: hash ?? table.hasher.hash(account), outlets: outlets)
-        return SessionPool.Member(link: link, engine: engine ?? self.engine)
-    }
-
-    /// A member with an engine, and so a store, of its own.
-    private func memberOfItsOwn(_ account: AccountID, in table: AccountTable, hash: UInt64? = nil) -> SessionPool.Member
-    {
-        member(account, in: table, hash: hash, engine: SessionEngine(fetcher: ScriptedCredentialFetcher()))
+    /// A member of `table`'s pool, with an engine of its own; `hash` in place of the account's own, to make accounts
+    /// share rows.
+    private func member(_ account: AccountID, in table: AccountTable, hash: UInt64? = nil) -> SessionPool.Member {
+        let membership = SessionEngine.Membership(account: account, serial: 1, hash: hash ?? table.hasher.hash(account))
+        return SessionPool.Member(
+            SessionEngine(
+                shared: shared, randomSeed: 0, observer: nil, latencyWindow: 1, hooks: [], membership: membership))
     }
 
     @Test func everyAccountFindsItsOwnMemberThroughGrowthAndSharedRows() {
@@ -86,7 +79,7 @@ import Testing
         for member in all { table.insert(member, use: 0) }
         for index in order { table.remove(all[index]) }
         for (index, member) in all.enumerated() {
-            let found = table.reading(member.account, hash: member.link.hash, stampingUse: false) != nil
+            let found = table.reading(member.account, hash: member.hash, stampingUse: false) != nil
             #expect(found == !order.contains(index), "\(member.account) after removing \(order)")
         }
         #expect(table.count == all.count - order.count)
@@ -149,9 +142,9 @@ import Testing
         weak var removed: SessionEngine?
         weak var emptied: SessionEngine?
         do {
-            let first = memberOfItsOwn("alice", in: table)
-            let gone = memberOfItsOwn("bob", in: table)
-            let last = memberOfItsOwn("carol", in: table)
+            let first = member("alice", in: table)
+            let gone = member("bob", in: table)
+            let last = member("carol", in: table)
             (replaced, removed, emptied) = (first.engine, gone.engine, last.engine)
             table.insert(first, use: 0)
             table.insert(gone, use: 0)
@@ -177,15 +170,15 @@ import Testing
 
     @Test func aMemberThatLeftTheTableCannotChangeItsSuccessorsRead() throws {
         let table = table()
-        let first = memberOfItsOwn("alice", in: table)
-        let second = memberOfItsOwn("alice", in: table)
+        let first = member("alice", in: table)
+        let second = member("alice", in: table)
         let hash = table.hasher.hash("alice")
         table.insert(first, use: 0)
         table.insert(second, use: 0)
-        table.mirror(try usable("second@example.com"), of: second.link)
+        table.mirror(try usable("second@example.com"), of: second.engine, hash: hash)
         // The replaced member's engine still publishes (its sign-out and shutdown): none of it reaches the row.
-        table.mirror((nil, 0, .shutDown), of: first.link)
-        table.mirror(try usable("first@example.com"), of: first.link)
+        table.mirror((nil, 0, .shutDown), of: first.engine, hash: hash)
+        table.mirror(try usable("first@example.com"), of: first.engine, hash: hash)
         let reading = table.reading("alice", hash: hash, stampingUse: false)
         #expect(try reading?.headers?.credential().email == "second@example.com")
         table.remove(second)
@@ -194,7 +187,7 @@ import Testing
 
     @Test func readsStampTheRowAfterTheLatestCallAndTheStampsOutliveAGrowth() throws {
         let table = table()
-        let alice = memberOfItsOwn("alice", in: table)
+        let alice = member("alice", in: table)
         table.insert(alice, use: table.nextUse())
         let joined = try #require(table.lastUses().first?.used)
         let hash = table.hasher.hash("alice")

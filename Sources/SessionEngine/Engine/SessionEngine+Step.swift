@@ -41,7 +41,8 @@ extension SessionEngine {
         installing snapshot: SessionStore.Snapshot,
         at now: SessionInstant
     ) {
-        let stateChanged = store.install(snapshot)
+        let (stateChanged, reading) = store.install(snapshot)
+        if let membership { shared.outlets?.table.mirror(reading, of: self, hash: membership.hash) }
         let newState = snapshot.state
         var events: [(SessionEvent.Kind, UInt64)] = []
         if stateChanged {
@@ -85,6 +86,10 @@ extension SessionEngine {
         let event = SessionEvent(kind, time: now, epoch: epoch, sequence: sequence)
         recorder.record(event)
         observer?(event)
+        if let membership {
+            shared.outlets?.publish(
+                SessionPoolEvent(account: membership.account, kind: .session(event)), member: membership.serial)
+        }
         broadcaster.publish(event)
     }
 

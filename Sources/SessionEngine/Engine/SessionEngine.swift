@@ -36,6 +36,8 @@ public actor SessionEngine {
     let recorder: MetricsRecorder
     /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
     let observer: (@Sendable (SessionEvent) -> Void)?
+    /// The pool's member this engine is; `nil` for an engine of its own.
+    nonisolated let membership: Membership?
     /// Opens once the engine has shut down; made when a caller first waits for the shutdown
     /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps none.
     var stopped: OneShot<Void>?
@@ -53,11 +55,24 @@ public actor SessionEngine {
     var preparation: OneShot<Void>?
     var sequence: UInt64 = 0
 
+    /// Which member of a pool an engine is: what it reports its events and its read under.
+    struct Membership: Sendable {
+        /// The account the member is for, which every event the pool publishes for it names.
+        let account: AccountID
+        /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that leaves
+        /// and signs in again has a new member, with an engine and events of its own.
+        let serial: UInt64
+        /// The account's hash in the pool's table (``AccountTable/Hasher``), which finds the member's row.
+        let hash: UInt64
+    }
+
     /// What an engine shares with the other engines of a pool: made once, so that each member holds one reference
     /// instead of a copy of the configuration, the machine's policies taken from it, and its own references to the
     /// fetcher, the clock, the budget and the deadline queue.
     final class Shared: Sendable {
         let session: SessionConfiguration
+        /// Where a pool's engines report their events and their reads to; `nil` for an engine of its own.
+        let outlets: SessionPool.Outlets?
         let machine: SessionStateMachine.Configuration
         let fetcher: any CredentialFetcher
         let clock: any SessionClock
@@ -90,11 +105,14 @@ public actor SessionEngine {
         ///     the ``SystemClock`` with no task executor of its own, and in a queue of its own otherwise.
         ///   - executors: How many executors the engines share, rounded up to a power of two: one for an engine of its
         ///     own.
+        ///   - outlets: A pool's outlets, which its engines report to.
         init(
             _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
-            budget: FetchBudget?, timers: DeadlineQueue<TimerTarget>?, executors: Int = 1
+            budget: FetchBudget?, timers: DeadlineQueue<TimerTarget>?, executors: Int = 1,
+            outlets: SessionPool.Outlets? = nil
         ) {
             session = configuration
+            self.outlets = outlets
             machine = SessionStateMachine.Configuration(configuration)
             self.fetcher = fetcher
             self.clock = clock
@@ -183,7 +201,7 @@ public actor SessionEngine {
         self.init(
             shared: Shared(configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil),
             randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],
-            readMirror: nil, timerTarget: nil)
+            membership: nil)
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
@@ -195,17 +213,16 @@ public actor SessionEngine {
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
     ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
-    ///   - readMirror: Receives every change of what ``identityHeaders()`` reads (``SessionStore/Mirror``).
-    ///   - timerTarget: How a firing of the engine's timer finds the engine: a pool's member by its account; `nil` for
-    ///     an engine of its own, found through a weak reference to itself.
+    ///   - membership: The pool's member the engine is, which it reports its events and its read under to the pool's
+    ///     outlets (``Shared/outlets``) and its deadline queue finds it by; `nil` for an engine of its own, which its
+    ///     queue finds through a weak reference.
     init(
         shared: Shared,
         randomSeed: UInt64?,
         observer: (@Sendable (SessionEvent) -> Void)?,
         latencyWindow: Int,
         hooks: [@Sendable (AccountChange) async -> Void],
-        readMirror: SessionStore.Mirror?,
-        timerTarget: TimerTarget?
+        membership: Membership?
     ) {
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
         self.hooks = hooks
@@ -218,12 +235,13 @@ public actor SessionEngine {
         }
         let clock = shared.clock
         self.machine = SessionStateMachine(configuration: shared.machine, seed: seed)
-        self.store = SessionStore(wallClock: shared.wallClock, mirror: readMirror)
+        self.store = SessionStore(wallClock: shared.wallClock)
+        self.membership = membership
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
         self.broadcaster = BroadcasterSlot(
             initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0))
-        self.timerToken = shared.timers.register(timerTarget)
-        if timerTarget == nil { shared.timers.attach(.engine(WeakEngine(self)), to: timerToken) }
+        self.timerToken = shared.timers.register(membership.map { .member($0.account, serial: $0.serial) })
+        if membership == nil { shared.timers.attach(.engine(WeakEngine(self)), to: timerToken) }
     }
 
     /// An engine freed gives its slots of the deadline queue back, with their timers: the queue holds no engine, so a

@@ -148,28 +148,18 @@ struct SessionStore: ~Copyable, Sendable {
     /// What ``reading()`` returns: the headers and their local expiry, or why there are none.
     typealias Reading = (headers: IdentityHeaders?, expiresAt: TimeInterval, unavailable: Unavailability)
 
-    /// Receives every change of what ``reading()`` returns, after the store's locks are released and in the order of
-    /// the changes (the engine's actor alone installs): a pool keeps a copy of each member's read in its table
-    /// (`AccountTable`). It must not call the store and must take no lock but a lock of its own that it holds only
-    /// briefly.
-    typealias Mirror = @Sendable (_ reading: Reading) -> Void
-
     private let state = SanitizedMutex(State())
     private let readable = SanitizedMutex(Readable.unavailable(.signedOut))
     /// The check of the clock that decides local expiry, which the store shares with its engine's other stores.
     private let wallClock: SharedWallClockCheck
     /// The clock that decides local expiry, the one the check reads.
     private var clock: any SessionClock { wallClock.clock }
-    private let mirror: Mirror?
 
     /// Creates an empty store.
     ///
-    /// - Parameters:
-    ///   - wallClock: The check of the clock that decides local expiry, shared with the engine's other stores.
-    ///   - mirror: Receives every change of the store's read; `nil` for none.
-    init(wallClock: SharedWallClockCheck, mirror: Mirror? = nil) {
+    /// - Parameter wallClock: The check of the clock that decides local expiry, shared with the engine's other stores.
+    init(wallClock: SharedWallClockCheck) {
         self.wallClock = wallClock
-        self.mirror = mirror
     }
 
     /// The state as last published.
@@ -180,10 +170,11 @@ struct SessionStore: ~Copyable, Sendable {
 
     /// Installs what a step of the engine decided.
     ///
-    /// - Returns: Whether the state changed, which the engine then publishes: the store holds the state as last
-    ///   published, so the engine keeps no copy of its own.
+    /// - Returns: Whether the state changed, which the engine then publishes (the store holds the state as last
+    ///   published, so the engine keeps no copy of its own), and what ``reading()`` returns from now on, which a pool's
+    ///   engine copies into its row of the pool's table.
     @discardableResult
-    func install(_ snapshot: Snapshot) -> Bool {
+    func install(_ snapshot: Snapshot) -> (stateChanged: Bool, reading: Reading) {
         let offset = snapshot.clockOffset.timeInterval
         let (changed, next) = state.withLock { state -> (Bool, Readable) in
             let changed = state.state != snapshot.state
@@ -215,10 +206,9 @@ struct SessionStore: ~Copyable, Sendable {
             return (changed, Readable(state.access))
         }
         // Each lock alone, one after the other: the engine's actor is the only writer, so its installs reach the
-        // readers and the mirror in order with no lock held across them.
+        // readers, and a pool's table after them, in order with no lock held across them.
         readable.withLock { $0 = next }
-        mirror?(next.reading)
-        return changed
+        return (changed, next.reading)
     }
 
     /// The usable credential's headers, checked against the local clock.

@@ -9,7 +9,7 @@ import Synchronization
 /// open-addressed table (its low bits); the account sits in the first free row from there on (linear probing), and a
 /// row a member leaves is filled by moving the rows after it back, so no row is ever a tombstone. A row holds the
 /// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
-/// (``SessionStore/Reading``, kept current by the store's ``SessionStore/Mirror``) and the serial of the account's
+/// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:of:hash:)``) and the serial of the account's
 /// last use. A read therefore takes one shard's lock and touches one row and the headers it hands out: not the
 /// member's engine, not its store, which at 100,000 accounts are each a cache miss; and two threads reading two
 /// accounts take the same lock once in sixteen times.
@@ -17,9 +17,9 @@ import Synchronization
 /// Each shard keeps at least two rows per account it holds, a power of two: it doubles when it would be more than half
 /// full and halves when it is less than an eighth full.
 ///
-/// The rows hold their members. An engine's observer and mirror hold its ``SessionPool/MemberLink``, which holds the
-/// pool's outlets and so this table: the pool empties the table when it goes (``removeAll()``), which lets the engines
-/// go, and an engine that outlives the pool (a fetch in flight) finds no row to write its read into.
+/// The rows hold their members. Each member's engine holds the pool's outlets, and so this table, through its
+/// ``SessionEngine/Shared``: the pool empties the table when it goes (``removeAll()``), which lets the engines go, and
+/// an engine that outlives the pool (a fetch in flight) finds no row to write its read into.
 ///
 /// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a
 /// leaf too, and only when a member is inserted, never on the read or the install path. The pool's members' lock is
@@ -317,12 +317,15 @@ final class AccountTable: @unchecked Sendable {
         }
     }
 
-    /// Installs a change of a member's read in its row, found by the member's link; a member that has left the table
-    /// changes nothing.
-    func mirror(_ reading: SessionStore.Reading, of link: SessionPool.MemberLink) {
-        let tag = UInt32(truncatingIfNeeded: link.hash)
-        shard(link.hash).pointee.rows.withLock { shard in
-            guard let position = shard.find(tag: tag, { $0.member?.link === link }) else { return }
+    /// Installs a change of a member's read in its row, found by the member's engine and its account's hash; a member
+    /// that has left the table changes nothing.
+    ///
+    /// The engine's step calls it after its store's install, with the store's locks released and in the order of the
+    /// installs (the engine's actor alone installs), so a row's read changes as the store's does.
+    func mirror(_ reading: SessionStore.Reading, of engine: SessionEngine, hash: UInt64) {
+        let tag = UInt32(truncatingIfNeeded: hash)
+        shard(hash).pointee.rows.withLock { shard in
+            guard let position = shard.find(tag: tag, { $0.member?.engine === engine }) else { return }
             (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable) = reading
         }
     }
@@ -330,7 +333,7 @@ final class AccountTable: @unchecked Sendable {
     /// Adds `member`, last used at `use`, with its store's read; returns the member of its account it replaced.
     @discardableResult
     func insert(_ member: SessionPool.Member, use: Int64) -> SessionPool.Member? {
-        let hash = member.link.hash
+        let hash = member.hash
         let tag = UInt32(truncatingIfNeeded: hash)
         return shard(hash).pointee.rows.withLock { shard -> SessionPool.Member? in
             let replaced = shard.find(member.account, tag: tag).map { shard.remove(at: $0).member } ?? nil
@@ -348,11 +351,11 @@ final class AccountTable: @unchecked Sendable {
     /// Removes `member` if it is still its account's member; returns whether it was.
     @discardableResult
     func remove(_ member: SessionPool.Member) -> Bool {
-        let hash = member.link.hash
+        let hash = member.hash
         let tag = UInt32(truncatingIfNeeded: hash)
         // The row comes out of the lock to be released after it.
         let removed = shard(hash).pointee.rows.withLock { shard -> Row? in
-            guard let position = shard.find(tag: tag, { $0.member?.link === member.link }) else { return nil }
+            guard let position = shard.find(tag: tag, { $0.member?.engine === member.engine }) else { return nil }
             return shard.remove(at: position)
         }
         return removed != nil

@@ -177,8 +177,9 @@ extension SessionPool {
             if let member = table.member(account, stamping: use) { return (member, nil, false) }
             members.made += 1
             let serial = members.made
-            let link = MemberLink(account: account, serial: serial, hash: table.hasher.hash(account), outlets: outlets)
-            let member = Member(link: link, engine: makeEngine(for: link, hooks: members.hooks))
+            let membership = SessionEngine.Membership(
+                account: account, serial: serial, hash: table.hasher.hash(account))
+            let member = Member(makeEngine(for: membership, hooks: members.hooks))
             var evicted: Member?
             if let cap = configuration.maximumAccounts, table.count >= cap {
                 evicted = Self.closeLeastRecentlyUsedIdle(table.lastUses())
@@ -210,23 +211,20 @@ extension SessionPool {
         }
     }
 
-    private func makeEngine(for link: MemberLink, hooks: [@Sendable (AccountChange) async -> Void]) -> SessionEngine {
-        let account = link.account
+    private func makeEngine(
+        for membership: SessionEngine.Membership, hooks: [@Sendable (AccountChange) async -> Void]
+    ) -> SessionEngine {
+        let account = membership.account
         // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
         // for ever. A configured seed stays reproducible: it is mixed with the account's name.
         let seed = configuration.session.randomSeed.map { seed in
             account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
         }
-        // Each closure captures the link alone, which then serves as its context.
+        // The engine reports its events and its read to the pool's outlets, which its `Shared` holds, under its
+        // membership.
         return SessionEngine(
-            shared: engineShared,
-            randomSeed: seed,
-            observer: { [link] event in link.publish(event) },
-            latencyWindow: Self.accountLatencyWindow,
-            hooks: hooks,
-            readMirror: { [link] reading in link.mirror(reading) },
-            timerTarget: .member(account, serial: link.serial)
-        )
+            shared: engineShared, randomSeed: seed, observer: nil, latencyWindow: Self.accountLatencyWindow,
+            hooks: hooks, membership: membership)
     }
 
     /// Removes the member, signs it out (hooks run) and shuts its engine down, reporting an eviction's reason.

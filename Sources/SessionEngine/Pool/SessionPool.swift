@@ -61,8 +61,8 @@ public final class SessionPool: Sendable {
     /// accounts' steps run side by side on every core, few enough that they cost nothing an account.
     static let executorCount = 16
     /// Where the pool's events go (its stream, and the observer that receives every event of the pool, with the
-    /// ``MemberLink/serial`` of the member it is about, before any subscriber does) and where the members' engines report
-    /// to, which each member's link names.
+    /// ``SessionEngine/Membership/serial`` of the member it is about, before any subscriber does) and where the members'
+    /// engines report to, through their ``SessionEngine/Shared``.
     let outlets: Outlets
 
     /// Creates a pool with no accounts.
@@ -127,7 +127,7 @@ public final class SessionPool: Sendable {
             })
         self.engineShared = SessionEngine.Shared(
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
-            executors: Self.executorCount)
+            executors: Self.executorCount, outlets: outlets)
         self.stopped = OneShot<Void>()
         self.sweeperSlot = configuration.idleTimeout.map { _ in timers.register(nil) }
         // The queue names each member by its account and serial, and the pool finds it: the queue holds no engine,
@@ -146,8 +146,8 @@ public final class SessionPool: Sendable {
     }
 
     /// A pool dropped without shutting down empties its accounts' table, which lets its members' engines go: each
-    /// engine's link holds the table, whose rows hold the engines. An engine whose fetch is still in flight outlives
-    /// the pool and installs its result through its link, which then finds no row to write into.
+    /// engine's `Shared` holds the pool's outlets and so the table, whose rows hold the engines. An engine whose fetch
+    /// is still in flight outlives the pool and installs its result, which then finds no row to write into.
     deinit {
         _ = table.removeAll()
         if let sweeperSlot { timers.release(sweeperSlot) }

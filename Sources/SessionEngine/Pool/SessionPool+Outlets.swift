@@ -1,0 +1,56 @@
+extension SessionPool {
+    /// Where every member's engine reports to: the pool's event stream, its observer and the accounts' table. One per
+    /// pool, which the engines' ``SessionEngine/Shared`` holds, and through which the pool publishes its own events too.
+    final class Outlets: Sendable {
+        let broadcaster: PoolEventBroadcaster
+        /// Receives every event of the pool, with the serial of the member it is about, before any subscriber does.
+        let observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
+        let table: AccountTable
+
+        init(
+            broadcaster: PoolEventBroadcaster,
+            observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?,
+            table: AccountTable
+        ) {
+            self.broadcaster = broadcaster
+            self.observer = observer
+            self.table = table
+        }
+
+        /// Publishes an event of the pool: to the observer, with the serial of the member it is about (0 for the
+        /// pool's own), then on the pool's stream.
+        func publish(_ event: SessionPoolEvent, member: UInt64) {
+            observer?(member, event)
+            broadcaster.publish(event)
+        }
+    }
+
+    /// One account of the pool: its engine, which knows the member it is (``SessionEngine/membership``), as the
+    /// accounts' table holds it. A member is its engine: a later member of the same account has an engine of its own.
+    struct Member: Sendable {
+        let engine: SessionEngine
+
+        /// Makes the member of a pool's engine, which has a membership.
+        init(_ engine: SessionEngine) {
+            precondition(engine.membership != nil, "a pool's member is an engine the pool made for it")
+            self.engine = engine
+        }
+
+        /// Which member the engine is.
+        var membership: SessionEngine.Membership {
+            // The initializer checked it; a pool's engine keeps its membership for life.
+            engine.membership.unsafelyUnwrapped
+        }
+
+        var account: AccountID { membership.account }
+
+        /// The member's serial (``SessionEngine/Membership/serial``).
+        var serial: UInt64 { membership.serial }
+
+        /// The account's hash in the pool's table.
+        var hash: UInt64 { membership.hash }
+
+        /// Whether `other` is this member, not only a member of its account.
+        func `is`(_ other: Member) -> Bool { engine === other.engine }
+    }
+}
