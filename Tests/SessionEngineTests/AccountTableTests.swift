@@ -20,7 +20,7 @@ import Testing
         let membership = SessionEngine.Membership(account: account, serial: 1, hash: hash ?? table.hasher.hash(account))
         return SessionPool.Member(
             SessionEngine(
-                shared: shared, randomSeed: 0, observer: nil, latencyWindow: 1, hooks: [], membership: membership))
+                shared: shared, randomSeed: 0, latencyWindow: 1, hooks: [], membership: membership))
     }
 
     @Test func everyAccountFindsItsOwnMemberThroughGrowthAndSharedRows() {

@@ -85,7 +85,7 @@ extension SessionEngine {
         sequence += 1
         let event = SessionEvent(kind, time: now, epoch: epoch, sequence: sequence)
         recorder.record(event)
-        observer?(event)
+        shared.observer?(event)
         if let membership {
             shared.outlets?.publish(
                 SessionPoolEvent(account: membership.account, kind: .session(event)), member: membership.serial)

@@ -34,8 +34,6 @@ public actor SessionEngine {
     /// gone (``dropWaitersIfNone()``): an identified engine nobody waits on, one per account in a pool, keeps none.
     let waiterTable = SanitizedMutex<OutcomeWaiters?>(nil)
     let recorder: MetricsRecorder
-    /// Receives every event in the step that publishes it, for tests, demos and benchmarks.
-    let observer: (@Sendable (SessionEvent) -> Void)?
     /// The pool's member this engine is; `nil` for an engine of its own.
     nonisolated let membership: Membership?
     /// Opens once the engine has shut down; made when a caller first waits for the shutdown
@@ -73,6 +71,10 @@ public actor SessionEngine {
         let session: SessionConfiguration
         /// Where a pool's engines report their events and their reads to; `nil` for an engine of its own.
         let outlets: SessionPool.Outlets?
+        /// Receives every event of an engine of its own in the step that publishes it, for tests, demos and
+        /// benchmarks; held here, not by the engine, so that a pool's engines, which report to the pool's outlets
+        /// instead, carry no field for it.
+        let observer: (@Sendable (SessionEvent) -> Void)?
         let machine: SessionStateMachine.Configuration
         let fetcher: any CredentialFetcher
         let clock: any SessionClock
@@ -106,13 +108,16 @@ public actor SessionEngine {
         ///   - executors: How many executors the engines share, rounded up to a power of two: one for an engine of its
         ///     own.
         ///   - outlets: A pool's outlets, which its engines report to.
+        ///   - observer: Receives each event of an engine of its own before any subscriber does; it must return
+        ///     quickly and not call the engine.
         init(
             _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
             budget: FetchBudget?, timers: DeadlineQueue<TimerTarget>?, executors: Int = 1,
-            outlets: SessionPool.Outlets? = nil
+            outlets: SessionPool.Outlets? = nil, observer: (@Sendable (SessionEvent) -> Void)? = nil
         ) {
             session = configuration
             self.outlets = outlets
+            self.observer = observer
             machine = SessionStateMachine.Configuration(configuration)
             self.fetcher = fetcher
             self.clock = clock
@@ -199,9 +204,8 @@ public actor SessionEngine {
         observer: (@Sendable (SessionEvent) -> Void)?
     ) {
         self.init(
-            shared: Shared(configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil),
-            randomSeed: configuration.randomSeed, observer: observer, latencyWindow: LatencySummary.window, hooks: [],
-            membership: nil)
+            shared: Shared(configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer),
+            randomSeed: configuration.randomSeed, latencyWindow: LatencySummary.window, hooks: [], membership: nil)
     }
 
     /// Creates an engine for one account of a ``SessionPool``.
@@ -210,7 +214,6 @@ public actor SessionEngine {
     ///   - shared: The configuration, fetcher, clock, budget and deadline queue, which the engine shares with the
     ///     pool's other members.
     ///   - randomSeed: The seed of the engine's jitter, in place of the configuration's; `nil` for a random one.
-    ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
     ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
     ///   - hooks: Account-change hooks registered from the start, in order.
     ///   - membership: The pool's member the engine is, which it reports its events and its read under to the pool's
@@ -219,7 +222,6 @@ public actor SessionEngine {
     init(
         shared: Shared,
         randomSeed: UInt64?,
-        observer: (@Sendable (SessionEvent) -> Void)?,
         latencyWindow: Int,
         hooks: [@Sendable (AccountChange) async -> Void],
         membership: Membership?
@@ -227,7 +229,6 @@ public actor SessionEngine {
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
         self.hooks = hooks
         self.shared = shared
-        self.observer = observer
         var seed = randomSeed ?? 0
         if randomSeed == nil {
             var system = SystemRandomNumberGenerator()

@@ -223,7 +223,7 @@ extension SessionPool {
         // The engine reports its events and its read to the pool's outlets, which its `Shared` holds, under its
         // membership.
         return SessionEngine(
-            shared: engineShared, randomSeed: seed, observer: nil, latencyWindow: Self.accountLatencyWindow,
+            shared: engineShared, randomSeed: seed, latencyWindow: Self.accountLatencyWindow,
             hooks: hooks, membership: membership)
     }
 
