@@ -4,8 +4,8 @@ extension SessionEngine {
     ///
     /// The queue never holds an engine: a pool's member is named by its account and serial, which the pool looks up in
     /// its members (a weak reference to each would give every member a side table for its reference counts, and slow
-    /// every retain of it); an engine of its own, one object whose sign-in deadline and grace period hold it weakly
-    /// too, is named by a weak reference.
+    /// every retain of it); an engine of its own, one object whose sign-in deadline and grace period's deadline hold
+    /// it weakly too, is named by a weak reference.
     enum TimerTarget: Sendable {
         /// An engine of its own.
         case engine(WeakEngine)

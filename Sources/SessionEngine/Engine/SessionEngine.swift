@@ -23,8 +23,8 @@ import Synchronization
 ///
 /// Run ``run()`` in a service group, or call ``shutdown()``, to stop cleanly.
 public actor SessionEngine {
-    /// The configuration, the fetcher, the clock and the deadline queue, and a pool's budget: one object for all the
-    /// engines of a pool.
+    /// The configuration, the fetcher, the clock and the deadline queue, a pool's budget and outlets, and an engine of
+    /// its own's observer: one object for all the engines of a pool.
     let shared: Shared
     var machine: SessionStateMachine
     let store: SessionStore

@@ -190,7 +190,7 @@ final class EventBroadcaster: Sendable {
 ///
 /// Until then the slot keeps only the event that produced the current state, inline, which the broadcaster starts
 /// from: an engine nobody subscribes to, as each account of a ``SessionPool`` (whose events reach the pool's stream
-/// through the engine's observer), holds no broadcaster and no boxed event. Made, the broadcaster stays for the
+/// through the pool's outlets), holds no broadcaster and no boxed event. Made, the broadcaster stays for the
 /// engine's life.
 ///
 /// Publishing and subscribing each take the slot's lock once and the broadcaster's lock after it, never inside it.

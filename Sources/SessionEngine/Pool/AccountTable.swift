@@ -23,8 +23,9 @@ import Synchronization
 ///
 /// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a
 /// leaf too, and only when a member is inserted, never on the read or the install path. The pool's members' lock is
-/// taken before a shard's (joins and removals) and never under one. A store's install takes its own locks one after the
-/// other and then its shard's alone (the mirror), so no lock is held across another when a credential lands.
+/// taken before a shard's (joins and removals) and never under one. An engine's step takes its store's locks one after
+/// the other as it installs, and then its shard's alone (``mirror(_:of:hash:)``), so no lock is held across another
+/// when a credential lands.
 ///
 /// **Uses.** Every join, every call that names an account and every checkpoint of the idle sweeper takes the next
 /// serial of one counter (``nextUse()``); a read only loads the counter (``readStamp()``), so it writes nothing shared.
@@ -337,8 +338,8 @@ final class AccountTable: @unchecked Sendable {
         let tag = UInt32(truncatingIfNeeded: hash)
         return shard(hash).pointee.rows.withLock { shard -> SessionPool.Member? in
             let replaced = shard.find(member.account, tag: tag).map { shard.remove(at: $0).member } ?? nil
-            // Read under the shard's lock: a change of the read that the store makes meanwhile waits for the lock and
-            // lands after this one.
+            // Read under the shard's lock: a change of the read that the engine's step installs meanwhile waits for
+            // the lock to copy it into the row, and lands after this one.
             let reading = member.engine.store.reading()
             shard.insert(
                 Row(
