@@ -1,3 +1,4 @@
+import SessionEngineBackend
 import SessionEngineModel
 import SessionEngineTestKit
 import Testing
@@ -6,6 +7,41 @@ import Testing
 
 /// Programs the property tests shrank from failures, kept so the races they found stay fixed.
 @Suite struct EngineRegressionTests {
+    /// A credential itself renewed after a rejection was rejected again while its renewal waited for the pool's budget:
+    /// the report announced a wait of 5.1 s, and the waiting fetch reached the backend 5.0 s later (invariant 10 at
+    /// step 32 of the program the pool model generates from this seed). The running fetch is now the retry, and no
+    /// wait is announced.
+    @Test func aRejectionWhileTheRenewalWaitsForTheBudgetAnnouncesNoWaitItDoesNotKeep() async {
+        let seed: UInt64 = 14_762_470_836_560_641_299
+        let failure = await PoolModelDriver(seed: seed).run(PoolOperation.program(seed: seed, length: 40))
+        #expect(failure == nil, "\(failure!)")
+    }
+
+    /// A pool's member that leaves refuses a sign-in that reaches it while its sign-out runs, which the pool model
+    /// found once under load (`together(signIn(0), signOut(0))`: "a hook ran from member-0 to member-0"): the call
+    /// fails with `SHUT_DOWN`, which the pool retries on the account's next member, and the leaving member's hooks
+    /// report only the change out of the account, never one from the account to itself.
+    @Test func aSignInReachingAnEngineThatSignsOutAndShutsDownFailsInsteadOfReenteringTheAccount() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_leave", secret: "leave-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: "\($0.rawValue)@example.com") })
+        let engine = SessionEngine(fetcher: fetcher, clock: clock)
+        let gate = Gate(clock: clock)
+        let changes = Locked<[String]>([])
+        await engine.addAccountChangeHook { change in
+            changes.append("\(change.from?.rawValue ?? "none") → \(change.to?.rawValue ?? "none")")
+            if change.to == nil { await gate.wait() }
+        }
+        try await engine.signIn("alice")
+        let leaving = await engine.startCall { await $0.signOutAndShutDown() }
+        #expect(gate.isHolding, "the sign-out's hook holds the change")
+        let again = await engine.startCall { try await $0.signIn("alice") }
+        let error = await #expect(throws: SessionError.self) { try await again.value }
+        #expect(error?.code == .shutDown)
+        gate.open()
+        _ = await leaving.result
+        #expect(changes.value == ["none → alice", "alice → none"])
+    }
     /// `renew()` called while a sign-out drained its work waited on the sign-out's epoch, which no fetch would ever
     /// resolve: the caller hung until the next sign-in.
     @Test func renewDuringASignOutFailsInsteadOfHanging() async {

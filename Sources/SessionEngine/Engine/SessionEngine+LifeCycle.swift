@@ -48,6 +48,23 @@ extension SessionEngine {
         await waitUntilStopped()
     }
 
+    /// Signs out, with the account-change hooks, and shuts down, as ``signOut()`` followed by ``shutdown()`` would,
+    /// except that no account change can begin between the two: the sign-out becomes the shutdown in the same turn of
+    /// the actor that begins it. A pool removes a member this way, so a call that reached the member as it left fails
+    /// with `SHUT_DOWN` (and is retried on the account's next member) instead of signing the leaving member in again,
+    /// whose hooks would then report a change from the account to itself.
+    func signOutAndShutDown() async {
+        step(
+            announcing: { decision in
+                guard case .began(let epoch, _) = decision else { return }
+                self.log(.info, "account change began", ["to": "none", "epoch": "\(epoch)"])
+            },
+            { $0.changeAccount(to: nil, at: $1) }
+        )
+        requestShutdown()
+        await waitUntilStopped()
+    }
+
     /// Begins a graceful shutdown, as ``shutdown(gracePeriod:)`` does, without waiting for it: a pool begins every
     /// account's at once and then waits for each.
     func requestShutdown(gracePeriod: Duration) {

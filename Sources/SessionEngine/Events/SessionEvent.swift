@@ -187,10 +187,10 @@ public struct RejectionReport: Sendable, Hashable, CustomStringConvertible {
     public let account: AccountID
     /// The rejected credential's expiry, which identifies it without its signature.
     public let expiresAt: Int64
-    /// `true` when the engine renews at once; `false` when this was the renewed credential rejected again, so the
-    /// engine only retries after backoff.
+    /// `true` when the engine renews at once, or a fetch already under way renews the credential; `false` when this
+    /// was the renewed credential rejected again with no fetch under way, so the engine only retries after backoff.
     public let renewing: Bool
-    /// The delay before the next attempt when not renewing at once.
+    /// The delay before the next attempt when not renewing at once; `nil` when renewing.
     public let retryIn: Duration?
 
     /// Creates a rejection report.

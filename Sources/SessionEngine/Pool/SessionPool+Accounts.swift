@@ -236,8 +236,7 @@ extension SessionPool {
             table.remove(member)
             if reason != nil { members.evictions += 1 }
         }
-        await member.engine.signOut()
-        await member.engine.shutdown()
+        await member.engine.signOutAndShutDown()
         if let reason {
             let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))
             outlets.publish(event, member: member.serial)

@@ -150,4 +150,25 @@ extension SessionStateMachineRuleTests {
             return
         }
     }
+
+    /// A credential itself renewed after a rejection is rejected again while its renewal runs (in a pool, the fetch
+    /// may still wait for the budget): the running fetch is the retry, its credential continues the streak, and the
+    /// report announces no wait, since none applies.
+    @Test func renewingRejectionOfACredentialRenewedAfterARejectionCountsTheRunningFetchAndAnnouncesNoWait() throws {
+        var harness = MachineHarness.identified(as: "alice")
+        harness.run(.advance(seconds: 10), .rejectInstalled, .succeed(lifetime: 900), .advanceToTimer)
+        #expect(harness.session?.renewedAfterRejection == true)
+        let renewed = try #require(harness.machine.usableCredential)
+        let id = try harness.fetchID()
+        let actions = harness.machine.credentialRejected(renewed, at: harness.now)
+        #expect(Self.effects(actions) == [.rejected(renewing: true), .cancelTimer])
+        guard case .emit(.credentialRejected(let report), _) = actions.first else {
+            Issue.record("no report: \(actions)")
+            return
+        }
+        #expect(report.retryIn == nil)
+        #expect(harness.expiredReason == .rejected)
+        #expect(harness.session?.rejectionStreak == 1)
+        #expect(harness.fetch == .inFlight(id, .retryAfterRejection))
+    }
 }

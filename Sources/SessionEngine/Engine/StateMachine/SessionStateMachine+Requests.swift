@@ -91,7 +91,8 @@ extension SessionStateMachine {
     ///
     /// The first rejection of the installed credential renews it once (concurrent reports of the same credential
     /// share that renewal). A rejection of a credential that was itself renewed because of a rejection leaves the
-    /// state `expired` and retries only after backoff, so a misconfigured backend cannot cause a loop.
+    /// state `expired` and retries only after backoff, so a misconfigured backend cannot cause a loop; a fetch already
+    /// under way then is the retry, and no backoff is announced.
     mutating func credentialRejected(_ credential: IdentityCredential, at now: SessionInstant) -> [Action] {
         guard var session = currentSession, let installed = session.credential,
             installed.signature == credential.signature, session.rejectedSignature != credential.signature
@@ -110,16 +111,20 @@ extension SessionStateMachine {
         if session.renewedAfterRejection {
             session.rejectionStreak += 1
             let delay = backoff(failures: session.rejectionStreak, session: session, at: now)
-            if case .inFlight = session.fetch {
+            let report: RejectionReport
+            if case .inFlight(let id, _) = session.fetch {
+                // A fetch is already under way (a renewal that began first, or a pool's fetch still waiting for its
+                // budget): it is the next attempt, and counts as the renewal, as after a first rejection. Its
+                // credential continues the streak. No wait applies, so none is announced: a host told "retry in 5 s"
+                // would then see the fetch reach the backend sooner.
+                session.fetch = .inFlight(id, .retryAfterRejection)
+                report = RejectionReport(
+                    account: session.account, expiresAt: credential.expiresAt, renewing: true, retryIn: nil)
             } else {
                 session.fetch = .waiting(until: now.uptime + delay, .retryAfterRejection)
+                report = RejectionReport(
+                    account: session.account, expiresAt: credential.expiresAt, renewing: false, retryIn: delay)
             }
-            let report = RejectionReport(
-                account: session.account,
-                expiresAt: credential.expiresAt,
-                renewing: false,
-                retryIn: delay
-            )
             actions.append(.emit(.credentialRejected(report), epoch: session.epoch))
         } else {
             let report = RejectionReport(
