@@ -108,38 +108,33 @@ extension SessionStateMachine {
         } else {
             session.expiredReason = .rejected
         }
+        // A credential itself renewed after a rejection, rejected again, is retried only after a backoff that grows
+        // with each such round; any other is renewed at once.
+        let reason: FetchReason = session.renewedAfterRejection ? .retryAfterRejection : .rejection
+        var backoff: Duration?
         if session.renewedAfterRejection {
             session.rejectionStreak += 1
-            let delay = backoff(failures: session.rejectionStreak, session: session, at: now)
-            let report: RejectionReport
-            if case .inFlight(let id, _) = session.fetch {
-                // A fetch is already under way (a renewal that began first, or a pool's fetch still waiting for its
-                // budget): it is the next attempt, and counts as the renewal, as after a first rejection. Its
-                // credential continues the streak. No wait applies, so none is announced: a host told "retry in 5 s"
-                // would then see the fetch reach the backend sooner.
-                session.fetch = .inFlight(id, .retryAfterRejection)
-                report = RejectionReport(
-                    account: session.account, expiresAt: credential.expiresAt, renewing: true, retryIn: nil)
-            } else {
-                session.fetch = .waiting(until: now.uptime + delay, .retryAfterRejection)
-                report = RejectionReport(
-                    account: session.account, expiresAt: credential.expiresAt, renewing: false, retryIn: delay)
-            }
-            actions.append(.emit(.credentialRejected(report), epoch: session.epoch))
-        } else {
+            backoff = self.backoff(failures: session.rejectionStreak, session: session, at: now)
+        }
+        func report(renewing: Bool, retryIn: Duration?) -> Action {
             let report = RejectionReport(
-                account: session.account,
-                expiresAt: credential.expiresAt,
-                renewing: true,
-                retryIn: nil
-            )
-            actions.append(.emit(.credentialRejected(report), epoch: session.epoch))
-            switch session.fetch {
-            case .inFlight(let id, _):
-                // A renewal is already running: its credential counts as the renewal after rejection.
-                session.fetch = .inFlight(id, .rejection)
-            case .waiting, .idle:
-                startFetch(&session, reason: .rejection, at: now, actions: &actions)
+                account: session.account, expiresAt: credential.expiresAt, renewing: renewing, retryIn: retryIn)
+            return .emit(.credentialRejected(report), epoch: session.epoch)
+        }
+        switch session.fetch {
+        case .inFlight(let id, _):
+            // A fetch is already under way (a renewal that began first, or a pool's fetch still waiting for its
+            // budget): it is the next attempt and counts as the renewal. No wait applies, so none is announced: a host
+            // told "retry in 5 s" would then see the fetch reach the backend sooner.
+            session.fetch = .inFlight(id, reason)
+            actions.append(report(renewing: true, retryIn: nil))
+        case .waiting, .idle:
+            if let backoff {
+                session.fetch = .waiting(until: now.uptime + backoff, reason)
+                actions.append(report(renewing: false, retryIn: backoff))
+            } else {
+                actions.append(report(renewing: true, retryIn: nil))
+                startFetch(&session, reason: reason, at: now, actions: &actions)
             }
         }
         state = .expired(session)
