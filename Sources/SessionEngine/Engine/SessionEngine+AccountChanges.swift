@@ -185,14 +185,7 @@ extension SessionEngine {
         timeout: Duration? = nil
     ) async throws {
         try target?.validate()
-        let decision = step(
-            announcing: { decision in
-                guard case .began(let epoch, _) = decision else { return }
-                self.log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
-            },
-            { $0.changeAccount(to: target, pushing: credential, expecting: expected, at: $1) }
-        )
-        switch decision {
+        switch requestAccountChange(to: target, pushing: credential, expecting: expected) {
         case .shutDown:
             throw SessionStateMachine.shutDownError
         case .refused(let error, _):
@@ -222,6 +215,21 @@ extension SessionEngine {
             try await waitForIdentity(
                 identityWait(epoch: epoch, of: target, within: timeout, preparing: true), preparedBy: preparation)
         }
+    }
+
+    /// Hands an account change to the machine, logging it when it begins, without waiting for it, as
+    /// ``requestShutdown()`` does for a shutdown; returns the machine's decision.
+    @discardableResult
+    func requestAccountChange(
+        to target: AccountID?, pushing credential: IdentityCredential? = nil, expecting expected: String? = nil
+    ) -> SessionStateMachine.ChangeDecision {
+        step(
+            announcing: { decision in
+                guard case .began(let epoch, _) = decision else { return }
+                self.log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
+            },
+            { $0.changeAccount(to: target, pushing: credential, expecting: expected, at: $1) }
+        )
     }
 
     /// Drains the previous epochs' work, runs the hooks the machine says are due and reports the change prepared.

@@ -54,13 +54,7 @@ extension SessionEngine {
     /// with `SHUT_DOWN` (and is retried on the account's next member) instead of signing the leaving member in again,
     /// whose hooks would then report a change from the account to itself.
     func signOutAndShutDown() async {
-        step(
-            announcing: { decision in
-                guard case .began(let epoch, _) = decision else { return }
-                self.log(.info, "account change began", ["to": "none", "epoch": "\(epoch)"])
-            },
-            { $0.changeAccount(to: nil, at: $1) }
-        )
+        requestAccountChange(to: nil)
         requestShutdown()
         await waitUntilStopped()
     }
