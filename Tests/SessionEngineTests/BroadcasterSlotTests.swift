@@ -37,16 +37,7 @@ import Testing
                 return received
             }.value
             let (_, events) = await (published, received)
-            guard let first = events.first else {
-                mismatches.add(1, ordering: .relaxed)
-                return
-            }
-            let rest = events.dropFirst()
-            let start = rest.first.map { Int($0.sequence) } ?? all.count
-            let latestChange = all[..<start].last { $0.state != nil }
-            if rest.map(\.sequence) != all[start...].map(\.sequence) || first != latestChange {
-                mismatches.add(1, ordering: .relaxed)
-            }
+            if subscriberMissedOrRepeated(events, of: all) != nil { mismatches.add(1, ordering: .relaxed) }
         }
         #expect(stuck == nil, "a subscriber never saw its stream end in round \(stuck ?? -1)")
         #expect(mismatches.load(ordering: .relaxed) == 0, "rounds whose subscriber lost or repeated an event")
