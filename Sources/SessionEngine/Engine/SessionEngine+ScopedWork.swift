@@ -70,7 +70,7 @@ extension SessionEngine {
         } catch {
             // An account change that cancelled the work decides, whatever the work threw as it ended: a rejection
             // then belongs to the account that was left.
-            if ticket.cancelledByEngine.load(ordering: .relaxed) { throw SessionStore.accountChangedError }
+            if ticket.cancelledByEngine.load(ordering: .relaxed) { throw SessionStore.accountChangedFailure }
             if let error = error as? SessionError, error.code == .credentialRejected {
                 return .rejected(credential, epoch: ticket.epoch)
             }

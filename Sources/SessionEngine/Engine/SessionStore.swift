@@ -378,6 +378,10 @@ struct SessionStore: ~Copyable, Sendable {
     static let accountChangedError = SessionError(
         .accountChanged, reason: "the account changed; the work was cancelled")
 
+    /// ``accountChangedError`` boxed once as an error to throw: an account change fails each piece of work it cancelled
+    /// with it, and ten thousand pieces then allocate nothing for their errors.
+    static let accountChangedFailure: any Error = accountChangedError
+
     static let shuttingDownError = SessionError(
         .shutDown,
         reason: "the session engine is shutting down; new work receives no identity"
