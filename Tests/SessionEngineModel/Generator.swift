@@ -69,12 +69,6 @@ package struct Gen<Value: Sendable>: Sendable {
         return Gen { random in elements[Int.random(in: 0..<elements.count, using: &random)] }
     }
 
-    /// One of the generators, uniformly.
-    package static func oneOf(_ generators: [Gen<Value>]) -> Gen<Value> {
-        precondition(!generators.isEmpty, "no generators to choose from")
-        return Gen { random in generators[Int.random(in: 0..<generators.count, using: &random)].generate(&random) }
-    }
-
     /// One of the generators, chosen with the given relative weights.
     package static func frequency(_ weighted: [(Int, Gen<Value>)]) -> Gen<Value> {
         let total = weighted.reduce(0) { $0 + $1.0 }
