@@ -13,13 +13,32 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     CustomDebugStringConvertible, CustomReflectable
 {
     /// The normalized email the credential identifies.
-    public let email: String
+    public var email: String { fields.email }
     /// The expiry, in integer Unix seconds.
-    public let expiresAt: Int64
+    public var expiresAt: Int64 { fields.expiresAt }
     /// The HMAC-SHA256 signature as 64 lowercase hexadecimal characters.
-    public let signature: String
+    public var signature: String { fields.signature }
     /// The signed properties, or `nil` for a `v1` credential.
-    public let properties: IdentityProperties?
+    public var properties: IdentityProperties? { fields.properties }
+
+    /// The fields, held once for every copy: a copy of a credential is one reference, not one per string, so a
+    /// credential handed to thousands of callers or pieces of work at once is one reference count they share, and the
+    /// engine's machine and store each hold a word for it.
+    private let fields: Fields
+
+    private final class Fields: Sendable {
+        let email: String
+        let expiresAt: Int64
+        let signature: String
+        let properties: IdentityProperties?
+
+        init(email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
+            self.email = email
+            self.expiresAt = expiresAt
+            self.signature = signature
+            self.properties = properties
+        }
+    }
 
     /// The longest lifetime the contract allows a credential: 24 hours from when it was issued.
     ///
@@ -75,10 +94,22 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     }
 
     package init(validatedEmail email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
-        self.email = email
-        self.expiresAt = expiresAt
-        self.signature = signature
-        self.properties = properties
+        fields = Fields(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+    }
+
+    /// Whether two credentials have the same fields; copies of one credential compare without reading them.
+    public static func == (lhs: IdentityCredential, rhs: IdentityCredential) -> Bool {
+        if lhs.fields === rhs.fields { return true }
+        return lhs.expiresAt == rhs.expiresAt && lhs.signature == rhs.signature && lhs.email == rhs.email
+            && lhs.properties == rhs.properties
+    }
+
+    /// Hashes the fields that ``==(_:_:)`` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(email)
+        hasher.combine(expiresAt)
+        hasher.combine(signature)
+        hasher.combine(properties)
     }
 
     /// `v1` without properties, `v2` with properties (an empty set included).
