@@ -129,12 +129,15 @@ struct SwitchingBenchmark: Benchmark {
         return start.duration(to: .now)
     }
 
-    /// The runtime's floor: as many plain tasks, each waiting until cancelled, cancelled and awaited.
+    /// The runtime's floor: as many plain tasks, each waiting until cancelled, cancelled and awaited. Each counts its
+    /// start and its end as the engine's bodies do.
     private func cancelBareTasks() async -> Duration {
         let started = Arrivals()
+        let ended = Arrivals()
         let tasks = (0..<Self.bodies).map { _ in
             Task {
                 started.arrive()
+                defer { ended.arrive() }
                 try? await suspendUntilCancelled()
             }
         }
