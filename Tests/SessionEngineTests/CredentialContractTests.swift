@@ -77,6 +77,39 @@ import Testing
                 == .v2)
     }
 
+    /// A credential is a value: separately made credentials with the same fields are equal and hash alike, and one
+    /// that differs in any single field is not, although every copy shares one object for its fields.
+    @Test func credentialsCompareAndHashByEveryField() throws {
+        let other = String(repeating: "cd", count: 32)
+        func make(
+            _ email: String = "a@x.io", _ expiresAt: Int64 = 1_800_000_900, _ signature: String = Self.signature,
+            _ properties: [String: IdentityProperty]? = ["plan": .string("pro")]
+        ) throws -> IdentityCredential {
+            guard let properties else {
+                return try IdentityCredential(email: email, expiresAt: expiresAt, signature: signature)
+            }
+            return try IdentityCredential(
+                email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+        }
+        let credential = try make()
+        let copy = credential
+        let twin = try make()
+        let decoded = try IdentityCredential(json: JSONEncoder().encode(credential))
+        for same in [copy, twin, decoded] {
+            #expect(same == credential)
+            #expect(same.hashValue == credential.hashValue)
+        }
+        #expect(Set([credential, copy, twin, decoded]).count == 1)
+        let differing = [
+            try make("b@x.io"), try make("a@x.io", 1_800_000_901), try make("a@x.io", 1_800_000_900, other),
+            try make("a@x.io", 1_800_000_900, Self.signature, ["plan": .string("free")]),
+            try make("a@x.io", 1_800_000_900, Self.signature, [:]),
+            try make("a@x.io", 1_800_000_900, Self.signature, nil),
+        ]
+        for different in differing { #expect(different != credential) }
+        #expect(Set(differing + [credential]).count == differing.count + 1)
+    }
+
     @Test func isValidChecksLocalExpiryOnly() throws {
         // A signature nobody signed: isValid(at:) never looks at it.
         let credential = try IdentityCredential(email: "a@x.io", expiresAt: 1_000, signature: Self.signature)
