@@ -82,14 +82,12 @@ import Testing
     @Test func credentialsCompareAndHashByEveryField() throws {
         let other = String(repeating: "cd", count: 32)
         func make(
-            _ email: String = "a@x.io", _ expiresAt: Int64 = 1_800_000_900, _ signature: String = Self.signature,
-            _ properties: [String: IdentityProperty]? = ["plan": .string("pro")]
+            email: String = "a@x.io", expiresAt: Int64 = 1_800_000_900, signature: String = Self.signature,
+            properties: [String: IdentityProperty]? = ["plan": .string("pro")]
         ) throws -> IdentityCredential {
-            guard let properties else {
-                return try IdentityCredential(email: email, expiresAt: expiresAt, signature: signature)
-            }
-            return try IdentityCredential(
-                email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+            try IdentityCredential(
+                email: email, expiresAt: expiresAt, signature: signature,
+                properties: properties.map { try IdentityProperties($0) })
         }
         let credential = try make()
         let copy = credential
@@ -101,10 +99,8 @@ import Testing
         }
         #expect(Set([credential, copy, twin, decoded]).count == 1)
         let differing = [
-            try make("b@x.io"), try make("a@x.io", 1_800_000_901), try make("a@x.io", 1_800_000_900, other),
-            try make("a@x.io", 1_800_000_900, Self.signature, ["plan": .string("free")]),
-            try make("a@x.io", 1_800_000_900, Self.signature, [:]),
-            try make("a@x.io", 1_800_000_900, Self.signature, nil),
+            try make(email: "b@x.io"), try make(expiresAt: 1_800_000_901), try make(signature: other),
+            try make(properties: ["plan": .string("free")]), try make(properties: [:]), try make(properties: nil),
         ]
         for different in differing { #expect(different != credential) }
         #expect(Set(differing + [credential]).count == differing.count + 1)
