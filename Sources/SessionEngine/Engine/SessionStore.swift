@@ -77,12 +77,13 @@ struct SessionStore: ~Copyable, Sendable {
     struct State {
         var access: Access = .unavailable(.signedOut)
         var state: SessionState = .signedOut
+        /// A graceful shutdown began: no new work receives an identity. Stored after the state, in the room it
+        /// leaves.
+        var refusesWork = false
         /// Work of epochs below this one has been cancelled; no new work may join them.
         var workFloor: UInt64 = 0
         /// The scoped work's books, from the first piece of work on.
         var books: WorkBooks?
-        /// A graceful shutdown began: no new work receives an identity.
-        var refusesWork = false
 
         /// How many pieces of work run.
         var runningWork: Int { books.map { $0.work.count - $0.freeSlots.count } ?? 0 }

@@ -38,7 +38,7 @@ extension SessionStateMachine {
         if let pushed, let target {
             // Validate the handed-over credential as the new account session's first: a refusal changes nothing.
             var fresh = AccountSession(account: target, epoch: epoch)
-            fresh.pinnedEmail = expected
+            fresh.pin(expected)
             if let refusal = refusal(of: pushed, for: fresh, at: now) {
                 return .refused(refusal, skewReport(of: pushed, refusal: refusal, for: fresh, at: now))
             }
@@ -48,7 +48,7 @@ extension SessionStateMachine {
             change.pushed = pushed
             // The host said which user the account is: the account session is pinned to it before its first
             // credential, which is refused, not pinned, when it names another user.
-            change.target?.pinnedEmail = expected
+            change.target?.pin(expected)
             state = .switching(change)
         }
         return .began(epoch: epoch, actions)

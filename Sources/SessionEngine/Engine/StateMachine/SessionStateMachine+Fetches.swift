@@ -96,8 +96,7 @@ extension SessionStateMachine {
         fetch: FetchAttempt,
         at now: SessionInstant
     ) -> [Action] {
-        session.credential = credential
-        session.pinnedEmail = session.pinnedEmail ?? credential.email
+        session.setCredential(credential)
         session.fetch = .idle
         session.failures = 0
         session.expiredReason = nil

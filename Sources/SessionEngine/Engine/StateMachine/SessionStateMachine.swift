@@ -33,26 +33,31 @@ struct SessionStateMachine: Sendable {
     }
 
     /// The data of an account session: valid in `identified`, `renewing`, `expired` and a prepared `switching`.
+    ///
+    /// Its stored fields are in an order where each small one sits in the room the one before it leaves, and its
+    /// optional times and counters are packed (``PackedDate``, ``PackedDuration``, ``PackedCount``), so that a session,
+    /// which every account of a pool keeps, is 96 bytes.
     struct AccountSession: Sendable, Hashable {
         let account: AccountID
         let epoch: UInt64
         /// The installed credential; `nil` until the first one is installed.
         var credential: IdentityCredential?
-        /// The normalized email of the account's first credential: every renewal must name the same user.
-        var pinnedEmail: String?
-        /// When the installed credential is renewed.
-        var renewAt: Date?
         var fetch: FetchPhase = .idle
-        /// Consecutive failed fetches, for the backoff ceiling.
-        var failures = 0
-        /// Consecutive rejections of credentials renewed because of a rejection, for their backoff ceiling.
-        var rejectionStreak = 0
-        /// The monotonic time the last fetch started, for the minimum interval.
-        var lastFetchStart: Duration?
         /// Whether the installed credential was fetched because its predecessor was rejected.
         var renewedAfterRejection = false
         /// Why the session is `expired`, when it is.
         var expiredReason: ExpiredIdentity.Reason?
+        /// When the installed credential is renewed.
+        @PackedDate var renewAt: Date? = nil
+        /// The monotonic time the last fetch started, for the minimum interval.
+        @PackedDuration var lastFetchStart: Duration? = nil
+        /// Consecutive failed fetches, for the backoff ceiling.
+        @PackedCount var failures = 0
+        /// Consecutive rejections of credentials renewed because of a rejection, for their backoff ceiling.
+        @PackedCount var rejectionStreak = 0
+        /// The normalized email every credential of the session must name: the installed credential's, which was
+        /// checked against it, and before the first one the user the host said the account is (``pin(_:)``), if it did.
+        var pinnedEmail: String? { credential?.email ?? rare?.value.expectedEmail }
         /// The credential the service last rejected, so one credential is renewed at most once.
         var rejectedSignature: String? {
             get { rare?.value.rejectedSignature }
@@ -68,16 +73,33 @@ struct SessionStateMachine: Sendable {
             get { rare?.value.lastFailure }
             set { updateRare { $0.lastFailure = newValue } }
         }
-        /// What a session holds only after a rejection, a `Retry-After` or a failure, out of line: together they are
-        /// sixteen words, and an identified session, a pool's one per account, usually holds none of them.
+
+        /// What a session holds only after a rejection, a `Retry-After` or a failure, or before its first credential
+        /// when the host named the user, out of line: together they are eighteen words, and an identified session, a
+        /// pool's one per account, usually holds none of them.
         private var rare: OutOfLine<Rare>?
 
         private struct Rare: Sendable, Hashable {
             var rejectedSignature: String?
             var retryNotBefore: Duration?
             var lastFailure: SessionError?
+            var expectedEmail: String?
 
-            var isEmpty: Bool { rejectedSignature == nil && retryNotBefore == nil && lastFailure == nil }
+            var isEmpty: Bool {
+                rejectedSignature == nil && retryNotBefore == nil && lastFailure == nil && expectedEmail == nil
+            }
+        }
+
+        /// Pins the session, before its first credential, to the user the host said the account is: a credential
+        /// naming another is refused, not installed.
+        mutating func pin(_ email: String?) {
+            updateRare { $0.expectedEmail = email }
+        }
+
+        /// Installs `credential`, which names the pinned user if there is one: from now on it pins the session.
+        mutating func setCredential(_ credential: IdentityCredential) {
+            self.credential = credential
+            if rare?.value.expectedEmail != nil { pin(nil) }
         }
 
         /// Changes the out-of-line fields, keeping no box when all of them are `nil`, so that equal sessions compare
@@ -247,18 +269,19 @@ struct SessionStateMachine: Sendable {
     var epoch: UInt64 = 0
     /// The last fetch or timer identity handed out.
     var lastID: UInt64 = 0
-    /// The timer the owner should have running, if any.
-    var timer: TimerSpec?
     /// The account the last account-change hooks entered: the next hooks leave it.
     var hookedAccount: AccountID?
     /// The backend's clock minus the local wall clock that expiry and renewal decisions apply: zero until a fetcher
     /// reports an offset larger than the clock-skew tolerance.
     var serverClockOffset: Duration = .zero
-    /// Whether a graceful shutdown has begun: no account change is accepted any more.
-    var gracefulShutdown = false
     /// The seeded generator behind every jitter.
     var random: SplitMix64
     let configuration: Configuration
+    /// The timer the owner should have running, if any.
+    var timer: TimerSpec?
+    /// Whether a graceful shutdown has begun: no account change is accepted any more. Stored after the timer, in
+    /// the room it leaves.
+    var gracefulShutdown = false
 
     init(configuration: SessionConfiguration, seed: UInt64) {
         self.init(configuration: Configuration(configuration), seed: seed)

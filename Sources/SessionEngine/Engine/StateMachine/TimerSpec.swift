@@ -11,9 +11,16 @@ struct TimerSpec: Sendable, Hashable {
     /// The timer's identity.
     var id: TimerID
     /// Fire once the wall clock reaches this time.
-    var wallDeadline: Date?
+    @PackedDate var wallDeadline: Date?
     /// Fire once the monotonic clock reaches this time.
-    var uptimeDeadline: Duration?
+    @PackedDuration var uptimeDeadline: Duration?
+
+    /// Creates a timer that fires at `wallDeadline` or `uptimeDeadline`, whichever comes first.
+    init(id: TimerID, wallDeadline: Date? = nil, uptimeDeadline: Duration? = nil) {
+        self.id = id
+        self.wallDeadline = wallDeadline
+        self.uptimeDeadline = uptimeDeadline
+    }
 
     /// Whether the timer is due at `now`.
     func isDue(at now: SessionInstant) -> Bool {

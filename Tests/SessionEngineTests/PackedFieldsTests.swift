@@ -1,0 +1,94 @@
+import Foundation
+import Testing
+
+@testable import SessionEngine
+
+/// The packed fields of the state machine (`Support/Packed.swift`) read back what was stored, compare and hash as the
+/// optionals they stand for, and keep the machine at the size Design/pool.md, *Costs*, counts.
+@Suite struct PackedFieldsTests {
+    private struct Times: Hashable {
+        @PackedDate var date: Date?
+        @PackedDuration var duration: Duration?
+        @PackedCount var count = 0
+    }
+
+    @Test func absentAndPresentValuesReadBackAsStored() {
+        var times = Times(date: nil, duration: nil)
+        #expect(times.date == nil && times.duration == nil && times.count == 0)
+        let dates = [
+            Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 1_764_000_000.25), .distantPast, .distantFuture,
+        ]
+        for date in dates {
+            times.date = date
+            #expect(times.date == date)
+        }
+        for duration: Duration in [.zero, .nanoseconds(-1), .seconds(Int64.max), .seconds(-86_400) + .nanoseconds(7)] {
+            times.duration = duration
+            #expect(times.duration == duration)
+        }
+        times.date = nil
+        times.duration = nil
+        #expect(times.date == nil && times.duration == nil)
+    }
+
+    @Test func aNaNDateIsADateNotAnAbsentOne() {
+        var times = Times(date: Date(timeIntervalSinceReferenceDate: .nan), duration: nil)
+        #expect(times.date?.timeIntervalSinceReferenceDate.isNaN == true)
+        times.date = Date(timeIntervalSinceReferenceDate: -.nan)
+        #expect(times.date != nil)
+    }
+
+    @Test func countsStopAtTheirCeilingInsteadOfWrapping() {
+        var times = Times(date: nil, duration: nil)
+        times.count = Int(UInt32.max) - 1
+        times.count += 1
+        #expect(times.count == Int(UInt32.max))
+        times.count += 1
+        #expect(times.count == Int(UInt32.max))
+        times.count = -5
+        #expect(times.count == 0)
+    }
+
+    @Test func equalityAndHashingAreThoseOfTheOptionals() {
+        let instant = Date(timeIntervalSince1970: 1_764_000_000)
+        let values: [(Date?, Duration?)] = [
+            (nil, nil), (instant, nil), (nil, .seconds(3)), (instant, .seconds(3)),
+            (instant.addingTimeInterval(1), nil),
+        ]
+        for (leftDate, leftDuration) in values {
+            for (rightDate, rightDuration) in values {
+                let left = Times(date: leftDate, duration: leftDuration)
+                let right = Times(date: rightDate, duration: rightDuration)
+                let same = leftDate == rightDate && leftDuration == rightDuration
+                #expect((left == right) == same)
+                if same { #expect(left.hashValue == right.hashValue) }
+            }
+        }
+        #expect(
+            Times(date: Date(timeIntervalSince1970: 0), duration: nil)
+                == Times(date: Date(timeIntervalSince1970: -0.0), duration: nil))
+    }
+
+    /// Each byte here is a byte of every account of a pool: a change that widens these sizes is a change of
+    /// Design/pool.md's *Costs* table, and of the memory figures in BENCHMARKS.md.
+    @Test func theMachineKeepsItsCountedSize() {
+        #expect(MemoryLayout<SessionStateMachine.AccountSession>.size <= 96)
+        #expect(MemoryLayout<SessionStateMachine>.size <= 200)
+        #expect(MemoryLayout<SessionState>.size <= 49)
+        #expect(MemoryLayout<SessionEvent>.size <= 89)
+    }
+
+    @Test func aHostsExpectedEmailPinsTheSessionUntilItsFirstCredentialDoes() throws {
+        var session = SessionStateMachine.AccountSession(account: "alice", epoch: 1)
+        #expect(session.pinnedEmail == nil)
+        session.pin("alice@example.com")
+        #expect(session.pinnedEmail == "alice@example.com")
+        let credential = try IdentityCredential(
+            email: "alice@example.com", expiresAt: 2_000_000_000, signature: String(repeating: "ab", count: 32))
+        session.setCredential(credential)
+        #expect(session.pinnedEmail == "alice@example.com")
+        var unpinned = SessionStateMachine.AccountSession(account: "alice", epoch: 1)
+        unpinned.setCredential(credential)
+        #expect(session == unpinned, "the expected email leaves no trace once a credential pins the session")
+    }
+}
