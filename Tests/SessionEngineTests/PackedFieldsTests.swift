@@ -31,11 +31,17 @@ import Testing
         #expect(times.date == nil && times.duration == nil)
     }
 
-    @Test func aNaNDateIsADateNotAnAbsentOne() {
+    @Test func noDateOrDurationAClockCanReadIsTakenForAnAbsentOne() {
         var times = Times(date: Date(timeIntervalSinceReferenceDate: .nan), duration: nil)
         #expect(times.date?.timeIntervalSinceReferenceDate.isNaN == true)
         times.date = Date(timeIntervalSinceReferenceDate: -.nan)
         #expect(times.date != nil)
+        // The bit patterns the packed values keep for "absent", given as values.
+        times.date = Date(timeIntervalSinceReferenceDate: Double(bitPattern: 0x7FF4_5E55_1000_0001))
+        #expect(times.date?.timeIntervalSinceReferenceDate.isNaN == true)
+        let earliest = Duration(secondsComponent: .min, attosecondsComponent: 0)
+        times.duration = earliest
+        #expect(times.duration == earliest + .init(secondsComponent: 0, attosecondsComponent: 1))
     }
 
     @Test func countsStopAtTheirCeilingInsteadOfWrapping() {
@@ -69,13 +75,15 @@ import Testing
                 == Times(date: Date(timeIntervalSince1970: -0.0), duration: nil))
     }
 
-    /// Each byte here is a byte of every account of a pool: a change that widens these sizes is a change of
-    /// Design/pool.md's *Costs* table, and of the memory figures in BENCHMARKS.md.
+    /// Each byte here is a byte of every account of a pool: a change of these sizes is a change of Design/pool.md's
+    /// *Costs* table and of the memory figures in BENCHMARKS.md.
     @Test func theMachineKeepsItsCountedSize() {
-        #expect(MemoryLayout<SessionStateMachine.AccountSession>.size <= 96)
-        #expect(MemoryLayout<SessionStateMachine>.size <= 200)
-        #expect(MemoryLayout<SessionState>.size <= 49)
-        #expect(MemoryLayout<SessionEvent>.size <= 89)
+        #expect(MemoryLayout<SessionStateMachine.AccountSession>.size == 96)
+        #expect(MemoryLayout<SessionStateMachine>.stride == 200)
+        #expect(MemoryLayout<SessionStore>.size == 144)
+        #expect(MemoryLayout<BroadcasterSlot>.size == 98)
+        #expect(MemoryLayout<SessionState>.size == 49)
+        #expect(MemoryLayout<SessionEvent>.size == 89)
     }
 
     @Test func aHostsExpectedEmailPinsTheSessionUntilItsFirstCredentialDoes() throws {

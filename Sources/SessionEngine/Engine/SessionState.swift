@@ -59,8 +59,9 @@ public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible {
     public let expiresAt: Int64
     /// The account session's epoch: it grows with every account change.
     public let epoch: UInt64
-    /// The credential's payload version. Stored last, in the room the others leave: every engine keeps the state as
-    /// last published and the event a new subscriber starts from, and a pool keeps one engine per account.
+    // Stored last, in the room the others leave: every engine keeps the state as last published and the event a new
+    // subscriber starts from, and a pool keeps one engine per account.
+    /// The credential's payload version.
     public let version: IdentityVersion
 
     /// Creates the public facts of a credential.
@@ -99,7 +100,8 @@ public struct ExpiredIdentity: Sendable, Hashable, CustomStringConvertible {
     public let epoch: UInt64
     /// The last credential's expiry in Unix seconds, when there was one.
     public let lastExpiresAt: Int64?
-    /// Why no credential is usable. Stored after the optional expiry, in the room it leaves.
+    // Stored after the optional expiry, in the room it leaves.
+    /// Why no credential is usable.
     public let reason: Reason
 
     /// Creates the description of an expired identity.

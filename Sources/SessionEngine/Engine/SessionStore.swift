@@ -77,8 +77,8 @@ struct SessionStore: ~Copyable, Sendable {
     struct State {
         var access: Access = .unavailable(.signedOut)
         var state: SessionState = .signedOut
-        /// A graceful shutdown began: no new work receives an identity. Stored after the state, in the room it
-        /// leaves.
+        // Stored after the state, in the room it leaves.
+        /// A graceful shutdown began: no new work receives an identity.
         var refusesWork = false
         /// Work of epochs below this one has been cancelled; no new work may join them.
         var workFloor: UInt64 = 0

@@ -50,8 +50,9 @@ public struct SessionEvent: Sendable, Hashable, CustomStringConvertible {
     /// The event's position among all the events the engine published, from 1; the initial state a subscriber
     /// receives carries the sequence number of the event that produced that state (0 before any).
     public let sequence: UInt64
-    /// What happened. Stored last, so that what follows an event where it is kept inline (a flag of the engine's
-    /// slot for its current event) fits in the room the kind leaves.
+    // Stored last, so that what follows an event where it is kept inline (a flag of the engine's slot for its
+    // current event) fits in the room the kind leaves.
+    /// What happened.
     public let kind: Kind
 
     /// Creates an event.

@@ -3,16 +3,21 @@ import Foundation
 /// A `Date?` in the eight bytes of a `Date`: `Date?` takes nine, sixteen in a struct, and the state machine of every
 /// account of a pool keeps its optional times.
 ///
-/// An absent date is one NaN bit pattern that no arithmetic produces (a NaN from arithmetic carries no payload), so a
-/// clock that returned NaN would still read back as a date, as it does in a `Date?`. Equality and hashing are those of
-/// `Date?`.
+/// An absent date is one signalling NaN's bit pattern. Arithmetic yields only quiet NaNs, and a date given with
+/// exactly that pattern (a clock may return anything) is kept as the quiet NaN, which it already was in value: no
+/// date reads back as absent. Equality and hashing are those of `Date?`.
 @propertyWrapper
 struct PackedDate: Sendable, Hashable {
     private var bits: UInt64
     private static let absent: UInt64 = 0x7FF4_5E55_1000_0001
 
     init(wrappedValue: Date?) {
-        bits = wrappedValue?.timeIntervalSinceReferenceDate.bitPattern ?? Self.absent
+        guard let date = wrappedValue else {
+            bits = Self.absent
+            return
+        }
+        let given = date.timeIntervalSinceReferenceDate.bitPattern
+        bits = given == Self.absent ? Double.nan.bitPattern : given
     }
 
     var wrappedValue: Date? {
@@ -27,20 +32,24 @@ struct PackedDate: Sendable, Hashable {
 
 /// A `Duration?` in the sixteen bytes of a `Duration`: `Duration?` takes seventeen, twenty-four in a struct.
 ///
-/// An absent duration is the one 2⁶³ seconds before zero, which no monotonic clock reads and no timeout or backoff
-/// reaches; a clock that read it anyway would make one fetch's start or one deadline read as absent.
+/// An absent duration is the one 2⁶³ seconds before zero. A clock may read anything, so a duration given as exactly
+/// that one is kept one attosecond later: no duration reads back as absent, and none moves by more than that.
 @propertyWrapper
 struct PackedDuration: Sendable, Hashable {
     private var raw: Duration
     private static let absent = Duration(secondsComponent: .min, attosecondsComponent: 0)
 
     init(wrappedValue: Duration?) {
-        raw = wrappedValue ?? Self.absent
+        guard let duration = wrappedValue else {
+            raw = Self.absent
+            return
+        }
+        raw = duration == Self.absent ? duration + .init(secondsComponent: 0, attosecondsComponent: 1) : duration
     }
 
     var wrappedValue: Duration? {
         get { raw == Self.absent ? nil : raw }
-        set { raw = newValue ?? Self.absent }
+        set { self = Self(wrappedValue: newValue) }
     }
 }
 

@@ -109,12 +109,13 @@ extension SessionStateMachine {
         if !session.renewedAfterRejection { session.rejectionStreak = 0 }
         // The renewal point is a share of the lifetime left on the backend's clock, expressed in local time.
         let backendNow = SessionInstant(wall: backendTime(now), uptime: now.uptime)
-        session.renewAt = localTime(ofBackend: renewalTime(for: credential, at: backendNow))
+        let renewAt = localTime(ofBackend: renewalTime(for: credential, at: backendNow))
+        session.renewAt = renewAt
         state = .identified(session)
         let identity = SessionIdentity(account: session.account, credential: credential, epoch: session.epoch)
         let expiry = localTime(ofBackend: credential.expirationDate)
         return [
-            .scheduleTimer(arm(wall: min(session.renewAt!, expiry), uptime: nil)),
+            .scheduleTimer(arm(wall: min(renewAt, expiry), uptime: nil)),
             .emit(.renewed(identity, fetch), epoch: session.epoch),
             .resolveWaiters(epoch: session.epoch, kinds: [.identity, .nextOutcome], .installed(credential)),
         ]

@@ -40,8 +40,8 @@ struct SessionStateMachine: Sendable {
     struct AccountSession: Sendable, Hashable {
         let account: AccountID
         let epoch: UInt64
-        /// The installed credential; `nil` until the first one is installed.
-        var credential: IdentityCredential?
+        /// The installed credential; `nil` until the first one is installed (``setCredential(_:)``).
+        private(set) var credential: IdentityCredential?
         var fetch: FetchPhase = .idle
         /// Whether the installed credential was fetched because its predecessor was rejected.
         var renewedAfterRejection = false
@@ -96,8 +96,12 @@ struct SessionStateMachine: Sendable {
             updateRare { $0.expectedEmail = email }
         }
 
-        /// Installs `credential`, which names the pinned user if there is one: from now on it pins the session.
+        /// Installs `credential`, which names the pinned user if there is one (every path that installs checks it,
+        /// byte for byte, first): from now on it pins the session.
         mutating func setCredential(_ credential: IdentityCredential) {
+            assert(
+                pinnedEmail.map { $0.utf8.elementsEqual(credential.email.utf8) } ?? true,
+                "a credential installed without the check of the pinned email")
             self.credential = credential
             if rare?.value.expectedEmail != nil { pin(nil) }
         }
@@ -279,8 +283,8 @@ struct SessionStateMachine: Sendable {
     let configuration: Configuration
     /// The timer the owner should have running, if any.
     var timer: TimerSpec?
-    /// Whether a graceful shutdown has begun: no account change is accepted any more. Stored after the timer, in
-    /// the room it leaves.
+    // Stored after the timer, in the room it leaves.
+    /// Whether a graceful shutdown has begun: no account change is accepted any more.
     var gracefulShutdown = false
 
     init(configuration: SessionConfiguration, seed: UInt64) {
