@@ -5,7 +5,7 @@
 #
 # usage: Scripts/check-mutants.sh [--only NN] [--minutes M] [--baseline] [--keep]
 #   --only NN     only the mutant whose file name starts with NN (01 … 07); may be repeated
-#   --minutes M   the explorer's budget per mutant (default 3, about its CI budget; races and regressions run first)
+#   --minutes M   the explorer's budget per mutant (default 3, about its CI budget; regressions, then races run first)
 #   --baseline    first run both checks on the unmodified engine: both must pass, or every "caught" would be noise
 #   --keep        keep the clone (its path is printed) instead of deleting it
 #

@@ -65,32 +65,33 @@ final class Runner {
         let make: () -> @Sendable () async throws -> Void
     }
 
-    /// Each race twice: with its calls' hops off the engine's actor queued as steps, then (`NAME/inline`) with the
-    /// calls running on inline as they leave the actor, so that the rest of the actor's queue is a step of its own
-    /// that the call's next steps can precede. A one-thread explorer sees the second order only so: a default actor
-    /// drains its whole queue in one processing job.
+    /// The regression programs first, each a few seconds at most, so that a short budget on a slow machine still
+    /// reaches every bug found before; then each race twice: with its calls' hops off the engine's actor queued as
+    /// steps, then (`NAME/inline`) with the calls running on inline as they leave the actor, so that the rest of the
+    /// actor's queue is a step of its own that the call's next steps can precede. A one-thread explorer sees the
+    /// second order only so: a default actor drains its whole queue in one processing job.
     static var named: [Named] {
-        (Races.all + PoolRaces.all).flatMap { race in
-            [
-                Named(name: race.name, summary: race.summary, bound: race.bound, make: race.make),
-                Named(
-                    name: "\(race.name)/inline",
-                    summary: "\(race.summary); the calls run on inline as they leave the engine's actor",
-                    bound: race.bound,
-                    make: {
-                        let run = race.make()
-                        return { try await RaceRig.$callsFollowTheirThread.withValue(true) { try await run() } }
-                    }
-                ),
-            ]
+        RegressionPrograms.all.map { entry in
+            Named(
+                name: entry.name,
+                summary: "regression: \(entry.operations.map(\.description).joined(separator: ", "))",
+                bound: RegressionPrograms.bound,
+                make: { EnginePrograms.program(entry.operations, seed: entry.seed) }
+            )
         }
-            + RegressionPrograms.all.map { entry in
-                Named(
-                    name: entry.name,
-                    summary: "regression: \(entry.operations.map(\.description).joined(separator: ", "))",
-                    bound: RegressionPrograms.bound,
-                    make: { EnginePrograms.program(entry.operations, seed: entry.seed) }
-                )
+            + (Races.all + PoolRaces.all).flatMap { race in
+                [
+                    Named(name: race.name, summary: race.summary, bound: race.bound, make: race.make),
+                    Named(
+                        name: "\(race.name)/inline",
+                        summary: "\(race.summary); the calls run on inline as they leave the engine's actor",
+                        bound: race.bound,
+                        make: {
+                            let run = race.make()
+                            return { try await RaceRig.$callsFollowTheirThread.withValue(true) { try await run() } }
+                        }
+                    ),
+                ]
             }
     }
 
