@@ -584,11 +584,20 @@ struct SessionEngineTests {
         let engine = harness.engine
         let rejected = try #require(engine.identityHeaders()[IdentityHeaders.signatureName])
         let attempts = Recorder<String>()
+        // Every caller holds the first credential before any of them reports its rejection: a caller that came
+        // after the first report would find the credential rejected and fail with INVALID_IDENTITY at once, as
+        // identified work must, instead of sharing the renewal.
+        let allHoldIt = Gate()
         // The service rejects the first credential for every caller and accepts the renewed one.
         let workers = (0..<50).map { _ in
             Task {
                 try await engine.withIdentity { credential -> String in
-                    attempts.append(credential.signature)
+                    let holding = attempts.withLock { attempts in
+                        attempts.append(credential.signature)
+                        return attempts.count
+                    }
+                    if holding == 50 { allHoldIt.open() }
+                    await allHoldIt.wait()
                     if credential.signature == rejected { throw SessionError.credentialRejected }
                     return credential.email
                 }
