@@ -36,12 +36,11 @@ import Testing
         #expect(times.date?.timeIntervalSinceReferenceDate.isNaN == true)
         times.date = Date(timeIntervalSinceReferenceDate: -.nan)
         #expect(times.date != nil)
-        // The bit patterns the packed values keep for "absent", given as values.
-        times.date = Date(timeIntervalSinceReferenceDate: Double(bitPattern: 0x7FF4_5E55_1000_0001))
+        // What the packed values keep for "absent", given as values.
+        times.date = Date(timeIntervalSinceReferenceDate: Double(bitPattern: PackedDate.absent))
         #expect(times.date?.timeIntervalSinceReferenceDate.isNaN == true)
-        let earliest = Duration(secondsComponent: .min, attosecondsComponent: 0)
-        times.duration = earliest
-        #expect(times.duration == earliest + .init(secondsComponent: 0, attosecondsComponent: 1))
+        times.duration = PackedDuration.absent
+        #expect(times.duration == PackedDuration.absent + .init(secondsComponent: 0, attosecondsComponent: 1))
     }
 
     @Test func countsStopAtTheirCeilingInsteadOfWrapping() {

@@ -588,15 +588,16 @@ struct SessionEngineTests {
         // after the first report would find the credential rejected and fail with INVALID_IDENTITY at once, as
         // identified work must, instead of sharing the renewal.
         let allHoldIt = Gate()
+        let callers = 50
         // The service rejects the first credential for every caller and accepts the renewed one.
-        let workers = (0..<50).map { _ in
+        let workers = (0..<callers).map { _ in
             Task {
                 try await engine.withIdentity { credential -> String in
                     let holding = attempts.withLock { attempts in
                         attempts.append(credential.signature)
                         return attempts.count
                     }
-                    if holding == 50 { allHoldIt.open() }
+                    if holding == callers { allHoldIt.open() }
                     await allHoldIt.wait()
                     if credential.signature == rejected { throw SessionError.credentialRejected }
                     return credential.email

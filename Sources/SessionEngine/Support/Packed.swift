@@ -9,7 +9,8 @@ import Foundation
 @propertyWrapper
 struct PackedDate: Sendable, Hashable {
     private var bits: UInt64
-    private static let absent: UInt64 = 0x7FF4_5E55_1000_0001
+    /// The bit pattern of an absent date.
+    static let absent: UInt64 = 0x7FF4_5E55_1000_0001
 
     init(wrappedValue: Date?) {
         guard let date = wrappedValue else {
@@ -37,7 +38,8 @@ struct PackedDate: Sendable, Hashable {
 @propertyWrapper
 struct PackedDuration: Sendable, Hashable {
     private var raw: Duration
-    private static let absent = Duration(secondsComponent: .min, attosecondsComponent: 0)
+    /// What an absent duration is kept as.
+    static let absent = Duration(secondsComponent: .min, attosecondsComponent: 0)
 
     init(wrappedValue: Duration?) {
         guard let duration = wrappedValue else {

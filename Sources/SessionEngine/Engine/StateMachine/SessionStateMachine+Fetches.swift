@@ -20,7 +20,7 @@ extension SessionStateMachine {
             // A result of a cancelled fetch or an earlier epoch: it must not change anything.
             return []
         }
-        if let pinned = session.pinnedEmail, !pinned.utf8.elementsEqual(credential.email.utf8) {
+        if !session.admits(credential) {
             return fail(&session, reason: reason, error: Self.identityMismatch, waited: waited, at: now)
         }
         let actions: [Action]
@@ -172,7 +172,7 @@ extension SessionStateMachine {
         for session: AccountSession,
         at now: SessionInstant
     ) -> SessionError? {
-        if let pinned = session.pinnedEmail, !pinned.utf8.elementsEqual(credential.email.utf8) {
+        if !session.admits(credential) {
             return Self.identityMismatch
         }
         if !isValid(credential, at: now) {

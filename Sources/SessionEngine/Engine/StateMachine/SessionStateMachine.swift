@@ -58,6 +58,10 @@ struct SessionStateMachine: Sendable {
         /// The normalized email every credential of the session must name: the installed credential's, which was
         /// checked against it, and before the first one the user the host said the account is (``pin(_:)``), if it did.
         var pinnedEmail: String? { credential?.email ?? rare?.value.expectedEmail }
+        /// Whether `credential` names the pinned user, byte for byte, or the session is pinned to none yet.
+        func admits(_ credential: IdentityCredential) -> Bool {
+            pinnedEmail.map { $0.utf8.elementsEqual(credential.email.utf8) } ?? true
+        }
         /// The credential the service last rejected, so one credential is renewed at most once.
         var rejectedSignature: String? {
             get { rare?.value.rejectedSignature }
@@ -99,9 +103,7 @@ struct SessionStateMachine: Sendable {
         /// Installs `credential`, which names the pinned user if there is one (every path that installs checks it,
         /// byte for byte, first): from now on it pins the session.
         mutating func setCredential(_ credential: IdentityCredential) {
-            assert(
-                pinnedEmail.map { $0.utf8.elementsEqual(credential.email.utf8) } ?? true,
-                "a credential installed without the check of the pinned email")
+            assert(admits(credential), "a credential installed without the check of the pinned email")
             self.credential = credential
             if rare?.value.expectedEmail != nil { pin(nil) }
         }
