@@ -316,6 +316,59 @@ extension ScriptedCredentialFetcher {
         await engine.shutdown()
     }
 
+    @Test func aSignInToTheAccountUnderWayPinsItsExpectedUserAndRefusesAnother() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher()
+        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        // The first sign-in expects no user; its first fetch is held.
+        let first = await engine.startCall { try await $0.signIn("alice") }
+        let request = await fetcher.nextRequest()
+        // A second expects one: the account session is pinned to it before the first credential arrives.
+        let second = await engine.startCall { try await $0.signIn("alice", expecting: "alice@example.com") }
+        // A third expects another user: refused at once, while the first two still wait.
+        let thirdEnded = Locked(false)
+        let third = await engine.startCall { engine in
+            defer { thirdEnded.withLock { $0 = true } }
+            try await engine.signIn("alice", expecting: "bob@example.com")
+        }
+        await engine.waitUntilIdle()
+        #expect(thirdEnded.value, "the sign-in expecting another user ended before the first credential came")
+        // The first credential names another user than the pinned one: refused, not installed.
+        fetcher.respond(to: request, with: .success(try signer.sign(email: "mallory@example.com")))
+        await engine.waitUntilIdle()
+        #expect(engine.metrics.fetchesFailed[.identityMismatch] == 1)
+        #expect(!engine.state.isIdentified)
+        fetcher.setResponder { _ in try signer.sign(email: "alice@example.com") }
+        await clock.advance(upTo: .seconds(3_600)) { engine.state.isIdentified }
+        try await first.value
+        try await second.value
+        #expect(try engine.identityHeaders().credential().email == "alice@example.com")
+        let refused = await #expect(throws: SessionError.self) { try await third.value }
+        #expect(refused?.code == .identityMismatch)
+        await engine.shutdown()
+    }
+
+    @Test func aSignInToTheCurrentAccountComparesTheExpectedUserByteForByte() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        // "josé" with a precomposed é, as the backend signs it.
+        let fetcher = ScriptedCredentialFetcher(responder: { _ in try signer.sign(email: "jos\u{E9}@example.com") })
+        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        try await engine.signIn("jose", expecting: " JOS\u{C9}@example.com")
+        // Normalized as the backend normalizes: trimmed and lowercased, the same bytes.
+        try await engine.signIn("jose", expecting: "jos\u{E9}@example.com")
+        // Canonically equivalent, other bytes: the signature covers bytes, so this names another user.
+        let decomposed = "jose\u{301}@example.com"
+        #expect(decomposed == "jos\u{E9}@example.com", "Swift's String equality is canonical equivalence")
+        let refused = await #expect(throws: SessionError.self) {
+            try await engine.signIn("jose", expecting: decomposed)
+        }
+        #expect(refused?.code == .identityMismatch)
+        #expect(engine.state.isIdentified)
+        await engine.shutdown()
+    }
+
     @Test func aPoolPinsTheExpectedUserToo() async throws {
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)

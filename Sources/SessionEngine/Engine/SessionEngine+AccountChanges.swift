@@ -50,8 +50,9 @@ extension SessionEngine {
     /// `email` from the start: a first credential that names another user is refused with
     /// ``SessionError/Code/identityMismatch`` (a misconfiguration, retried on the slow schedule) instead of pinning
     /// the account to that user until it signs out. Without an expectation the first credential's user is the one
-    /// every later credential must name. Signing in to the account that is already current checks the expectation
-    /// against the user it is pinned to.
+    /// every later credential must name. Signing in again to the account that is current, or being signed in to,
+    /// checks the expectation against the user the account session is pinned to, byte for byte as the backend signs
+    /// it (two spellings that Unicode counts as equal are two users here), and pins one not pinned yet.
     ///
     /// - Parameters:
     ///   - account: The account to sign in.
@@ -195,10 +196,6 @@ extension SessionEngine {
                 // A sign-out may still be draining its work: return once it is done, as the first caller does.
                 await preparation?.value()
                 return
-            }
-            if let expected, let pinned = machine.currentSession?.pinnedEmail, pinned != expected {
-                throw SessionError(
-                    .identityMismatch, reason: "the account is signed in as another user than the one expected")
             }
             if let credential { try push(credential, for: target) }
             try await waitForIdentity(identityWait(epoch: epoch, of: target, within: timeout), preparedBy: nil)

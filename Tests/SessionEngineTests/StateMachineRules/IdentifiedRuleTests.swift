@@ -119,6 +119,28 @@ extension SessionStateMachineRuleTests {
         #expect(harness.machine.state == before)
     }
 
+    @Test func signingInAgainExpectingAnotherUserThanThePinnedOneIsRefused() {
+        var harness = MachineHarness.identified(as: "alice")
+        let before = harness.machine.state
+        #expect(harness.session?.pinnedEmail == "alice@example.com")
+        let same = harness.machine.changeAccount(to: "alice", expecting: "alice@example.com", at: harness.now)
+        guard case .alreadyCurrent(epoch: 1) = same else {
+            Issue.record("expected the current account session, got \(same)")
+            return
+        }
+        for other in ["bob@example.com", "alice@example.co"] {
+            let refused = harness.machine.changeAccount(to: "alice", expecting: other, at: harness.now)
+            guard case .refused(let error, let actions) = refused else {
+                Issue.record("expected a refusal of \(other), got \(refused)")
+                return
+            }
+            #expect(error.code == .identityMismatch)
+            #expect(actions.isEmpty)
+        }
+        #expect(harness.machine.state == before)
+        #expect(harness.machine.epoch == 1)
+    }
+
     @Test func leavingAnAccountCancelsItsFetchTimerAndWork() {
         var identified = MachineHarness.identified(as: "alice")
         let fromIdentified = identified.machine.changeAccount(to: "bob", at: identified.now)

@@ -17,6 +17,33 @@ extension SessionStateMachineRuleTests {
         #expect(harness.machine.epoch == 1)
     }
 
+    @Test func switchingToSameAccountExpectingAUserChecksThePinAndPinsOneNotPinned() {
+        // No user expected by the first sign-in: a second one that expects one pins it before the first credential.
+        var harness = MachineHarness.switching(to: "alice")
+        let joined = harness.machine.changeAccount(to: "alice", expecting: "alice@example.com", at: harness.now)
+        guard case .alreadyCurrent(epoch: 1) = joined else {
+            Issue.record("expected to join the change of epoch 1, got \(joined)")
+            return
+        }
+        guard case .switching(let change) = harness.machine.state else {
+            Issue.record("expected the change to go on, got \(harness.machine.state)")
+            return
+        }
+        #expect(change.target?.pinnedEmail == "alice@example.com")
+
+        // A third that expects another user is refused, and changes nothing.
+        let before = harness.machine.state
+        let refused = harness.machine.changeAccount(to: "alice", expecting: "bob@example.com", at: harness.now)
+        guard case .refused(let error, let actions) = refused else {
+            Issue.record("expected a refusal, got \(refused)")
+            return
+        }
+        #expect(error.code == .identityMismatch)
+        #expect(actions.isEmpty)
+        #expect(harness.machine.state == before)
+        #expect(harness.machine.epoch == 1)
+    }
+
     @Test func switchingToAnotherAccountSupersedesTheChange() {
         // Prepared, with the first fetch running: the fetch is cancelled with the rest.
         var harness = MachineHarness.signingIn(as: "alice")

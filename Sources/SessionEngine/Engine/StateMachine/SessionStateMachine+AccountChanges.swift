@@ -27,13 +27,24 @@ extension SessionStateMachine {
         case .signedOut:
             // Signing out when signed out changes nothing; signing in begins the first epoch of an account.
             guard target != nil else { return .alreadyCurrent(epoch: epoch) }
-        case .switching(let change):
+        case .switching(var change):
             // A shutdown under way refuses changes; a second change supersedes the first.
             if change.shutsDown { return .shutDown }
-            guard change.target?.account != target else { return .alreadyCurrent(epoch: epoch) }
-        case .identified(let session), .renewing(let session), .expired(let session):
+            guard change.target?.account == target else { break }
+            if let expected, var session = change.target {
+                guard Self.expect(expected, of: &session) else { return .refused(Self.expectationMismatch, []) }
+                change.target = session
+                state = .switching(change)
+            }
+            return .alreadyCurrent(epoch: epoch)
+        case .identified(var session), .renewing(var session), .expired(var session):
             // Leaving an account: its fetch, timer and work are cancelled.
-            guard session.account != target else { return .alreadyCurrent(epoch: epoch) }
+            guard session.account == target else { break }
+            if let expected {
+                guard Self.expect(expected, of: &session) else { return .refused(Self.expectationMismatch, []) }
+                state = state.replacingSession(with: session)
+            }
+            return .alreadyCurrent(epoch: epoch)
         }
         if let pushed, let target {
             // Validate the handed-over credential as the new account session's first: a refusal changes nothing.
@@ -52,6 +63,17 @@ extension SessionStateMachine {
             state = .switching(change)
         }
         return .began(epoch: epoch, actions)
+    }
+
+    /// Checks the user the host expects when it signs in again to the account it is signed in to, or being signed in
+    /// to: the account session must be pinned to that user, byte for byte, and one not pinned yet (no credential has
+    /// been installed, and no user was expected before) is pinned to it, so that its first credential must name it.
+    ///
+    /// - Returns: `false` when the account session is pinned to another user.
+    private static func expect(_ expected: String, of session: inout AccountSession) -> Bool {
+        guard session.admits(email: expected) else { return false }
+        if session.pinnedEmail == nil { session.pin(expected) }
+        return true
     }
 
     /// The host asked for a graceful shutdown with a grace period.

@@ -60,7 +60,12 @@ struct SessionStateMachine: Sendable {
         var pinnedEmail: String? { credential?.email ?? rare?.value.expectedEmail }
         /// Whether `credential` names the pinned user, byte for byte, or the session is pinned to none yet.
         func admits(_ credential: IdentityCredential) -> Bool {
-            pinnedEmail.map { $0.utf8.elementsEqual(credential.email.utf8) } ?? true
+            admits(email: credential.email)
+        }
+        /// Whether `email` is the pinned user's, byte for byte (the bytes the backend signs), or the session is pinned
+        /// to none yet.
+        func admits(email: String) -> Bool {
+            pinnedEmail.map { $0.utf8.elementsEqual(email.utf8) } ?? true
         }
         /// The credential the service last rejected, so one credential is renewed at most once.
         var rejectedSignature: String? {
@@ -158,6 +163,17 @@ struct SessionStateMachine: Sendable {
         case expired(AccountSession)
         /// The engine has shut down; every input is refused or ignored.
         case shutDown
+
+        /// The same state with `session` in place of its account session; `signedOut`, `switching` and `shutDown`,
+        /// which hold none, are returned as they are.
+        func replacingSession(with session: AccountSession) -> State {
+            switch self {
+            case .identified: .identified(session)
+            case .renewing: .renewing(session)
+            case .expired: .expired(session)
+            case .signedOut, .switching, .shutDown: self
+            }
+        }
     }
 
     /// The outcome of a fetch that the owner hands to the callers waiting for it.
@@ -376,6 +392,9 @@ struct SessionStateMachine: Sendable {
     static let accountChanged = SessionError(.accountChanged, reason: "the account changed")
     static let signedOut = SessionError(.signedOut, reason: "no account is signed in")
     static let shutDownError = SessionError(.shutDown, reason: "the session engine has shut down")
+    /// The refusal of a sign-in to the current account that expects another user than the one it is pinned to.
+    static let expectationMismatch = SessionError(
+        .identityMismatch, reason: "the account is signed in as another user than the one expected")
 
     /// The backend's time at `now`: the local wall clock plus the applied offset.
     func backendTime(_ now: SessionInstant) -> Date {
