@@ -176,7 +176,7 @@ extension SessionEngine {
     ///
     /// - Parameter hook: Receives the account being left and the account being entered.
     public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {
-        hooks.append(hook)
+        life.hooks.append(hook)
     }
 
     private func changeAccount(
@@ -194,7 +194,7 @@ extension SessionEngine {
         case .alreadyCurrent(let epoch):
             guard let target else {
                 // A sign-out may still be draining its work: return once it is done, as the first caller does.
-                await preparation?.value()
+                await life.preparation?.value()
                 return
             }
             if let credential { try push(credential, for: target) }
@@ -203,14 +203,14 @@ extension SessionEngine {
             // The actions started this change's preparation; a caller returns only once it is done, even when a
             // later change superseded it, so no work of the previous account still runs.
             guard let target else {
-                await preparation?.value()
+                await life.preparation?.value()
                 return
             }
             // The caller registers for the epoch's outcome in this step, before the preparation ends: a first fetch
             // that ends the backend session while the caller is still waking from the preparation then reaches it as
             // BACKEND_SESSION_ENDED, not as a superseded change.
             try await waitForIdentity(
-                identityWait(epoch: epoch, of: target, within: timeout, preparing: true), preparedBy: preparation)
+                identityWait(epoch: epoch, of: target, within: timeout, preparing: true), preparedBy: life.preparation)
         }
     }
 
@@ -241,11 +241,11 @@ extension SessionEngine {
     func prepare(epoch: UInt64, signalledBy prepared: OneShot<Void>) async {
         await store.drain(before: epoch)
         // Every await is a place where the world may have changed: the machine checks the epoch.
-        if let change = machine.hooksDue(epoch: epoch) {
-            for hook in hooks { await hook(change) }
+        if let change = life.machine.hooksDue(epoch: epoch) {
+            for hook in life.hooks { await hook(change) }
         }
         step { $0.changePrepared(epoch: epoch, at: $1) }
-        if preparation === prepared { preparation = nil }
+        if life.preparation === prepared { life.preparation = nil }
     }
 
     /// How a caller of an account change waits for the identity of `epoch`.
@@ -271,9 +271,9 @@ extension SessionEngine {
     private func identityWait(
         epoch: UInt64, of account: AccountID, within timeout: Duration?, preparing: Bool = false
     ) -> IdentityWait {
-        if !preparing, machine.epoch == epoch, machine.usableCredential != nil { return .identified }
-        guard machine.epoch == epoch, machine.currentAccount != nil else {
-            if machine.isShutDown { return .superseded(SessionStateMachine.shutDownError) }
+        if !preparing, life.machine.epoch == epoch, life.machine.usableCredential != nil { return .identified }
+        guard life.machine.epoch == epoch, life.machine.currentAccount != nil else {
+            if life.machine.isShutDown { return .superseded(SessionStateMachine.shutDownError) }
             return .superseded(SessionError(.accountChanged, reason: "another account change superseded this one"))
         }
         let ticket = registerWaiter(epoch: epoch, kind: .identity)
@@ -321,13 +321,13 @@ extension SessionEngine {
         timeout: Duration
     ) {
         var reason = "\(account) was not identified within \(timeout.readable); the engine keeps trying"
-        if machine.epoch == epoch, let failure = machine.activeSession?.lastFailure {
+        if life.machine.epoch == epoch, let failure = life.machine.activeSession?.lastFailure {
             reason += " (the last fetch failed: \(failure))"
-        } else if machine.epoch == epoch, machine.activeSession == nil {
+        } else if life.machine.epoch == epoch, life.machine.activeSession == nil {
             reason += " (the previous account's work is still draining)"
         }
         log(.info, "sign-in timed out", ["account": account.rawValue, "timeout": timeout.readable])
-        let failureClass = machine.epoch == epoch ? machine.activeSession?.lastFailure?.failureClass : nil
+        let failureClass = life.machine.epoch == epoch ? life.machine.activeSession?.lastFailure?.failureClass : nil
         ticket.waiters.fail(
             ticket, with: SessionError(.signInTimedOut, reason: reason, isTransient: true, failureClass: failureClass))
     }

@@ -79,9 +79,9 @@ extension SessionEngine {
     ///
     /// - Parameter stopsOnCancellation: Whether cancelling the calling task ends the wait early.
     func waitUntilStopped(stopsOnCancellation: Bool = false) async {
-        guard !machine.isShutDown else { return }
-        let signal = stopped ?? OneShot<Void>()
-        stopped = signal
+        guard !life.machine.isShutDown else { return }
+        let signal = life.stopped ?? OneShot<Void>()
+        life.stopped = signal
         if stopsOnCancellation {
             _ = await signal.valueUnlessCancelled()
         } else {
@@ -133,6 +133,6 @@ extension SessionEngine {
             await self.store.drain(before: .max)
             await self.gracePeriodEnded()
         }
-        gracePeriod = OutOfLine(GracePeriodWatch(deadline: deadline, drain: drain))
+        life.gracePeriod = OutOfLine(GracePeriodWatch(deadline: deadline, drain: drain))
     }
 }

@@ -32,7 +32,7 @@ extension SessionEngine {
             return .failed(error)
         case .wait(let epoch, _):
             // A caller now waits for the fetch: the pool's budget lets it go before proactive renewals.
-            if let ticket = fetch?.value.ticket { budget?.promote(ticket) }
+            if let ticket = life.fetch?.value.ticket { budget?.promote(ticket) }
             // Registered in the step that started the fetch, so no outcome of it can slip by.
             return .wait(registerWaiter(epoch: epoch, kind: .nextOutcome))
         }
@@ -68,16 +68,16 @@ extension SessionEngine {
     package func renewAfterRejection(of credential: IdentityCredential, epoch: UInt64) async throws
         -> IdentityCredential
     {
-        guard !machine.isShutDown else { throw SessionStateMachine.shutDownError }
+        guard !life.machine.isShutDown else { throw SessionStateMachine.shutDownError }
         // The work belongs to its account session: after an account change it fails, and never runs again with the
         // next account's credential.
-        guard machine.currentSession?.epoch == epoch else { throw SessionStore.accountChangedError }
+        guard life.machine.currentSession?.epoch == epoch else { throw SessionStore.accountChangedError }
         reportRejection(of: credential)
-        if let current = machine.usableCredential, current.signature != credential.signature {
+        if let current = life.machine.usableCredential, current.signature != credential.signature {
             // Another caller's report already renewed it.
             return current
         }
-        guard let epoch = machine.rejectionRenewalEpoch(for: credential) else {
+        guard let epoch = life.machine.rejectionRenewalEpoch(for: credential) else {
             throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
         }
         return try await waitForOutcome(registerWaiter(epoch: epoch, kind: .nextOutcome))

@@ -20,9 +20,9 @@ extension SessionEngine {
         _ decide: (inout SessionStateMachine, SessionInstant) -> Decision
     ) -> Decision {
         let now = instant()
-        let decision = decide(&machine, now)
+        let decision = decide(&life.machine, now)
         announce?(decision)
-        apply(decision.actions, installing: machine.snapshot, at: now)
+        apply(decision.actions, installing: life.machine.snapshot, at: now)
         return decision
     }
 
@@ -64,11 +64,11 @@ extension SessionEngine {
             case .finishShutdown:
                 finishesShutdown = true
                 timers.cancel(for: timerToken)
-                if let watch = gracePeriod?.value {
+                if let watch = life.gracePeriod?.value {
                     timers.release(watch.deadline)
                     watch.drain.cancel()
                 }
-                gracePeriod = nil
+                life.gracePeriod = nil
             default:
                 perform(action, at: now)
             }
@@ -77,13 +77,13 @@ extension SessionEngine {
         dropWaitersIfNone()
         if finishesShutdown {
             broadcaster.finish()
-            stopped?.open()
+            life.stopped?.open()
         }
     }
 
     private func publish(_ kind: SessionEvent.Kind, epoch: UInt64, at now: SessionInstant) {
-        sequence += 1
-        let event = SessionEvent(kind, time: now, epoch: epoch, sequence: sequence)
+        life.sequence += 1
+        let event = SessionEvent(kind, time: now, epoch: epoch, sequence: life.sequence)
         recorder.record(event)
         shared.observer?(event)
         if let membership {
@@ -108,8 +108,8 @@ extension SessionEngine {
         case .startFetch(let request):
             startFetch(request, at: now)
         case .cancelFetch:
-            fetch?.value.task.cancel()
-            fetch = nil
+            life.fetch?.value.task.cancel()
+            life.fetch = nil
         case .scheduleTimer(let spec):
             timers.schedule(spec, for: timerToken)
         case .cancelTimer:
@@ -119,9 +119,9 @@ extension SessionEngine {
         case .failAllWaiters(let error):
             waitersIfAny?.failAll(error)
         case .prepareChange(let epoch):
-            let previous = preparation
+            let previous = life.preparation
             let done = OneShot<Void>()
-            preparation = done
+            life.preparation = done
             // The task holds the engine until the change is prepared, as the fetch task holds it until the fetch has
             // ended: an engine's tasks reference it strongly, so no weak reference gives it a side table.
             _ = startTask {
@@ -150,12 +150,12 @@ extension SessionEngine {
     }
 
     private func startFetch(_ request: FetchRequest, at now: SessionInstant) {
-        fetch?.value.task.cancel()
+        life.fetch?.value.task.cancel()
         let fetcher = self.fetcher
         let budget = self.budget
         let clock = self.clock
         let ticket = budget.map { budget in
-            let (urgency, deadline) = machine.fetchUrgency(at: now, callersWaiting: waitingCallers > 0)
+            let (urgency, deadline) = life.machine.fetchUrgency(at: now, callersWaiting: waitingCallers > 0)
             return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
         }
         let configuration = self.configuration
@@ -202,7 +202,7 @@ extension SessionEngine {
             }
             await self.fetchCompleted(request.id, result, waited: waited)
         }
-        fetch = OutOfLine(RunningFetch(id: request.id, task: task, ticket: ticket))
+        life.fetch = OutOfLine(RunningFetch(id: request.id, task: task, ticket: ticket))
         log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
     }
 
@@ -215,8 +215,8 @@ extension SessionEngine {
     }
 
     private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>, waited: Duration) {
-        let current = fetch?.value.id == id
-        if current { fetch = nil }
+        let current = life.fetch?.value.id == id
+        if current { life.fetch = nil }
         switch result {
         case .success(let fetched):
             step { machine, now in
@@ -229,7 +229,7 @@ extension SessionEngine {
                 // Once per fetch: its late answer, if it ever comes, is dropped without another record.
                 log(
                     .warning, "the fetcher outlived its deadline",
-                    ["account": machine.currentSession?.account.rawValue ?? "none", "fetch": "\(id)"])
+                    ["account": life.machine.currentSession?.account.rawValue ?? "none", "fetch": "\(id)"])
             }
             step { $0.fetchFailed(id, error: Self.classify(error), waited: waited, at: $1) }
         }

@@ -26,7 +26,8 @@ public actor SessionEngine {
     /// The configuration, the fetcher, the clock and the deadline queue, a pool's budget and outlets, and an engine of
     /// its own's observer: one object for all the engines of a pool.
     let shared: Shared
-    var machine: SessionStateMachine
+    /// The account's life as the actor keeps it: the machine and what carries out its decisions between steps.
+    var life: AccountLife
     let store: SessionStore
     /// The engine's event broadcaster, made when the first subscriber comes.
     let broadcaster: BroadcasterSlot
@@ -36,22 +37,35 @@ public actor SessionEngine {
     let recorder: MetricsRecorder
     /// The pool's member this engine is; `nil` for an engine of its own.
     nonisolated let membership: Membership?
-    /// Opens once the engine has shut down; made when a caller first waits for the shutdown
-    /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps none.
-    var stopped: OneShot<Void>?
-    /// The fetch in flight, out of line: with its claim on a budget it is nine words, and a pool's members, one per
-    /// account, mostly have no fetch.
-    var fetch: OutOfLine<RunningFetch>?
     /// The engine's slot in its deadline queue (``Shared/timers``), taken when the engine is made and given back when it
     /// is freed.
     nonisolated let timerToken: DeadlineQueue<TimerTarget>.Token
-    /// A graceful shutdown's two watchers, while it lasts: the grace period's deadline and the wait for running work
-    /// to finish; out of line, since an engine holds them only while it shuts down.
-    var gracePeriod: OutOfLine<GracePeriodWatch>?
-    var hooks: [@Sendable (AccountChange) async -> Void] = []
-    /// The latest account change's preparation: the next one runs after it.
-    var preparation: OneShot<Void>?
-    var sequence: UInt64 = 0
+
+    /// One account's life as its actor keeps it: the machine that decides, and what carries out its decisions from
+    /// one step to the next. Only the actor touches it, and every step takes it whole (``step(announcing:_:)``).
+    ///
+    /// A value, and the only one of the engine's fields that changes after it is made but for the locked state readers
+    /// take without a hop (the store, the broadcaster's slot, the recorder, the waiters): what an account is to the
+    /// actor, in one place, the way a shard holding many accounts would keep each of them.
+    struct AccountLife: Sendable {
+        var machine: SessionStateMachine
+        /// The fetch in flight, out of line: with its claim on a budget it is nine words, and a pool's members, one
+        /// per account, mostly have no fetch.
+        var fetch: OutOfLine<RunningFetch>?
+        /// A graceful shutdown's two watchers, while it lasts: the grace period's deadline and the wait for running
+        /// work to finish; out of line, since an engine holds them only while it shuts down.
+        var gracePeriod: OutOfLine<GracePeriodWatch>?
+        /// The account-change hooks, in the order they were added.
+        var hooks: [@Sendable (AccountChange) async -> Void]
+        /// The latest account change's preparation: the next one runs after it.
+        var preparation: OneShot<Void>?
+        /// Opens once the engine has shut down; made when a caller first waits for the shutdown
+        /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps
+        /// none.
+        var stopped: OneShot<Void>?
+        /// The sequence number of the last event published.
+        var sequence: UInt64 = 0
+    }
 
     /// Which member of a pool an engine is: what it reports its events and its read under.
     struct Membership: Sendable {
@@ -227,7 +241,6 @@ public actor SessionEngine {
         membership: Membership?
     ) {
         self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
-        self.hooks = hooks
         self.shared = shared
         var seed = randomSeed ?? 0
         if randomSeed == nil {
@@ -235,7 +248,7 @@ public actor SessionEngine {
             seed = system.next()
         }
         let clock = shared.clock
-        self.machine = SessionStateMachine(configuration: shared.machine, seed: seed)
+        self.life = AccountLife(machine: SessionStateMachine(configuration: shared.machine, seed: seed), hooks: hooks)
         self.store = SessionStore(wallClock: shared.wallClock)
         self.membership = membership
         let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
@@ -249,7 +262,7 @@ public actor SessionEngine {
     /// timer never keeps one alive, and the last timer gone stops the queue's sleeper.
     deinit {
         shared.timers.release(timerToken)
-        if let watch = gracePeriod?.value { shared.timers.release(watch.deadline) }
+        if let watch = life.gracePeriod?.value { shared.timers.release(watch.deadline) }
     }
 
     /// Closes the engine to new scoped work if none runs and no caller waits, for a pool evicting the account: work
