@@ -322,15 +322,17 @@ extension ScriptedCredentialFetcher {
         let fetcher = ScriptedCredentialFetcher()
         let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
         // The first sign-in expects no user; its first fetch is held.
-        let first = await engine.startCall { try await $0.signIn("alice") }
+        let first = await engine.startCall { try await $0.signIn("alice", timeout: .seconds(3_600)) }
         let request = await fetcher.nextRequest()
         // A second expects one: the account session is pinned to it before the first credential arrives.
-        let second = await engine.startCall { try await $0.signIn("alice", expecting: "alice@example.com") }
+        let second = await engine.startCall {
+            try await $0.signIn("alice", expecting: "alice@example.com", timeout: .seconds(3_600))
+        }
         // A third expects another user: refused at once, while the first two still wait.
         let thirdEnded = Locked(false)
         let third = await engine.startCall { engine in
             defer { thirdEnded.withLock { $0 = true } }
-            try await engine.signIn("alice", expecting: "bob@example.com")
+            try await engine.signIn("alice", expecting: "bob@example.com", timeout: .seconds(3_600))
         }
         await engine.waitUntilIdle()
         #expect(thirdEnded.value, "the sign-in expecting another user ended before the first credential came")

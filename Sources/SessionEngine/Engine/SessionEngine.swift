@@ -42,7 +42,8 @@ public actor SessionEngine {
     nonisolated let timerToken: DeadlineQueue<TimerTarget>.Token
 
     /// One account's life as its actor keeps it: the machine that decides, and what carries out its decisions from
-    /// one step to the next. Only the actor touches it, and every step takes it whole (``step(announcing:_:)``).
+    /// one step to the next. Only the actor touches it: a step hands its machine to the decision and performs the
+    /// decision with the rest (``step(announcing:_:)``).
     ///
     /// A value, and the only one of the engine's fields that changes after it is made but for the locked state readers
     /// take without a hop (the store, the broadcaster's slot, the recorder, the waiters): what an account is to the

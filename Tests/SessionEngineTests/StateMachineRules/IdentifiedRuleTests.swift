@@ -119,7 +119,7 @@ extension SessionStateMachineRuleTests {
         #expect(harness.machine.state == before)
     }
 
-    @Test func signingInAgainExpectingAnotherUserThanThePinnedOneIsRefused() {
+    @Test func signingInAgainExpectingAnotherUserThanThePinnedOneIsRefused() throws {
         var harness = MachineHarness.identified(as: "alice")
         let before = harness.machine.state
         #expect(harness.session?.pinnedEmail == "alice@example.com")
@@ -139,6 +139,26 @@ extension SessionStateMachineRuleTests {
         }
         #expect(harness.machine.state == before)
         #expect(harness.machine.epoch == 1)
+
+        // Expired before any credential (the first fetch failed): the session is pinned by the first sign-in that
+        // expects a user, and a later one that expects another is refused.
+        var unpinned = MachineHarness.signingIn(as: "alice")
+        _ = unpinned.machine.fetchFailed(try unpinned.fetchID(), error: .fetchFailed("timed out"), at: unpinned.now)
+        #expect(unpinned.expiredReason == .unavailable)
+        #expect(unpinned.session?.pinnedEmail == nil)
+        let pinning = unpinned.machine.changeAccount(to: "alice", expecting: "alice@example.com", at: unpinned.now)
+        guard case .alreadyCurrent(epoch: 1) = pinning else {
+            Issue.record("expected the current account session, got \(pinning)")
+            return
+        }
+        #expect(unpinned.session?.pinnedEmail == "alice@example.com")
+        #expect(unpinned.expiredReason == .unavailable)
+        let refused = unpinned.machine.changeAccount(to: "alice", expecting: "bob@example.com", at: unpinned.now)
+        guard case .refused(let error, _) = refused else {
+            Issue.record("expected a refusal, got \(refused)")
+            return
+        }
+        #expect(error.code == .identityMismatch)
     }
 
     @Test func leavingAnAccountCancelsItsFetchTimerAndWork() {

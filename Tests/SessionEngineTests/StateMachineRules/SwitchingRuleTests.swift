@@ -42,6 +42,27 @@ extension SessionStateMachineRuleTests {
         #expect(actions.isEmpty)
         #expect(harness.machine.state == before)
         #expect(harness.machine.epoch == 1)
+
+        // A credential handed over with the first sign-in is the session's first: a sign-in that expects another user
+        // is refused rather than let the credential be dropped when the change is prepared.
+        var pushed = MachineHarness.signedOut()
+        let wall = Int64(pushed.now.wall.timeIntervalSince1970)
+        let bobs = pushed.credential(email: "bob@example.com", expiresAt: wall + 900)
+        guard case .began(epoch: 1, _) = pushed.machine.changeAccount(to: "alice", pushing: bobs, at: pushed.now) else {
+            Issue.record("expected the sign-in with a handed-over credential to begin")
+            return
+        }
+        let mismatch = pushed.machine.changeAccount(to: "alice", expecting: "alice@example.com", at: pushed.now)
+        guard case .refused(let pushedError, _) = mismatch else {
+            Issue.record("expected a refusal, got \(mismatch)")
+            return
+        }
+        #expect(pushedError.code == .identityMismatch)
+        let matching = pushed.machine.changeAccount(to: "alice", expecting: "bob@example.com", at: pushed.now)
+        guard case .alreadyCurrent(epoch: 1) = matching else {
+            Issue.record("expected to join the change of epoch 1, got \(matching)")
+            return
+        }
     }
 
     @Test func switchingToAnotherAccountSupersedesTheChange() {

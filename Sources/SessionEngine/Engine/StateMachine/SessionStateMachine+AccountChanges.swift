@@ -10,6 +10,10 @@ extension SessionStateMachine {
     ///
     /// A credential `pushed` with a sign-in is validated first, for the new account session: a refused one changes
     /// nothing. An accepted one is installed instead of the first fetch once the change is prepared.
+    ///
+    /// A sign-in to the account that is current, or being signed in to, begins nothing; with an `expected` user it is
+    /// refused (`IDENTITY_MISMATCH`) when the account session is pinned to another user, or a credential kept for it
+    /// names another, and otherwise pins a session not pinned yet to that user.
     mutating func changeAccount(
         to target: AccountID?,
         pushing pushed: IdentityCredential? = nil,
@@ -27,14 +31,18 @@ extension SessionStateMachine {
         case .signedOut:
             // Signing out when signed out changes nothing; signing in begins the first epoch of an account.
             guard target != nil else { return .alreadyCurrent(epoch: epoch) }
-        case .switching(var change):
+        case .switching(let change):
             // A shutdown under way refuses changes; a second change supersedes the first.
             if change.shutsDown { return .shutDown }
             guard change.target?.account == target else { break }
             if let expected, var session = change.target {
-                guard Self.expect(expected, of: &session) else { return .refused(Self.expectationMismatch, []) }
-                change.target = session
-                state = .switching(change)
+                // A credential handed over with the sign-in and kept for the prepared change is the session's first:
+                // it must name the expected user as well.
+                let pushedNamesAnother = change.pushed.map { !$0.email.utf8.elementsEqual(expected.utf8) } ?? false
+                guard !pushedNamesAnother, Self.expect(expected, of: &session) else {
+                    return .refused(Self.expectationMismatch, [])
+                }
+                replace(session)
             }
             return .alreadyCurrent(epoch: epoch)
         case .identified(var session), .renewing(var session), .expired(var session):
@@ -42,7 +50,7 @@ extension SessionStateMachine {
             guard session.account == target else { break }
             if let expected {
                 guard Self.expect(expected, of: &session) else { return .refused(Self.expectationMismatch, []) }
-                state = state.replacingSession(with: session)
+                replace(session)
             }
             return .alreadyCurrent(epoch: epoch)
         }

@@ -163,17 +163,6 @@ struct SessionStateMachine: Sendable {
         case expired(AccountSession)
         /// The engine has shut down; every input is refused or ignored.
         case shutDown
-
-        /// The same state with `session` in place of its account session; `signedOut`, `switching` and `shutDown`,
-        /// which hold none, are returned as they are.
-        func replacingSession(with session: AccountSession) -> State {
-            switch self {
-            case .identified: .identified(session)
-            case .renewing: .renewing(session)
-            case .expired: .expired(session)
-            case .signedOut, .switching, .shutDown: self
-            }
-        }
     }
 
     /// The outcome of a fetch that the owner hands to the callers waiting for it.
@@ -223,13 +212,15 @@ struct SessionStateMachine: Sendable {
 
     /// What ``changeAccount(to:at:)`` and ``shutdownRequested(at:)`` decided.
     enum ChangeDecision: Sendable {
-        /// The target is already the current account (or the one being switched to): nothing changes.
+        /// The target is already the current account (or the one being switched to): no change begins, though a
+        /// session not pinned yet may have been pinned to the user the caller expects.
         case alreadyCurrent(epoch: UInt64)
         /// A change began with a new epoch.
         case began(epoch: UInt64, [Action])
         /// The engine has shut down, or is shutting down.
         case shutDown
-        /// The credential handed over with the sign-in was refused; nothing changed except the reported events.
+        /// The credential handed over with the sign-in was refused, or the user the caller expects is not the one
+        /// the account session is pinned to; nothing changed except the reported events.
         case refused(SessionError, [Action])
     }
 
