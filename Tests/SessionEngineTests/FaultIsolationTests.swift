@@ -351,6 +351,38 @@ extension ScriptedCredentialFetcher {
         await engine.shutdown()
     }
 
+    @Test func aSignInExpectingAnotherUserThanAHandedOverCredentialIsRefusedNotTheCredential() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let fetcher = ScriptedCredentialFetcher()
+        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        // The sign-in's change waits in its hook, so the credential handed over with it is kept, not yet installed.
+        let hooks = Gate()
+        await engine.addAccountChangeHook { _ in await hooks.wait() }
+        let handOver = await engine.startCall {
+            try await $0.signIn("alice", with: signer.sign(email: "bob@example.com"))
+        }
+        let refusedEnded = Locked(false)
+        let refused = await engine.startCall { engine in
+            defer { refusedEnded.withLock { $0 = true } }
+            try await engine.signIn("alice", expecting: "alice@example.com", timeout: .seconds(60))
+        }
+        await engine.waitUntilIdle()
+        #expect(refusedEnded.value, "the sign-in expecting another user ended while the change was prepared")
+        // The handed-over credential is installed as the first, not dropped for a fetch.
+        hooks.open()
+        await engine.waitUntilIdle()
+        #expect(try engine.identityHeaders().credential().email == "bob@example.com")
+        #expect(engine.metrics.credentialsPushed == 1)
+        // Ends the waits a regression would leave open: the refused call's deadline, the hand-over's wait.
+        _ = await clock.advance(upTo: .seconds(120)) { false }
+        handOver.cancel()
+        _ = await handOver.result
+        let error = await #expect(throws: SessionError.self) { try await refused.value }
+        #expect(error?.code == .identityMismatch)
+        await engine.shutdown()
+    }
+
     @Test func aSignInToTheCurrentAccountComparesTheExpectedUserByteForByte() async throws {
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
