@@ -294,11 +294,21 @@ extension ScriptedCredentialFetcher {
 /// A host that knows which user an account is says so, and a first credential for another user is refused, not
 /// pinned.
 @Suite struct ExpectedUserTests {
-    @Test func aFirstCredentialForAnotherUserIsRefusedNotPinned() async throws {
+    /// A manual clock, and the backend's signer on it.
+    private static func backend() throws -> (ManualClock, IdentitySigner) {
         let clock = ManualClock()
-        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        return (clock, try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock))
+    }
+
+    /// An engine on `clock` that fetches from `fetcher`, with a fixed seed.
+    private static func engine(_ fetcher: ScriptedCredentialFetcher, on clock: ManualClock) -> SessionEngine {
+        SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+    }
+
+    @Test func aFirstCredentialForAnotherUserIsRefusedNotPinned() async throws {
+        let (clock, signer) = try Self.backend()
         let fetcher = ScriptedCredentialFetcher(responder: { _ in try signer.sign(email: "mallory@example.com") })
-        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        let engine = Self.engine(fetcher, on: clock)
         let signIn = await engine.startCall {
             try await $0.signIn("alice", expecting: "  Alice@Example.com ", timeout: .seconds(3_600))
         }
@@ -317,10 +327,9 @@ extension ScriptedCredentialFetcher {
     }
 
     @Test func aSignInToTheAccountUnderWayPinsItsExpectedUserAndRefusesAnother() async throws {
-        let clock = ManualClock()
-        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let (clock, signer) = try Self.backend()
         let fetcher = ScriptedCredentialFetcher()
-        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        let engine = Self.engine(fetcher, on: clock)
         // The first sign-in expects no user; its first fetch is held.
         let first = await engine.startCall { try await $0.signIn("alice", timeout: .seconds(3_600)) }
         let request = await fetcher.nextRequest()
@@ -352,10 +361,9 @@ extension ScriptedCredentialFetcher {
     }
 
     @Test func aSignInExpectingAnotherUserThanAHandedOverCredentialIsRefusedNotTheCredential() async throws {
-        let clock = ManualClock()
-        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let (clock, signer) = try Self.backend()
         let fetcher = ScriptedCredentialFetcher()
-        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        let engine = Self.engine(fetcher, on: clock)
         // The sign-in's change waits in its hook, so the credential handed over with it is kept, not yet installed.
         let hooks = Gate()
         await engine.addAccountChangeHook { _ in await hooks.wait() }
@@ -384,11 +392,10 @@ extension ScriptedCredentialFetcher {
     }
 
     @Test func aSignInToTheCurrentAccountComparesTheExpectedUserByteForByte() async throws {
-        let clock = ManualClock()
-        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let (clock, signer) = try Self.backend()
         // "josé" with a precomposed é, as the backend signs it.
         let fetcher = ScriptedCredentialFetcher(responder: { _ in try signer.sign(email: "jos\u{E9}@example.com") })
-        let engine = SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
+        let engine = Self.engine(fetcher, on: clock)
         try await engine.signIn("jose", expecting: " JOS\u{C9}@example.com")
         // Normalized as the backend normalizes: trimmed and lowercased, the same bytes.
         try await engine.signIn("jose", expecting: "jos\u{E9}@example.com")
@@ -404,8 +411,7 @@ extension ScriptedCredentialFetcher {
     }
 
     @Test func aPoolPinsTheExpectedUserToo() async throws {
-        let clock = ManualClock()
-        let signer = try IdentitySigner(projectID: "proj_expect", secret: "expect-secret", clock: clock)
+        let (clock, signer) = try Self.backend()
         let fetcher = ScriptedCredentialFetcher(responder: { _ in try signer.sign(email: "mallory@example.com") })
         let pool = SessionPool(fetcher: fetcher, clock: clock)
         let signIn = await pool.startCall { try await $0.signIn("alice", expecting: "alice@example.com") }
