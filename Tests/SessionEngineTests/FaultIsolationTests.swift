@@ -305,6 +305,19 @@ extension ScriptedCredentialFetcher {
         SessionEngine(fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 2), clock: clock)
     }
 
+    /// Starts `call` on `engine`, with a flag set once it has ended, so that a test can see that it ended without
+    /// awaiting it (which, under a regression, would wait for ever).
+    private static func startTracked(
+        _ engine: SessionEngine, _ call: @escaping @Sendable (SessionEngine) async throws -> Void
+    ) async -> (Task<Void, any Error>, Locked<Bool>) {
+        let ended = Locked(false)
+        let task = await engine.startCall { engine in
+            defer { ended.withLock { $0 = true } }
+            try await call(engine)
+        }
+        return (task, ended)
+    }
+
     @Test func aFirstCredentialForAnotherUserIsRefusedNotPinned() async throws {
         let (clock, signer) = try Self.backend()
         let fetcher = ScriptedCredentialFetcher(responder: { _ in try signer.sign(email: "mallory@example.com") })
@@ -338,10 +351,8 @@ extension ScriptedCredentialFetcher {
             try await $0.signIn("alice", expecting: "alice@example.com", timeout: .seconds(3_600))
         }
         // A third expects another user: refused at once, while the first two still wait.
-        let thirdEnded = Locked(false)
-        let third = await engine.startCall { engine in
-            defer { thirdEnded.withLock { $0 = true } }
-            try await engine.signIn("alice", expecting: "bob@example.com", timeout: .seconds(3_600))
+        let (third, thirdEnded) = await Self.startTracked(engine) {
+            try await $0.signIn("alice", expecting: "bob@example.com", timeout: .seconds(3_600))
         }
         await engine.waitUntilIdle()
         #expect(thirdEnded.value, "the sign-in expecting another user ended before the first credential came")
@@ -370,10 +381,8 @@ extension ScriptedCredentialFetcher {
         let handOver = await engine.startCall {
             try await $0.signIn("alice", with: signer.sign(email: "bob@example.com"))
         }
-        let refusedEnded = Locked(false)
-        let refused = await engine.startCall { engine in
-            defer { refusedEnded.withLock { $0 = true } }
-            try await engine.signIn("alice", expecting: "alice@example.com", timeout: .seconds(60))
+        let (refused, refusedEnded) = await Self.startTracked(engine) {
+            try await $0.signIn("alice", expecting: "alice@example.com", timeout: .seconds(60))
         }
         await engine.waitUntilIdle()
         #expect(refusedEnded.value, "the sign-in expecting another user ended while the change was prepared")

@@ -35,24 +35,11 @@ extension SessionStateMachine {
             // A shutdown under way refuses changes; a second change supersedes the first.
             if change.shutsDown { return .shutDown }
             guard change.target?.account == target else { break }
-            if let expected, var session = change.target {
-                // A credential handed over with the sign-in and kept for the prepared change is the session's first:
-                // it must name the expected user as well.
-                let pushedNamesAnother = change.pushed.map { !$0.email.utf8.elementsEqual(expected.utf8) } ?? false
-                guard !pushedNamesAnother, Self.expect(expected, of: &session) else {
-                    return .refused(Self.expectationMismatch, [])
-                }
-                replace(session)
-            }
-            return .alreadyCurrent(epoch: epoch)
-        case .identified(var session), .renewing(var session), .expired(var session):
+            return join(change.target, expecting: expected, kept: change.pushed)
+        case .identified(let session), .renewing(let session), .expired(let session):
             // Leaving an account: its fetch, timer and work are cancelled.
             guard session.account == target else { break }
-            if let expected {
-                guard Self.expect(expected, of: &session) else { return .refused(Self.expectationMismatch, []) }
-                replace(session)
-            }
-            return .alreadyCurrent(epoch: epoch)
+            return join(session, expecting: expected, kept: nil)
         }
         if let pushed, let target {
             // Validate the handed-over credential as the new account session's first: a refusal changes nothing.
@@ -73,15 +60,25 @@ extension SessionStateMachine {
         return .began(epoch: epoch, actions)
     }
 
-    /// Checks the user the host expects when it signs in again to the account it is signed in to, or being signed in
-    /// to: the account session must be pinned to that user, byte for byte, and one not pinned yet (no credential has
-    /// been installed, and no user was expected before) is pinned to it, so that its first credential must name it.
+    /// A sign-in to the account that is current, or being signed in to (`session`), joins it. With an `expected`
+    /// user, the account session must be pinned to that user, byte for byte, and one not pinned yet (no credential has
+    /// been installed, and no user was expected before) is pinned to it, so that its first credential must name it;
+    /// a credential handed over with the sign-in and `kept` for the prepared change is that first credential, and
+    /// must name it too.
     ///
-    /// - Returns: `false` when the account session is pinned to another user.
-    private static func expect(_ expected: String, of session: inout AccountSession) -> Bool {
-        guard session.admits(email: expected) else { return false }
-        if session.pinnedEmail == nil { session.pin(expected) }
-        return true
+    /// - Returns: `alreadyCurrent`, or `refused` with `IDENTITY_MISMATCH`, changing nothing, when another user is
+    ///   pinned or kept.
+    private mutating func join(
+        _ session: AccountSession?, expecting expected: String?, kept: IdentityCredential?
+    ) -> ChangeDecision {
+        if let expected, var session {
+            guard session.admits(email: expected) else { return .refused(Self.expectationMismatch, []) }
+            if session.pinnedEmail == nil { session.pin(expected) }
+            // Pinned to the expected user now: the kept credential is checked against it.
+            guard kept.map(session.admits) ?? true else { return .refused(Self.expectationMismatch, []) }
+            replace(session)
+        }
+        return .alreadyCurrent(epoch: epoch)
     }
 
     /// The host asked for a graceful shutdown with a grace period.
