@@ -83,26 +83,25 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
 
     /// The certificates as PEM, one block each, for a transport that takes PEM.
     package var pem: [UInt8] {
-        var text = ""
+        var text: [UInt8] = []
+        text.reserveCapacity(certificates.reduce(0) { $0 + Self.pemSize(of: $1) })
         for certificate in certificates {
-            text += "-----BEGIN CERTIFICATE-----\n"
-            let encoded = Data(certificate).base64EncodedString()
-            var start = encoded.startIndex
-            while start < encoded.endIndex {
-                let end = encoded.index(start, offsetBy: 64, limitedBy: encoded.endIndex) ?? encoded.endIndex
-                text += encoded[start..<end] + "\n"
-                start = end
-            }
-            text += "-----END CERTIFICATE-----\n"
+            text += Self.begin
+            // 64 characters a line, each ended by a line feed (Foundation ends all but the last).
+            text += Data(certificate).base64EncodedData(options: [.lineLength64Characters, .endLineWithLineFeed])
+            text += [UInt8(ascii: "\n")] + Self.end
         }
-        return Array(text.utf8)
+        return text
     }
+
+    private static let begin = Array("-----BEGIN CERTIFICATE-----\n".utf8)
+    private static let end = Array("-----END CERTIFICATE-----\n".utf8)
 
     /// How many bytes ``pem`` writes for one certificate.
     private static func pemSize(of certificate: [UInt8]) -> Int {
         let encoded = (certificate.count + 2) / 3 * 4
         let lines = (encoded + 63) / 64
-        return "-----BEGIN CERTIFICATE-----\n".utf8.count + encoded + lines + "-----END CERTIFICATE-----\n".utf8.count
+        return begin.count + encoded + lines + end.count
     }
 
     /// `CertificateAuthorities(N certificates)`.
@@ -146,14 +145,12 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
     // MARK: - PEM
 
     private static func parse(_ bytes: [UInt8]) throws(CertificateTrustError) -> [[UInt8]] {
-        let lines = bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).map { line in
-            String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        }
+        let lines = self.lines(bytes)
         var certificates: [[UInt8]] = []
         var block = 0
         var index = 0
         while index < lines.count {
-            guard let label = boundary("BEGIN", lines[index]) else {
+            guard let label = boundary(begin: true, lines[index]) else {
                 index += 1
                 continue
             }
@@ -169,18 +166,18 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
                 throw CertificateTrustError(
                     .notACertificate, reason: "block \(block) of the PEM text is not a CERTIFICATE block")
             }
-            var body = ""
+            var body: [UInt8] = []
             index += 1
-            while index < lines.count, boundary("END", lines[index]) == nil {
+            while index < lines.count, boundary(begin: false, lines[index]) == nil {
                 body += lines[index]
                 index += 1
             }
-            guard index < lines.count, boundary("END", lines[index]) == label else {
+            guard index < lines.count, boundary(begin: false, lines[index]) == label else {
                 throw CertificateTrustError(
                     .malformed, reason: "block \(block) of the PEM text has no matching END line")
             }
             index += 1
-            guard let der = Data(base64Encoded: body), !der.isEmpty else {
+            guard let der = Data(base64Encoded: Data(body)), !der.isEmpty else {
                 throw CertificateTrustError(.malformed, reason: "block \(block) of the PEM text is not valid base64")
             }
             let certificate = Array(der)
@@ -203,12 +200,49 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
         return certificates
     }
 
-    /// The label of a `-----BEGIN label-----` or `-----END label-----` line.
-    private static func boundary(_ kind: String, _ line: String) -> String? {
-        let prefix = "-----\(kind) "
-        guard line.hasPrefix(prefix), line.hasSuffix("-----"), line.count >= prefix.count + 5 else { return nil }
-        return String(line.dropFirst(prefix.count).dropLast(5))
+    /// The text's lines, each without the white space at its ends, as `trimmingCharacters(in:
+    /// .whitespacesAndNewlines)` leaves it: taken byte by byte while a line is ASCII (a system bundle of 200 KiB, or a
+    /// text of 8 MiB, in a blink, also unoptimized), as a `String` otherwise, since Unicode has white space beyond
+    /// ASCII's.
+    private static func lines(_ bytes: [UInt8]) -> [ArraySlice<UInt8>] {
+        // ASCII's white space: tab, line feed, vertical tab, form feed, carriage return and space.
+        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (byte >= 0x09 && byte <= 0x0D) }
+        var lines: [ArraySlice<UInt8>] = []
+        bytes.withUnsafeBufferPointer { bytes in
+            var start = 0
+            while start <= bytes.count {
+                var end = start
+                var ascii = true
+                while end < bytes.count && bytes[end] != UInt8(ascii: "\n") {
+                    if bytes[end] >= 0x80 { ascii = false }
+                    end += 1
+                }
+                if ascii {
+                    var (first, last) = (start, end)
+                    while first < last && isSpace(bytes[first]) { first += 1 }
+                    while last > first && isSpace(bytes[last - 1]) { last -= 1 }
+                    lines.append(ArraySlice(bytes[first..<last]))
+                } else {
+                    let line = String(decoding: bytes[start..<end], as: UTF8.self)
+                    lines.append(ArraySlice(line.trimmingCharacters(in: .whitespacesAndNewlines).utf8))
+                }
+                start = end + 1
+            }
+        }
+        return lines
     }
+
+    /// The label of a `-----BEGIN label-----` line, or of an `-----END label-----` one when not `begin`.
+    private static func boundary(begin: Bool, _ line: ArraySlice<UInt8>) -> String? {
+        let prefix = begin ? beginPrefix : endPrefix
+        let dashes = beginPrefix.prefix(5)
+        guard line.count >= prefix.count + 5, line.starts(with: prefix), line.suffix(5).elementsEqual(dashes)
+        else { return nil }
+        return String(decoding: line.dropFirst(prefix.count).dropLast(5), as: UTF8.self)
+    }
+
+    private static let beginPrefix = Array("-----BEGIN ".utf8)
+    private static let endPrefix = Array("-----END ".utf8)
 
     // MARK: - DER
 

@@ -32,6 +32,22 @@ struct CertificateTrustTests {
         #expect(String(describing: CertificateTrust.system) == "system")
     }
 
+    /// Each line is read without the white space at its ends, Unicode's as well as ASCII's; the PEM the transfer is
+    /// given reads back as the same certificates.
+    @Test func aPEMTextsLinesAreReadWithoutTheWhiteSpaceAtTheirEnds() async throws {
+        let authority = try await Self.authority.value
+        let plain = try String(contentsOfFile: authority.certificate, encoding: .utf8)
+        let expected = try CertificateAuthorities(pem: Data(plain.utf8))
+        let lines = plain.split(separator: "\n").map(String.init)
+        let spaced = ["# café, ünïcode comment"] + lines.map { " \t\($0) \r" } + [""]
+        #expect(try CertificateAuthorities(pem: Data(spaced.joined(separator: "\n").utf8)) == expected)
+        // A no-break space (U+00A0) and an ideographic space (U+3000) are white space too.
+        let unicode = lines.enumerated().map { $0.offset % 2 == 0 ? "\u{A0}\($0.element)\u{3000}" : $0.element }
+        #expect(try CertificateAuthorities(pem: Data(unicode.joined(separator: "\r\n").utf8)) == expected)
+        #expect(try CertificateAuthorities(pem: expected.pem) == expected)
+        #expect(String(decoding: expected.pem, as: UTF8.self) == plain)
+    }
+
     @Test func pemThatIsNotCertificatesIsRefusedWithoutQuotingIt() async throws {
         let authority = try await Self.authority.value
         let certificate = try String(contentsOfFile: authority.certificate, encoding: .utf8)
