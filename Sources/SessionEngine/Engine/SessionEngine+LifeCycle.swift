@@ -53,8 +53,13 @@ extension SessionEngine {
     /// the actor that begins it. A pool removes a member this way, so a call that reached the member as it left fails
     /// with `SHUT_DOWN` (and is retried on the account's next member) instead of signing the leaving member in again,
     /// whose hooks would then report a change from the account to itself.
+    ///
+    /// During a graceful shutdown no account change begins, and the sign-out with hooks that shuts the engine down is
+    /// the grace period's end: it ends now, so the account still leaves with its hooks (and its work cancelled, as a
+    /// sign-out's is). At any other time that input changes nothing.
     func signOutAndShutDown() async {
         requestAccountChange(to: nil)
+        gracePeriodEnded()
         requestShutdown()
         await waitUntilStopped()
     }

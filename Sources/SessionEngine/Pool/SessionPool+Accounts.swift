@@ -110,18 +110,26 @@ extension SessionPool {
     }
 
     /// Shuts every account down as ``SessionEngine/shutdown()`` does, refuses new sign-ins and ends the pool's event
-    /// stream. Returns once every account has shut down.
+    /// stream. Returns once every account has shut down, those already leaving (signed out, evicted) included.
     ///
     /// As with an engine, account-change hooks do not run: a host whose hooks must see every account leave shuts
-    /// down with ``shutdown(gracePeriod:)``.
+    /// down with ``shutdown(gracePeriod:)``. An account already leaving when the shutdown begins leaves as it began
+    /// to, with its hooks. Concurrent calls all return once the pool has shut down.
     public func shutdown() async {
-        let all = members.withLock { members -> [Member] in
+        let (all, leaving, first) = members.withLock { members -> ([Member], [Member], Bool) in
             members.shutDown = true
-            return table.removeAll()
+            guard !members.closing else { return ([], [], false) }
+            members.closing = true
+            return (table.removeAll(), Array(members.leaving.values), true)
+        }
+        guard first else {
+            // Another call shuts the pool down: this one returns when it has.
+            await stopped.value()
+            return
         }
         if let sweeperSlot { timers.cancel(for: sweeperSlot) }
         await Self.forEach(all) { await $0.engine.requestShutdown() }
-        await Self.forEach(all) { await $0.engine.waitUntilStopped() }
+        await Self.forEach(all + leaving) { await $0.engine.waitUntilStopped() }
         broadcaster.finish()
         stopped.open()
     }
@@ -156,6 +164,8 @@ extension SessionPool {
         try account.validate()
         for attempt in 0..<2 {
             let (member, evicted) = try join(account)
+            // The join counted this sign-in on the member, which no eviction takes until the call has returned.
+            defer { members.withLock { $0.signInEnded(member) } }
             if let evicted { await remove(evicted, because: .capacity) }
             do {
                 try await call(member.engine)
@@ -168,13 +178,18 @@ extension SessionPool {
         }
     }
 
-    /// The account's member, made if the pool has none, and the member to evict to stay within the cap.
+    /// The account's member, made if the pool has none, and the member to evict to stay within the cap, which has
+    /// left the table; the member is counted as signing in until the caller says the call has ended
+    /// (``Members/signInEnded(_:)``).
     private func join(_ account: AccountID) throws(SessionError) -> (Member, evicted: Member?) {
         let (joined, evicted, startSweeper) = try members.withLock {
             members throws(SessionError) -> (Member, Member?, Bool) in
             guard !members.shutDown else { throw Self.shutDownError }
             let use = table.nextUse()
-            if let member = table.member(account, stamping: use) { return (member, nil, false) }
+            if let member = table.member(account, stamping: use) {
+                members.signingIn[member.id, default: 0] += 1
+                return (member, nil, false)
+            }
             members.made += 1
             let serial = members.made
             let membership = SessionEngine.Membership(
@@ -182,10 +197,11 @@ extension SessionPool {
             let member = Member(makeEngine(for: membership, hooks: members.hooks))
             var evicted: Member?
             if let cap = configuration.maximumAccounts, table.count >= cap {
-                evicted = Self.closeLeastRecentlyUsedIdle(table.lastUses())
-                if let evicted { table.remove(evicted) }
+                evicted = Self.closeLeastRecentlyUsedIdle(table.lastUses(), sparing: members)
+                if let evicted { members.leave(evicted, from: table) }
             }
             table.insert(member, use: use)
+            members.signingIn[member.id] = 1
             let startSweeper = configuration.idleTimeout != nil && !members.sweeping
             if startSweeper { members.sweeping = true }
             return (member, evicted, startSweeper)
@@ -194,19 +210,22 @@ extension SessionPool {
         return (joined, evicted)
     }
 
-    /// The least recently used member with no scoped work running and no caller waiting, closed to new work in the
-    /// step that checked it (``SessionEngine/closeToWorkIfIdle()``), so that no work starts on it before it leaves.
-    static func closeLeastRecentlyUsedIdle(_ members: [(member: Member, used: Int64)]) -> Member? {
+    /// The least recently used member with no sign-in under way (``Members/signingIn``), no scoped work running and
+    /// no caller waiting, closed to new work in the step that checked it (``SessionEngine/closeToWorkIfIdle()``), so
+    /// that no work starts on it before it leaves.
+    static func closeLeastRecentlyUsedIdle(
+        _ candidates: [(member: Member, used: Int64)], sparing members: Members
+    ) -> Member? {
         // One scan finds the oldest; a busy one is skipped and the scan repeated, which is rare.
         var busy: Set<AccountID> = []
         while true {
             var oldest: (member: Member, used: Int64)?
-            for (member, used) in members where !busy.contains(member.account) {
+            for (member, used) in candidates where !busy.contains(member.account) {
                 if let current = oldest, current.used <= used { continue }
                 oldest = (member, used)
             }
             guard let candidate = oldest?.member else { return nil }
-            if candidate.engine.closeToWorkIfIdle() { return candidate }
+            if !members.isSigningIn(candidate) && candidate.engine.closeToWorkIfIdle() { return candidate }
             busy.insert(candidate.account)
         }
     }
@@ -233,10 +252,11 @@ extension SessionPool {
     /// that reached the old engine first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
     func remove(_ member: Member, because reason: SessionPoolEvent.EvictionReason?) async {
         members.withLock { members in
-            table.remove(member)
-            if reason != nil { members.evictions += 1 }
+            // An eviction took the member out already, in the step that chose it; a sign-out takes it out now.
+            if reason == nil { members.leave(member, from: table) } else { members.evictions += 1 }
         }
         await member.engine.signOutAndShutDown()
+        members.withLock { _ = $0.leaving.removeValue(forKey: member.id) }
         if let reason {
             let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))
             outlets.publish(event, member: member.serial)
@@ -286,9 +306,9 @@ extension SessionPool {
             members.checkpoints.append(Self.checkpoint(table, clock))
             guard let horizon else { return [] }
             let idle = table.lastUses().compactMap { member, used in
-                used < horizon && member.engine.closeToWorkIfIdle() ? member : nil
+                used < horizon && !members.isSigningIn(member) && member.engine.closeToWorkIfIdle() ? member : nil
             }
-            for member in idle { table.remove(member) }
+            for member in idle { members.leave(member, from: table) }
             return idle
         }
         guard let idle else { return }

@@ -52,5 +52,8 @@ extension SessionPool {
 
         /// Whether `other` is this member, not only a member of its account.
         func `is`(_ other: Member) -> Bool { engine === other.engine }
+
+        /// What tells this member from every other while it lives: its engine's identity.
+        var id: ObjectIdentifier { ObjectIdentifier(engine) }
     }
 }

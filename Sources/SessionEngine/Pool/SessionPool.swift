@@ -34,6 +34,33 @@ public final class SessionPool: Sendable {
         /// The idle sweeper's checkpoints, oldest first: a use serial and the clock's `uptime` just after it
         /// (``SessionPool/sweepDue()``).
         var checkpoints: [(use: Int64, at: Duration)] = []
+        /// How many sign-ins are under way on each member, from the join that handed the member out until the call
+        /// returns: neither an eviction nor the idle sweeper takes such a member, whose caller may not have reached its
+        /// engine yet (a caller waiting on the engine keeps it too, ``SessionEngine/closeToWorkIfIdle()``).
+        var signingIn: [ObjectIdentifier: Int] = [:]
+        /// The members taken out of the table that are still signing out and shutting down: a shutdown waits for them
+        /// as it waits for the members it takes out itself.
+        var leaving: [ObjectIdentifier: Member] = [:]
+        /// Whether ``SessionPool/shutdown()`` has begun: a second call waits for the first to finish.
+        var closing = false
+
+        /// Takes `member` out of the table and counts it as leaving, in the lock step that chose it, so that no
+        /// shutdown can miss it in between.
+        mutating func leave(_ member: Member, from table: AccountTable) {
+            table.remove(member)
+            leaving[member.id] = member
+        }
+
+        /// Whether a sign-in is under way on `member`.
+        func isSigningIn(_ member: Member) -> Bool {
+            signingIn[member.id] != nil
+        }
+
+        /// A sign-in that ``SessionPool/join(_:)`` counted on `member` has returned.
+        mutating func signInEnded(_ member: Member) {
+            guard let count = signingIn[member.id] else { return }
+            signingIn[member.id] = count > 1 ? count - 1 : nil
+        }
     }
 
     let fetcher: any CredentialFetcher
@@ -282,9 +309,10 @@ public final class SessionPool: Sendable {
         table.member(account, stamping: using ? table.nextUse() : .min)
     }
 
-    /// Whether `member` is still the pool's member for its account.
+    /// Whether `member` is still the pool's member for its account; under the members' lock, which every removal
+    /// holds from the step that chose a member to the one that takes it out of the table.
     func isMember(_ member: Member) -> Bool {
-        table.member(member.account)?.is(member) == true
+        members.withLock { _ in table.member(member.account)?.is(member) == true }
     }
 
     /// Whether the pool has shut down.

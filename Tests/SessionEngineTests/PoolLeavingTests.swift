@@ -1,0 +1,130 @@
+import Foundation
+import SessionEngineBackend
+import SessionEngineTestKit
+import Synchronization
+import Testing
+
+@testable import SessionEngine
+
+/// Accounts leaving a pool while other calls reach it: a sign-in keeps its member from eviction until it has returned,
+/// a sign-out during a graceful shutdown still runs the account's hooks, and a shutdown returns only once every
+/// account has stopped, those already leaving included, however many callers ask for it.
+@Suite struct PoolLeavingTests {
+    /// A sign-in whose join evicted an account waits for that account's hooks before its own call reaches its engine.
+    /// Meanwhile its member is the least recently used, yet the next sign-in at the cap must not evict it: its
+    /// caller has not reached the engine, so no waiter keeps it.
+    @Test func aMemberWhoseSignInIsUnderWayIsNotEvicted() async throws {
+        let harness = PoolHarness(maximumAccounts: 3)
+        let held = Gate()
+        await harness.pool.addAccountChangeHook { change in
+            if change.from == "xavier" && change.to == nil { await held.wait() }
+        }
+        for account: AccountID in ["xavier", "yann", "zoe"] { try await harness.pool.signIn(account) }
+        let events = harness.pool.events(bufferLimit: .max)
+        // alice's join evicts xavier, the least recently used, whose sign-out is held in its hooks.
+        let alice = await harness.pool.startCall { try await $0.signIn("alice") }
+        #expect(held.isHolding)
+        let serial = try #require(harness.pool.memberSerial(of: "alice"))
+        // yann and zoe are used after alice joined: she is now the least recently used.
+        _ = try harness.pool.identityHeaders(for: "yann")
+        _ = try harness.pool.identityHeaders(for: "zoe")
+        try await harness.pool.signIn("bob")
+        held.open()
+        try await alice.value
+        #expect(harness.pool.memberSerial(of: "alice") == serial, "alice's member was evicted under her sign-in")
+        #expect(harness.pool.state(of: "alice").isIdentified)
+        // Two reads with no other use between them share a stamp: bob's join evicts yann or zoe.
+        let accounts = Set(harness.pool.accounts)
+        #expect(accounts.count == 3 && accounts.isSuperset(of: ["alice", "bob"]))
+        await harness.pool.shutdown()
+        var evicted: Set<AccountID> = []
+        for await event in events {
+            if case .evicted = event.kind { evicted.insert(event.account) }
+        }
+        #expect(evicted.count == 2 && evicted.contains("xavier") && !evicted.contains("alice"), "\(evicted)")
+    }
+
+    /// A graceful shutdown admits no account change, and would have turned a sign-out into a shutdown without
+    /// hooks: signing an account out during the grace period ends that account's grace period instead, so it leaves
+    /// with its hooks, its work cancelled, while the other accounts keep theirs.
+    @Test func aSignOutDuringAGracefulShutdownRunsTheAccountsHooks() async throws {
+        let harness = PoolHarness()
+        let changes = Locked<[String]>()
+        await harness.pool.addAccountChangeHook { change in
+            changes.append("\(change.from?.rawValue ?? "nil") → \(change.to?.rawValue ?? "nil")")
+        }
+        try await harness.pool.signIn("alice")
+        try await harness.pool.signIn("bob")
+        let clock = harness.clock
+        let work = await harness.pool.startCalls(2) { pool, index in
+            try await pool.withIdentity(for: index == 0 ? "alice" : "bob") { _ in
+                try await clock.sleep(for: .seconds(30))
+            }
+        }
+        let shutdown = await harness.pool.startCall { pool in await pool.shutdown(gracePeriod: .seconds(60)) }
+        #expect(changes.value == ["nil → alice", "nil → bob"], "the grace period runs")
+        await harness.pool.signOut("alice")
+        #expect(changes.value.contains("alice → nil"), "alice left without her hooks")
+        await #expect(throws: SessionError.self, "alice's work was cancelled") { try await work[0].value }
+        #expect(harness.pool.state(of: "bob").isIdentified, "bob's grace period goes on")
+        clock.advance(by: .seconds(30))
+        try await work[1].value
+        try await shutdown.value
+        #expect(changes.value.contains("bob → nil"))
+    }
+
+    /// An account taken out of the table (here by a sign-out held in its hooks) has not stopped yet: a shutdown
+    /// returns only once it has, and lets it leave as it began to, with its hooks.
+    @Test func aShutdownWaitsForAnAccountStillLeaving() async throws {
+        let harness = PoolHarness()
+        let held = Gate()
+        let hooksRan = Locked(false)
+        await harness.pool.addAccountChangeHook { change in
+            guard change.from == "alice", change.to == nil else { return }
+            await held.wait()
+            hooksRan.withLock { $0 = true }
+        }
+        try await harness.pool.signIn("alice")
+        try await harness.pool.signIn("bob")
+        let signOut = await harness.pool.startCall { await $0.signOut("alice") }
+        #expect(held.isHolding)
+        let returned = Locked(false)
+        let shutdown = await harness.pool.startCall { pool in
+            await pool.shutdown()
+            returned.withLock { $0 = true }
+        }
+        #expect(!returned.value, "the shutdown returned while alice was still leaving")
+        held.open()
+        try await signOut.value
+        try await shutdown.value
+        #expect(hooksRan.value)
+    }
+
+    /// Every caller of `shutdown()`, and `run()`, returns once the pool has shut down: the second caller finds the
+    /// table empty, and must wait for the first, not end the pool's events and `run()` at once.
+    @Test func everyShutdownCallerReturnsOnlyOnceThePoolHasShutDown() async throws {
+        let harness = PoolHarness()
+        try await harness.pool.signIn("alice")
+        let clock = harness.clock
+        // Work that notices its cancellation only once the clock has moved: the shutdown waits for it to drain.
+        let work = await harness.pool.startCall { pool in
+            try await pool.withIdentity(for: "alice") { _ in await clock.sleepIgnoringCancellation(for: .seconds(5)) }
+        }
+        let returned = Locked<[String]>()
+        let running = await harness.pool.startCall { pool in
+            try await pool.run()
+            returned.append("run")
+        }
+        let calls = await harness.pool.startCalls(2) { pool, index in
+            await pool.shutdown()
+            returned.append("shutdown \(index)")
+        }
+        #expect(returned.value.isEmpty, "a caller returned while alice's work still ran")
+        clock.advance(by: .seconds(5))
+        _ = try? await work.value
+        for call in calls { try await call.value }
+        try await running.value
+        #expect(Set(returned.value) == ["run", "shutdown 0", "shutdown 1"])
+        #expect(harness.pool.state(of: "alice") == .signedOut)
+    }
+}
