@@ -179,7 +179,7 @@ import Testing
         let blocker = machine.start("blocker", at: .zero)!
         let signIn = machine.queue("sign-in", .needed, deadline: .seconds(50), at: .zero)
         let renewal = machine.queue("renewal", .proactive, deadline: .seconds(40), at: .zero)
-        machine.promote(renewal)
+        machine.promote(renewal, at: .zero)
         #expect(machine.snapshot.queuedNeeded == 2 && machine.snapshot.queuedProactive == 0)
         #expect(
             machine.release(blocker, outcome: .answered, waited: .zero, at: .seconds(1)).resume == [renewal.order],
@@ -192,9 +192,51 @@ import Testing
         var machine = Self.machine(inFlight: 1)
         _ = machine.start("blocker", at: .zero)
         let renewal = machine.ticket(urgency: .proactive, deadline: .seconds(40), account: "renewal")
-        machine.promote(renewal)
+        machine.promote(renewal, at: .zero)
         #expect(machine.acquire(renewal, cancelled: false, at: .zero) == .queued(Action()))
         #expect(machine.snapshot.queuedNeeded == 1 && machine.snapshot.queuedProactive == 0)
+    }
+
+    /// A promoted renewal is needed from its caller's arrival: it goes before the needed fetches that queued after
+    /// the caller came, not at its credential's expiry, minutes later, behind every sign-in until then.
+    @Test func aPromotedRenewalGoesAsNeededFromItsCallersArrival() {
+        for promotedBeforeQueueing in [false, true] {
+            var machine = Self.machine(inFlight: 1)
+            let blocker = machine.start("blocker", at: .zero)!
+            let early = machine.queue("early", .needed, deadline: .seconds(10), at: .seconds(10))
+            let renewal: FetchBudget.Ticket
+            if promotedBeforeQueueing {
+                renewal = machine.ticket(urgency: .proactive, deadline: .seconds(300), account: "renewal")
+                machine.promote(renewal, at: .seconds(20))
+                _ = machine.acquire(renewal, cancelled: false, at: .seconds(20))
+            } else {
+                renewal = machine.queue("renewal", .proactive, deadline: .seconds(300), at: .seconds(5))
+                machine.promote(renewal, at: .seconds(20))
+            }
+            let late = machine.queue("late", .needed, deadline: .seconds(30), at: .seconds(30))
+            var order: [UInt64] = []
+            var finished = blocker
+            for second in 40..<43 {
+                let resumed = machine.release(finished, outcome: .answered, waited: .zero, at: .seconds(second)).resume
+                order += resumed
+                guard let next = resumed.first else { break }
+                finished = [early, renewal, late].first { $0.order == next }!
+            }
+            #expect(
+                order == [early.order, renewal.order, late.order],
+                "promoted \(promotedBeforeQueueing ? "before" : "after") it queued")
+        }
+    }
+
+    /// A caller that joins a renewal already admitted, or already over, promotes nothing and leaves nothing behind.
+    @Test func promotingAFetchThatNoLongerWaitsChangesNothing() {
+        var machine = Self.machine(inFlight: 1)
+        let renewal = machine.ticket(urgency: .proactive, deadline: .seconds(40), account: "renewal")
+        #expect(machine.acquire(renewal, cancelled: false, at: .zero) == .startNow)
+        machine.promote(renewal, at: .seconds(1))
+        _ = machine.release(renewal, outcome: .answered, waited: .zero, at: .seconds(2))
+        machine.promote(renewal, at: .seconds(3))
+        #expect(machine.promotedCount == 0)
     }
 
     @Test func aCancelledFetchLeavesTheQueueAndIsNeverAdmitted() {
@@ -360,6 +402,32 @@ import Testing
         #expect(action.report == [.ended("in-flight")] && action.resume == [held.order])
     }
 
+    /// A sleeper set for a hold's end (the next probe, or the end of the backend's pause) gives way, when an answer
+    /// ends the hold early, to one set for the budget's rate: the held fetches go a quarter of a second apart, not
+    /// when the probe or the pause would have come.
+    @Test(arguments: [false, true])
+    func anAnswerThatEndsAHoldBringsTheSleeperForward(paused: Bool) {
+        var machine = paused ? Self.machine() : Self.machine(outageThreshold: 3, outageAccounts: 3)
+        let inFlight = machine.start("in-flight", at: .zero)!
+        if paused {
+            let asked = machine.start("asked", at: .zero)!
+            machine.pause(for: .seconds(600), at: .zero)
+            _ = machine.release(asked, outcome: .neither, waited: .zero, at: .zero)
+        } else {
+            for name in ["a", "b", "c"] {
+                _ = machine.release(
+                    machine.start(AccountID(name), at: .zero)!, outcome: .outage, waited: .zero, at: .zero)
+            }
+        }
+        let held = (0..<3).map { machine.queue(AccountID("held-\($0)"), .needed, deadline: .zero, at: .zero) }
+        #expect(machine.sleeping, "asleep until the hold's end")
+        let action = machine.release(inFlight, outcome: .answered, waited: .zero, at: .seconds(1))
+        #expect(action.resume == [held[0].order])
+        #expect(action.stopSleeper, "the sleeper for the hold's end stops")
+        #expect(action.startSleeper == .milliseconds(250), "and one wakes for the next token")
+        #expect(machine.sleeperFired(at: .milliseconds(1250)).resume == [held[1].order])
+    }
+
     // MARK: - What it counts
 
     @Test func lateRenewalsAreCountedAndReportedOncePerBacklog() {
@@ -433,7 +501,7 @@ extension FetchBudgetStateMachineTests {
                 sleeperDue = nil
             }
             if let sleep = action.startSleeper {
-                #expect(!sleepingBefore, "\(step): a second sleeper")
+                #expect(!sleepingBefore || action.stopSleeper, "\(step): a second sleeper")
                 #expect(sleep > .zero)
                 sleeperDue = now + sleep
             }
@@ -453,6 +521,15 @@ extension FetchBudgetStateMachineTests {
             if queued.isEmpty {
                 #expect(!machine.sleeping, "\(step): a sleeper with nothing waiting")
             }
+            if !queued.isEmpty, running.count < inFlightLimit, machine.probeAt == nil, let due = sleeperDue {
+                // Nothing holds the queue: the sleeper wakes by the next token, not later.
+                let nextToken = now + .seconds(max(0, 1 - machine.tokens) / rate)
+                #expect(
+                    due <= nextToken + .microseconds(1),
+                    "\(step): the sleeper wakes at \(due), the token is due at \(nextToken)")
+            }
+            // Every ticket here asks to start as it is made: a promotion never waits for one to queue.
+            #expect(machine.promotedCount == 0, "\(step): a promotion left behind")
         }
 
         func release(_ order: UInt64, _ outcome: FetchBudget.Outcome) {
@@ -512,8 +589,10 @@ extension FetchBudgetStateMachineTests {
                 cancelled.insert(order)
                 busy.remove(ticket.account)
             case 8:
-                guard let ticket = queued.values.randomElement(using: &random) else { break }
-                machine.promote(ticket)
+                guard let ticket = (Array(queued.values) + Array(running.values)).randomElement(using: &random) else {
+                    break
+                }
+                machine.promote(ticket, at: now)
             default:
                 machine.pause(for: .milliseconds(Int64.random(in: 0...2000, using: &random)), at: now)
             }

@@ -89,6 +89,9 @@ extension FetchBudget {
             }
             /// Tickets promoted to needed before their fetch queued.
             var promoted: Set<UInt64> = []
+            /// Tickets handed out whose fetch has not asked to start yet: only these can be promoted before they
+            /// queue (a caller may join a fetch that was admitted, or has ended, and must leave nothing behind).
+            var unacquired: Set<UInt64> = []
             var nextOrder: UInt64 = 0
             /// Whether the owner's sleeper is sleeping: at most one sleeps.
             var sleeping = false
@@ -143,41 +146,51 @@ extension FetchBudget {
         /// Whether the owner's sleeper sleeps.
         var sleeping: Bool { state.sleeping }
 
+        /// How many tickets will queue as needed when their fetch asks to start (promoted before they queued).
+        var promotedCount: Int { state.promoted.count }
+
         // MARK: - Inputs
 
         /// A fetch is about to start: its claim, next in order.
         mutating func ticket(urgency: FetchUrgency, deadline: Duration, account: AccountID) -> Ticket {
             state.nextOrder += 1
+            state.unacquired.insert(state.nextOrder)
             return Ticket(order: state.nextOrder, urgency: urgency, deadline: deadline, account: account)
         }
 
-        /// A caller now waits for the ticket's fetch: it is needed, whether it has queued yet or not.
-        mutating func promote(_ ticket: Ticket) {
+        /// A caller now waits, since `now`, for the ticket's fetch: it is needed, whether it has queued yet or not, and
+        /// goes as a fetch needed from the caller's arrival, not at the proactive renewal's later deadline.
+        mutating func promote(_ ticket: Ticket, at now: Duration) {
             guard ticket.urgency == .proactive else { return }
             switch state.queued[ticket.order] {
             case .proactive?:
                 // Queued as proactive: it joins the needed heap; its proactive key goes stale.
                 state.setQueued(ticket.order, .needed)
-                state.needed.insert(Key(deadline: ticket.deadline, order: ticket.order, account: ticket.account))
+                state.needed.insert(
+                    Key(deadline: min(ticket.deadline, now), order: ticket.order, account: ticket.account))
             case .needed?:
                 // Promoted already.
                 break
             case nil:
-                // Not queued: it queues as needed if it queues at all.
-                state.promoted.insert(ticket.order)
+                // Not queued yet: it queues as needed when it asks to start. Admitted or ended: nothing to promote.
+                if state.unacquired.contains(ticket.order) { state.promoted.insert(ticket.order) }
             }
         }
 
         /// The ticket's fetch asks to start at `now`; `cancelled` says whether its task was cancelled already.
         mutating func acquire(_ ticket: Ticket, cancelled: Bool, at now: Duration) -> AcquireAction {
             let order = ticket.order
-            let urgency = state.promoted.remove(order) != nil ? .needed : ticket.urgency
+            state.unacquired.remove(order)
+            let promoted = state.promoted.remove(order) != nil
+            let urgency = promoted ? .needed : ticket.urgency
             // Cancelled before it could queue: the owner's cancellation handler found nothing to resume.
             if cancelled { return .resumeCancelled }
             refill(at: now)
             // Nothing queued ahead of it: start at once if the budget allows.
             if state.queued.isEmpty, admit(order, at: now) { return .startNow }
-            let key = Key(deadline: ticket.deadline, order: order, account: ticket.account)
+            // A promoted renewal is needed since its caller came, which was no later than now.
+            let deadline = promoted ? min(ticket.deadline, now) : ticket.deadline
+            let key = Key(deadline: deadline, order: order, account: ticket.account)
             if urgency == .needed { state.needed.insert(key) } else { state.proactive.insert(key) }
             state.setQueued(order, urgency)
             state.waits += 1
@@ -199,6 +212,9 @@ extension FetchBudget {
             let wasProbe = state.hold?.probe == ticket.order
             if wasProbe { state.hold?.probe = nil }
             let held = state.hold?.isOutage == true
+            // Whether a sleeper set for the end of a hold (the next probe, the backend's pause) must give way to one
+            // set for the budget's rate.
+            var sleepsTooLong = false
             switch outcome {
             case .answered:
                 state.outageFailures = 0
@@ -209,6 +225,8 @@ extension FetchBudget {
                     refill(at: now)
                     state.hold = nil
                     state.tokens = min(state.tokens, 1)
+                    sleepsTooLong = state.sleeping
+                    state.sleeping = false
                 }
             case .outage:
                 state.outageFailures += 1
@@ -238,6 +256,8 @@ extension FetchBudget {
                 default: nil
                 }
             var action = pump(at: now)
+            // Stopped before the pump's sleeper starts, if it starts one.
+            if sleepsTooLong { action.stopSleeper = true }
             // The outage's change comes first: it was made before the pump.
             if let change { action.report.insert(change, at: 0) }
             return action

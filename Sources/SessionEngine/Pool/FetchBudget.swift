@@ -144,7 +144,7 @@ final class FetchBudget: Sendable {
     /// A caller now waits for the ticket's fetch: it is needed, whether it has queued yet or not.
     func promote(_ ticket: Ticket) {
         guard ticket.urgency == .proactive else { return }
-        state.withLock { $0.machine.promote(ticket) }
+        state.withLock { $0.machine.promote(ticket, at: clock.uptime) }
     }
 
     /// Waits until the ticket's fetch may start, then counts it in flight; pair every `true` with one
