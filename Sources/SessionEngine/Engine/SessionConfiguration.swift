@@ -35,9 +35,18 @@ public struct SessionConfiguration: Sendable {
     ///
     /// It is independent of ``RetryPolicy/cap``: a backend asking for 120 s gets 120 s even when the backoff cap is
     /// 30 s. A longer request is shortened to this maximum. The default is 10 minutes.
-    public var maximumRetryAfter: Duration
-    /// How many undelivered events a subscriber may hold before the oldest are dropped (see ``SessionEvents``).
-    public var eventBufferLimit: Int
+    public var maximumRetryAfter: Duration {
+        get { maximumRetryAfterValue }
+        set { maximumRetryAfterValue = max(.zero, newValue) }
+    }
+    private var maximumRetryAfterValue: Duration = .seconds(600)
+    /// How many undelivered events a subscriber may hold before the oldest are dropped (see ``SessionEvents``); at
+    /// least 1.
+    public var eventBufferLimit: Int {
+        get { eventBufferLimitValue }
+        set { eventBufferLimitValue = max(1, newValue) }
+    }
+    private var eventBufferLimitValue = 1024
     /// The seed of the jitter's random numbers; `nil` seeds from the system's random source.
     ///
     /// Tests set it to make renewal times and backoff delays reproducible.
@@ -101,8 +110,8 @@ public struct SessionConfiguration: Sendable {
         self.misconfigurationRetry = misconfigurationRetry
         self.minimumFetchInterval = minimumFetchInterval
         self.clockSkewTolerance = clockSkewTolerance
-        self.maximumRetryAfter = max(.zero, maximumRetryAfter)
-        self.eventBufferLimit = max(1, eventBufferLimit)
+        self.maximumRetryAfter = maximumRetryAfter
+        self.eventBufferLimit = eventBufferLimit
         self.randomSeed = randomSeed
         self.log = log
     }
@@ -119,13 +128,32 @@ public struct SessionConfiguration: Sendable {
 /// draw's peak density is `fraction / (2 × jitter)` = 1.33 times the mean), while the latest renewal still leaves a
 /// twelfth of the lifetime (75 s of 15 minutes) for retries. The mean renewal point, and so the mean load, does not
 /// depend on the jitter. See BENCHMARKS.md, "fleet".
+///
+/// Each value is kept within its bounds when it is set, as when the policy is made.
 public struct RenewalPolicy: Sendable, Hashable {
-    /// The share of the lifetime after which renewal starts, in `0...1`.
-    public var fraction: Double
-    /// The half-width of the uniform jitter, as a share of the lifetime, in `0...fraction`.
-    public var jitter: Double
-    /// The least time renewal leaves before expiry, so a slow fetch still lands in time.
-    public var minimumLead: Duration
+    /// The share of the lifetime after which renewal starts, in `0...1` (a value that is not finite becomes 2/3); a
+    /// smaller share also narrows ``jitter`` to it.
+    public var fraction: Double {
+        get { fractionValue }
+        set {
+            fractionValue = newValue.isFinite ? min(max(newValue, 0), 1) : 2.0 / 3.0
+            jitterValue = min(jitterValue, fractionValue)
+        }
+    }
+    private var fractionValue = 2.0 / 3.0
+    /// The half-width of the uniform jitter, as a share of the lifetime, in `0...fraction` (a value that is not finite
+    /// becomes 0).
+    public var jitter: Double {
+        get { jitterValue }
+        set { jitterValue = newValue.isFinite ? min(max(newValue, 0), fraction) : 0 }
+    }
+    private var jitterValue = 0.25
+    /// The least time renewal leaves before expiry, so a slow fetch still lands in time; not negative.
+    public var minimumLead: Duration {
+        get { minimumLeadValue }
+        set { minimumLeadValue = max(.zero, newValue) }
+    }
+    private var minimumLeadValue: Duration = .seconds(10)
 
     /// Creates a renewal policy.
     ///
@@ -134,10 +162,9 @@ public struct RenewalPolicy: Sendable, Hashable {
     ///   - jitter: The jitter's half-width as a share of the lifetime; clamped to `0...fraction`.
     ///   - minimumLead: The least time to leave before expiry.
     public init(fraction: Double = 2.0 / 3.0, jitter: Double = 0.25, minimumLead: Duration = .seconds(10)) {
-        let fraction = fraction.isFinite ? min(max(fraction, 0), 1) : 2.0 / 3.0
         self.fraction = fraction
-        self.jitter = jitter.isFinite ? min(max(jitter, 0), fraction) : 0
-        self.minimumLead = max(.zero, minimumLead)
+        self.jitter = jitter
+        self.minimumLead = minimumLead
     }
 }
 
@@ -147,13 +174,30 @@ public struct RenewalPolicy: Sendable, Hashable {
 /// requires since the failed fetch started, plus a uniformly random time in `0 ..< min(cap, initial × multiplier^(n-1))`.
 /// The jitter is added above that floor rather than swallowed by it, so processes that failed together (a shared
 /// outage) do not retry together even while the floor is longer than the ceiling.
+///
+/// Each value is kept within its bounds when it is set, as when the policy is made.
 public struct RetryPolicy: Sendable, Hashable {
-    /// The backoff ceiling after the first failure.
-    public var initial: Duration
-    /// The growth factor per consecutive failure; at least 1.
-    public var multiplier: Double
-    /// The largest backoff ceiling.
-    public var cap: Duration
+    /// The backoff ceiling after the first failure; at least 1 ms, and a larger one raises ``cap`` to it.
+    public var initial: Duration {
+        get { initialValue }
+        set {
+            initialValue = max(newValue, .milliseconds(1))
+            capValue = max(capValue, initialValue)
+        }
+    }
+    private var initialValue: Duration = .seconds(1)
+    /// The growth factor per consecutive failure; at least 1 (a value that is not finite becomes 2).
+    public var multiplier: Double {
+        get { multiplierValue }
+        set { multiplierValue = newValue.isFinite ? max(newValue, 1) : 2 }
+    }
+    private var multiplierValue: Double = 2
+    /// The largest backoff ceiling; at least ``initial``.
+    public var cap: Duration {
+        get { capValue }
+        set { capValue = max(newValue, initialValue) }
+    }
+    private var capValue: Duration = .seconds(300)
 
     /// Creates a retry policy.
     ///
@@ -162,9 +206,9 @@ public struct RetryPolicy: Sendable, Hashable {
     ///   - multiplier: The growth factor per failure; at least 1.
     ///   - cap: The largest backoff ceiling.
     public init(initial: Duration = .seconds(1), multiplier: Double = 2, cap: Duration = .seconds(300)) {
-        self.initial = max(initial, .milliseconds(1))
-        self.multiplier = multiplier.isFinite ? max(multiplier, 1) : 2
-        self.cap = max(cap, self.initial)
+        self.initial = initial
+        self.multiplier = multiplier
+        self.cap = cap
     }
 
     /// The backoff ceiling after `failures` consecutive failures.

@@ -31,20 +31,47 @@ public struct SessionPoolConfiguration: Sendable {
     /// need about 16.7 fetches a second, so with a backend answering in 0.5 s, `maximumInFlight` of 32 (64 a second)
     /// and the default rate leave room, while a backend answering in 5 s would need a `maximumInFlight` of at least
     /// 167.
+    ///
+    /// Every limit is kept within its bounds when it is set, not only when the budget is made: a value out of them
+    /// is replaced as each property says, so no setting can stop the pool's fetches or crash the process.
     public struct Budget: Sendable, Hashable {
         /// At most this many fetches in flight across the pool; at least 1.
-        public var maximumInFlight: Int
+        public var maximumInFlight: Int {
+            get { maximumInFlightValue }
+            set { maximumInFlightValue = max(1, newValue) }
+        }
+        private var maximumInFlightValue = 32
         /// Fetch starts per second across the pool, on the pool's clock; a value that is not positive and finite
-        /// becomes 1.
-        public var startsPerSecond: Double
+        /// becomes 1, and one below a thousandth (a start every 17 minutes) becomes a thousandth.
+        public var startsPerSecond: Double {
+            get { startsPerSecondValue }
+            set {
+                startsPerSecondValue = newValue.isFinite && newValue > 0 ? max(Self.slowestRate, newValue) : 1
+            }
+        }
+        private var startsPerSecondValue: Double = 100
         /// How many starts the bucket holds when it is full, so a quiet pool can start that many at once; at least 1.
-        public var burst: Int
+        public var burst: Int {
+            get { burstValue }
+            set { burstValue = max(1, newValue) }
+        }
+        private var burstValue = 100
         /// How many fetches in a row, across the pool, must fail as an outage before the pool holds its fetches and
-        /// probes; `nil` never holds them.
-        public var outageThreshold: Int?
+        /// probes; at least 1, or `nil` never to hold them.
+        public var outageThreshold: Int? {
+            get { outageThresholdValue }
+            set { outageThresholdValue = newValue.map { max(1, $0) } }
+        }
+        private var outageThresholdValue: Int? = 8
         /// How long the pool waits, while it holds fetches for an outage, from one probe's failure to the next probe;
-        /// at least 10 ms.
-        public var outageProbeInterval: Duration
+        /// at least 10 ms, at most a day.
+        public var outageProbeInterval: Duration {
+            get { outageProbeIntervalValue }
+            set { outageProbeIntervalValue = min(max(.milliseconds(10), newValue), .seconds(86_400)) }
+        }
+        private var outageProbeIntervalValue: Duration = .seconds(5)
+        /// The slowest rate a budget takes: a start every 1,000 seconds.
+        private static let slowestRate = 0.001
         /// How many different accounts the ``outageThreshold`` failures in a row must come from before the pool
         /// holds its fetches; 3 by default, at most ``outageThreshold``, at least 1.
         ///
@@ -62,21 +89,20 @@ public struct SessionPoolConfiguration: Sendable {
         ///
         /// - Parameters:
         ///   - maximumInFlight: At most this many fetches in flight (at least 1).
-        ///   - startsPerSecond: Fetch starts per second (positive and finite, else 1).
+        ///   - startsPerSecond: Fetch starts per second (positive and finite, else 1; at least 0.001).
         ///   - burst: Starts the full bucket holds; `nil` holds one second's worth (at least 1).
         ///   - outageThreshold: Fetches in a row failing as an outage before the pool holds its fetches (at least 1),
         ///     or `nil` for never.
-        ///   - outageProbeInterval: The wait between probes during an outage (at least 10 ms).
+        ///   - outageProbeInterval: The wait between probes during an outage (10 ms to a day).
         public init(
             maximumInFlight: Int = 32, startsPerSecond: Double = 100, burst: Int? = nil, outageThreshold: Int? = 8,
             outageProbeInterval: Duration = .seconds(5)
         ) {
-            self.maximumInFlight = max(1, maximumInFlight)
-            let rate = startsPerSecond.isFinite && startsPerSecond > 0 ? startsPerSecond : 1
-            self.startsPerSecond = rate
-            self.burst = max(1, burst ?? Int(min(rate, Double(Int32.max)).rounded(.up)))
-            self.outageThreshold = outageThreshold.map { max(1, $0) }
-            self.outageProbeInterval = max(.milliseconds(10), outageProbeInterval)
+            self.maximumInFlight = maximumInFlight
+            self.startsPerSecond = startsPerSecond
+            self.burst = burst ?? Int(min(self.startsPerSecond, Double(Int32.max)).rounded(.up))
+            self.outageThreshold = outageThreshold
+            self.outageProbeInterval = outageProbeInterval
         }
     }
 
@@ -84,16 +110,24 @@ public struct SessionPoolConfiguration: Sendable {
     public var session: SessionConfiguration
     /// The budget toward the backend.
     public var budget: Budget
-    /// At most this many accounts; signing in one more signs out the least recently used account with no work
-    /// running and no caller waiting. `nil` keeps every account.
+    /// At most this many accounts (at least 1); signing in one more signs out the least recently used account with no
+    /// work running, no caller waiting and no sign-in under way. `nil` keeps every account.
     ///
     /// Every sign-in and every call that names an account orders the accounts, and a read of
     /// ``SessionPool/identityHeaders(for:)`` counts as used after all of them; reads with no such call between them
     /// count as one moment, so among accounts last used by such reads the pool signs out any one.
-    public var maximumAccounts: Int?
+    public var maximumAccounts: Int? {
+        get { maximumAccountsValue }
+        set { maximumAccountsValue = newValue.map { max(1, $0) } }
+    }
+    private var maximumAccountsValue: Int?
     /// An account not used for this long (no sign-in, read, renewal or work) is signed out once it has no work running
-    /// and no caller waiting. `nil` keeps accounts however long they are idle.
-    public var idleTimeout: Duration?
+    /// and no caller waiting; at least one second. `nil` keeps accounts however long they are idle.
+    public var idleTimeout: Duration? {
+        get { idleTimeoutValue }
+        set { idleTimeoutValue = newValue.map { max(.seconds(1), $0) } }
+    }
+    private var idleTimeoutValue: Duration?
 
     /// Creates a pool configuration.
     ///
@@ -110,7 +144,7 @@ public struct SessionPoolConfiguration: Sendable {
     ) {
         self.session = session
         self.budget = budget
-        self.maximumAccounts = maximumAccounts.map { max(1, $0) }
-        self.idleTimeout = idleTimeout.map { max(.seconds(1), $0) }
+        self.maximumAccounts = maximumAccounts
+        self.idleTimeout = idleTimeout
     }
 }

@@ -1,0 +1,99 @@
+import Foundation
+import SessionEngineBackend
+import SessionEngineTestKit
+import Testing
+
+@testable import SessionEngine
+
+/// A configuration is the host's input: every bounded value stays within its bounds however it is set, in the
+/// initializer or through its property afterwards, so no setting can crash the process or stop its fetches.
+@Suite struct ConfigurationBoundsTests {
+    @Test func everyBoundedValueIsKeptInItsBoundsWhenItIsSet() {
+        var budget = SessionPoolConfiguration.Budget()
+        budget.maximumInFlight = 0
+        budget.startsPerSecond = .nan
+        budget.burst = -3
+        budget.outageThreshold = 0
+        budget.outageProbeInterval = .seconds(-1)
+        #expect(budget.maximumInFlight == 1 && budget.startsPerSecond == 1 && budget.burst == 1)
+        #expect(budget.outageThreshold == 1 && budget.outageProbeInterval == .milliseconds(10))
+        budget.startsPerSecond = 0
+        #expect(budget.startsPerSecond == 1, "not positive: 1, as the initializer makes it")
+        budget.startsPerSecond = 1e-12
+        #expect(budget.startsPerSecond == 0.001, "no slower than a start every 1,000 seconds")
+        budget.outageProbeInterval = .seconds(1e12)
+        #expect(budget.outageProbeInterval == .seconds(86_400))
+        #expect(
+            budget
+                == SessionPoolConfiguration.Budget(
+                    maximumInFlight: 0, startsPerSecond: 1e-12, burst: -3, outageThreshold: 0,
+                    outageProbeInterval: .seconds(1e12)))
+
+        var pool = SessionPoolConfiguration()
+        pool.maximumAccounts = -5
+        pool.idleTimeout = .milliseconds(1)
+        #expect(pool.maximumAccounts == 1 && pool.idleTimeout == .seconds(1))
+
+        var retry = RetryPolicy()
+        retry.multiplier = .nan
+        retry.initial = .seconds(-5)
+        retry.cap = .zero
+        #expect(retry.multiplier == 2 && retry.initial == .milliseconds(1) && retry.cap == .milliseconds(1))
+        retry.initial = .seconds(10)
+        #expect(retry.cap == .seconds(10), "the cap is never below the first ceiling")
+        #expect(retry == RetryPolicy(initial: .seconds(10), multiplier: .nan, cap: .zero))
+        #expect(retry.ceiling(afterFailures: 3) == .seconds(10))
+
+        var renewal = RenewalPolicy()
+        renewal.fraction = .infinity
+        renewal.jitter = 7
+        renewal.minimumLead = .seconds(-1)
+        #expect(renewal.fraction == 2.0 / 3.0 && renewal.jitter == 2.0 / 3.0 && renewal.minimumLead == .zero)
+        renewal.fraction = 0.5
+        #expect(renewal.jitter == 0.5, "the jitter is never wider than the share")
+        #expect(renewal == RenewalPolicy(fraction: 0.5, jitter: 7, minimumLead: .seconds(-1)))
+
+        var session = SessionConfiguration()
+        session.eventBufferLimit = 0
+        session.maximumRetryAfter = .seconds(-30)
+        #expect(session.eventBufferLimit == 1 && session.maximumRetryAfter == .zero)
+    }
+
+    /// Values that once stopped a pool or crashed the process, set after the configuration was made: a rate of zero
+    /// divided a second by it, no slot in flight admitted nothing, and a multiplier that is no number made the second
+    /// backoff a duration of NaN seconds.
+    @Test func aPoolConfiguredWithHostileValuesSignsInAndRetries() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_bounds", secret: "bounds-secret", clock: clock)
+        let failures = Locked(0)
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { request in
+            // Two failures, so that the backoff grows once.
+            let failed = failures.withLock { count -> Bool in
+                count += 1
+                return count <= 2
+            }
+            if failed { throw SessionError.fetchFailed("the backend is down") }
+            return .credential(try signer.sign(email: "\(request.account.rawValue)@example.com"))
+        }
+        var configuration = SessionPoolConfiguration()
+        configuration.budget.startsPerSecond = 0
+        configuration.budget.maximumInFlight = 0
+        configuration.budget.burst = 0
+        configuration.budget.outageProbeInterval = .seconds(-1)
+        configuration.session.retry.multiplier = .nan
+        configuration.session.retry.initial = .seconds(-5)
+        configuration.session.renewal.fraction = .nan
+        configuration.session.renewal.jitter = .infinity
+        configuration.session.eventBufferLimit = -1
+        let pool = SessionPool(fetcher: fetcher, configuration: configuration, clock: clock)
+        let signIn = await pool.startCall { try await $0.signIn("alice") }
+        for _ in 0..<60 where !pool.state(of: "alice").isIdentified {
+            clock.advance(by: .seconds(1))
+            await pool.waitUntilIdle()
+        }
+        try await signIn.value
+        #expect(failures.value == 3)
+        #expect(try pool.identityHeaders(for: "alice").credential().email == "alice@example.com")
+        await pool.shutdown()
+    }
+}
