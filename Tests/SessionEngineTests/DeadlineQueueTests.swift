@@ -145,6 +145,37 @@ import Testing
         #expect(rig.owners == [2, 1])
     }
 
+    /// A wall clock that reads no number (a host's clock may return anything) traps nothing: a timer's monotonic
+    /// deadline still fires, and a wall-clock deadline fires once the clock reads numbers again, within one slice.
+    @Test func aWallClockThatReadsNaNTrapsNothingAndIsReadAgainEachSlice() async {
+        let clock = LyingWallClock()
+        let fired = Locked<[Int]>()
+        let queue = DeadlineQueue<Int>(
+            clock: clock, taskExecutor: clock.base.executor,
+            delivery: { owner, _ in fired.withLock { $0.append(owner) } })
+        let wall = queue.register(1)
+        let monotonic = queue.register(2)
+        let deadline = clock.base.now.addingTimeInterval(60)
+        clock.readsNaN.withLock { $0 = true }
+        queue.schedule(TimerSpec(id: 1, wallDeadline: deadline), for: wall)
+        queue.schedule(TimerSpec(id: 2, uptimeDeadline: clock.uptime + .seconds(10)), for: monotonic)
+        for _ in 0..<4 {
+            clock.base.advance(by: .seconds(30))
+            await clock.base.executor.waitUntilIdle()
+        }
+        #expect(fired.value == [2], "the monotonic deadline fired; the wall clock reads no time to compare")
+        clock.readsNaN.withLock { $0 = false }
+        var waited = Duration.zero
+        while fired.value.count < 2 && waited < .seconds(120) {
+            clock.base.advance(by: .seconds(1))
+            await clock.base.executor.waitUntilIdle()
+            waited += .seconds(1)
+        }
+        #expect(
+            fired.value == [2, 1], "the wall deadline passed while the clock read NaN: it fires once it reads again")
+        #expect(waited <= DeadlineQueue<Int>.slice)
+    }
+
     @Test func anIdleQueueWakesOncePerSlice() async {
         let rig = Rig()
         for owner in 0..<100 {
@@ -215,5 +246,18 @@ import Testing
         let own = SessionEngine(fetcher: fetcher, clock: clock)
         let other = SessionEngine(fetcher: fetcher, clock: clock)
         #expect(own.timers !== SessionEngine.systemTimers && own.timers !== other.timers)
+    }
+}
+
+/// A manual clock whose wall clock reads NaN while ``readsNaN`` is set, as a host's clock may.
+private final class LyingWallClock: SessionClock {
+    let base = ManualClock()
+    let readsNaN = Locked(false)
+
+    var now: Date { readsNaN.value ? Date(timeIntervalSince1970: .nan) : base.now }
+    var uptime: Duration { base.uptime }
+
+    func sleep(for duration: Duration) async throws {
+        try await base.sleep(for: duration)
     }
 }

@@ -78,6 +78,9 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
 
     /// How long the sleeper sleeps at most, so that wall-clock jumps are noticed.
     static var slice: Duration { .seconds(30) }
+
+    /// The farthest a wall deadline is put from the monotonic clock's zero, in seconds: a million years.
+    private static var farthest: Double { 1e6 * 365.25 * 86_400 }
     /// How far the offset between the clocks may move before every key is computed again.
     private static var jumpTolerance: TimeInterval { 1 }
 
@@ -199,10 +202,16 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
 
     /// When `spec` is expected to be due on the monotonic clock, with the clocks `offset` apart; `nil` for a timer
     /// with no deadline.
+    ///
+    /// A wall clock that reads no number (a clock may return anything, NaN included) puts a wall deadline as far as
+    /// one goes, a million years on: the queue still looks every slice, reads the clocks again and keys the timer anew
+    /// once they read numbers (``look(sleeper:)``). A `Duration` cannot hold every `Double`, so no deadline goes
+    /// further either way.
     private static func due(_ spec: TimerSpec, offset: TimeInterval) -> Duration? {
         var due: Duration?
         if let wall = spec.wallDeadline {
-            due = .seconds(wall.timeIntervalSince1970 - offset)
+            let seconds = wall.timeIntervalSince1970 - offset
+            due = .seconds(seconds.isFinite ? min(max(seconds, -farthest), farthest) : farthest)
         }
         if let uptime = spec.uptimeDeadline {
             due = min(due ?? uptime, uptime)
@@ -272,7 +281,9 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
             state.sleeper = nil
             state.wakeUps += 1
             let offset = Self.offset(at: now)
-            if let keyed = state.offset, abs(offset - keyed) > Self.jumpTolerance { Self.rekey(&state, at: now) }
+            // Not `>`: an offset that is no number (a clock that read NaN, now or when the timers were keyed) keys
+            // them anew too.
+            if let keyed = state.offset, !(abs(offset - keyed) <= Self.jumpTolerance) { Self.rekey(&state, at: now) }
             var due: [(Target, TimerID)] = []
             var early: [Key] = []
             while let key = state.heap.min, key.due <= now.uptime {
