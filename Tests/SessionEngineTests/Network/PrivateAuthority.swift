@@ -22,6 +22,9 @@ struct PrivateAuthority: Sendable {
     var otherHostCertificate: String { path("other.pem") }
     /// That certificate's private key.
     var otherHostKey: String { path("other.key") }
+    /// A self-signed certificate of about 64 KiB (an extension of 64,000 characters), PEM: the tests of what libcurl
+    /// takes repeat it a hundred times where the authority's would take five thousand, each parsed and checked.
+    var largeCertificate: String { path("large.pem") }
 
     func path(_ name: String) -> String {
         directory.appendingPathComponent(name).path
@@ -41,6 +44,13 @@ struct PrivateAuthority: Sendable {
                 "-keyout", authority.path("ca.key"), "-out", authority.certificate, "-days", "2",
                 "-subj", "/CN=SessionEngine test authority",
                 "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            ])
+        try await run(
+            openssl,
+            ["req", "-x509"] + key + [
+                "-keyout", authority.path("large.key"), "-out", authority.largeCertificate, "-days", "2",
+                "-subj", "/CN=SessionEngine large test certificate",
+                "-addext", "1.2.3.4.5=ASN1:UTF8String:" + String(repeating: "a", count: 64_000),
             ])
         for (name, names) in [("server", "DNS:localhost,IP:127.0.0.1"), ("other", "DNS:other.invalid")] {
             let extensions = authority.path("\(name).ext")
