@@ -19,15 +19,11 @@ import Testing
         #expect(budget.outageThreshold == 1 && budget.outageProbeInterval == .milliseconds(10))
         budget.startsPerSecond = 0
         #expect(budget.startsPerSecond == 1, "not positive: 1, as the initializer makes it")
-        budget.startsPerSecond = 1e-12
-        #expect(budget.startsPerSecond == 0.001, "no slower than a start every 1,000 seconds")
-        budget.outageProbeInterval = .seconds(1e12)
-        #expect(budget.outageProbeInterval == .seconds(86_400))
         #expect(
             budget
                 == SessionPoolConfiguration.Budget(
-                    maximumInFlight: 0, startsPerSecond: 1e-12, burst: -3, outageThreshold: 0,
-                    outageProbeInterval: .seconds(1e12)))
+                    maximumInFlight: 0, startsPerSecond: 0, burst: -3, outageThreshold: 0,
+                    outageProbeInterval: .seconds(-1)))
 
         var pool = SessionPoolConfiguration()
         pool.maximumAccounts = -5
@@ -43,6 +39,16 @@ import Testing
         #expect(retry.cap == .seconds(10), "the cap is never below the first ceiling")
         #expect(retry == RetryPolicy(initial: .seconds(10), multiplier: .nan, cap: .zero))
         #expect(retry.ceiling(afterFailures: 3) == .seconds(10))
+        // In either order, as the initializer makes them.
+        var capFirst = RetryPolicy()
+        capFirst.cap = .milliseconds(800)
+        capFirst.initial = .milliseconds(500)
+        var initialFirst = RetryPolicy()
+        initialFirst.initial = .milliseconds(500)
+        initialFirst.cap = .milliseconds(800)
+        #expect(capFirst.cap == .milliseconds(800) && capFirst == initialFirst)
+        #expect(capFirst == RetryPolicy(initial: .milliseconds(500), cap: .milliseconds(800)))
+        #expect(Set([capFirst, initialFirst]).count == 1)
 
         var renewal = RenewalPolicy()
         renewal.fraction = .infinity
@@ -52,6 +58,12 @@ import Testing
         renewal.fraction = 0.5
         #expect(renewal.jitter == 0.5, "the jitter is never wider than the share")
         #expect(renewal == RenewalPolicy(fraction: 0.5, jitter: 7, minimumLead: .seconds(-1)))
+        var narrowed = RenewalPolicy(fraction: 0.6, jitter: 0.3)
+        narrowed.fraction = 0.1
+        #expect(narrowed.jitter == 0.1)
+        narrowed.fraction = 0.6
+        #expect(narrowed.jitter == 0.3, "a narrower share for a while narrows the jitter only for that while")
+        #expect(narrowed == RenewalPolicy(fraction: 0.6, jitter: 0.3))
 
         var session = SessionConfiguration()
         session.eventBufferLimit = 0

@@ -202,29 +202,36 @@ import Testing
     @Test func aPromotedRenewalGoesAsNeededFromItsCallersArrival() {
         for promotedBeforeQueueing in [false, true] {
             var machine = Self.machine(inFlight: 1)
+            var tickets: [UInt64: FetchBudget.Ticket] = [:]
             let blocker = machine.start("blocker", at: .zero)!
             let early = machine.queue("early", .needed, deadline: .seconds(10), at: .seconds(10))
             let renewal: FetchBudget.Ticket
+            var expected = [early.order]
             if promotedBeforeQueueing {
+                // The fetch asks to start only after another needed fetch queued; its caller came before that one.
                 renewal = machine.ticket(urgency: .proactive, deadline: .seconds(300), account: "renewal")
                 machine.promote(renewal, at: .seconds(20))
-                _ = machine.acquire(renewal, cancelled: false, at: .seconds(20))
+                let between = machine.queue("between", .needed, deadline: .seconds(25), at: .seconds(25))
+                _ = machine.acquire(renewal, cancelled: false, at: .seconds(28))
+                tickets[between.order] = between
+                expected += [renewal.order, between.order]
             } else {
                 renewal = machine.queue("renewal", .proactive, deadline: .seconds(300), at: .seconds(5))
                 machine.promote(renewal, at: .seconds(20))
+                expected += [renewal.order]
             }
             let late = machine.queue("late", .needed, deadline: .seconds(30), at: .seconds(30))
+            expected += [late.order]
+            for ticket in [early, renewal, late] { tickets[ticket.order] = ticket }
             var order: [UInt64] = []
             var finished = blocker
-            for second in 40..<43 {
+            for second in 40..<50 {
                 let resumed = machine.release(finished, outcome: .answered, waited: .zero, at: .seconds(second)).resume
                 order += resumed
-                guard let next = resumed.first else { break }
-                finished = [early, renewal, late].first { $0.order == next }!
+                guard let next = resumed.first, let ticket = tickets[next] else { break }
+                finished = ticket
             }
-            #expect(
-                order == [early.order, renewal.order, late.order],
-                "promoted \(promotedBeforeQueueing ? "before" : "after") it queued")
+            #expect(order == expected, "promoted \(promotedBeforeQueueing ? "before" : "after") it queued")
         }
     }
 
@@ -426,6 +433,22 @@ import Testing
         #expect(action.stopSleeper, "the sleeper for the hold's end stops")
         #expect(action.startSleeper == .milliseconds(250), "and one wakes for the next token")
         #expect(machine.sleeperFired(at: .milliseconds(1250)).resume == [held[1].order])
+    }
+
+    /// A rate of one start in thirty thousand years, or a pause of thirty thousand years, asks for a sleeper of a day
+    /// at most, which looks again when it wakes: a longer one would be no deadline in the deadline queue (it holds up
+    /// to a year), and nothing would ever wake the queue.
+    @Test func theSleeperSleepsADayAtMost() {
+        var slow = Self.machine(rate: 1e-12, burst: 1)
+        _ = slow.start("a", at: .zero)
+        let b = slow.ticket(urgency: .needed, deadline: .zero, account: "b")
+        #expect(slow.acquire(b, cancelled: false, at: .zero) == .queued(Action(startSleeper: .seconds(86_400))))
+        #expect(slow.sleeperFired(at: .seconds(86_400)) == Action(startSleeper: .seconds(86_400)))
+
+        var paused = Self.machine()
+        paused.pause(for: .seconds(1e12), at: .zero)
+        let c = paused.ticket(urgency: .needed, deadline: .zero, account: "c")
+        #expect(paused.acquire(c, cancelled: false, at: .zero) == .queued(Action(startSleeper: .seconds(86_400))))
     }
 
     // MARK: - What it counts

@@ -127,4 +127,55 @@ import Testing
         #expect(Set(returned.value) == ["run", "shutdown 0", "shutdown 1"])
         #expect(harness.pool.state(of: "alice") == .signedOut)
     }
+
+    /// While every account is busy the pool holds more than its cap; the next sign-in that finds them idle again
+    /// evicts as many as bring it back within the cap, not one for one for ever.
+    @Test func aPoolOverItsCapComesBackWithinItOnceAccountsAreIdle() async throws {
+        let harness = PoolHarness(maximumAccounts: 2)
+        try await harness.pool.signIn("alice")
+        try await harness.pool.signIn("bob")
+        let clock = harness.clock
+        let work = await harness.pool.startCalls(2) { pool, index in
+            try await pool.withIdentity(for: index == 0 ? "alice" : "bob") { _ in
+                try await clock.sleep(for: .seconds(10))
+            }
+        }
+        // carol and dave sign in together: each one's join finds the others busy or signing in.
+        let signIns = await harness.pool.startCalls(2) { pool, index in
+            try await pool.signIn(index == 0 ? "carol" : "dave")
+        }
+        for call in signIns { try await call.value }
+        #expect(harness.pool.accounts.count == 4, "every account was busy: none could go")
+        _ = try harness.pool.identityHeaders(for: "dave")
+        clock.advance(by: .seconds(10))
+        for call in work { try await call.value }
+        try await harness.pool.signIn("erin")
+        #expect(harness.pool.accounts.count == 2)
+        #expect(Set(harness.pool.accounts) == ["dave", "erin"])
+        #expect(harness.pool.metrics.evictions == 3)
+        await harness.pool.shutdown()
+    }
+
+    /// A shutdown waits for an eviction under way to be reported: the evicted account's event comes before the pool's
+    /// events end.
+    @Test func anEvictionUnderWayIsReportedBeforeTheEventsEnd() async throws {
+        let harness = PoolHarness(maximumAccounts: 1)
+        let held = Gate()
+        await harness.pool.addAccountChangeHook { change in
+            if change.from == "alice" && change.to == nil { await held.wait() }
+        }
+        try await harness.pool.signIn("alice")
+        let events = harness.pool.events(bufferLimit: .max)
+        let bob = await harness.pool.startCall { try await $0.signIn("bob") }
+        #expect(held.isHolding, "bob's join evicted alice, whose hooks are held")
+        let shutdown = await harness.pool.startCall { pool in await pool.shutdown() }
+        held.open()
+        _ = try? await bob.value
+        try await shutdown.value
+        var evicted: [AccountID] = []
+        for await event in events {
+            if case .evicted(.capacity) = event.kind { evicted.append(event.account) }
+        }
+        #expect(evicted == ["alice"])
+    }
 }

@@ -129,23 +129,21 @@ public struct SessionConfiguration: Sendable {
 /// twelfth of the lifetime (75 s of 15 minutes) for retries. The mean renewal point, and so the mean load, does not
 /// depend on the jitter. See BENCHMARKS.md, "fleet".
 ///
-/// Each value is kept within its bounds when it is set, as when the policy is made.
+/// Each value is kept within its bounds however it is set, as when the policy is made, and in any order: a bound that
+/// depends on another value (the jitter's on the share) applies when the value is read, and two policies are equal
+/// when they read alike.
 public struct RenewalPolicy: Sendable, Hashable {
-    /// The share of the lifetime after which renewal starts, in `0...1` (a value that is not finite becomes 2/3); a
-    /// smaller share also narrows ``jitter`` to it.
+    /// The share of the lifetime after which renewal starts, in `0...1` (a value that is not finite becomes 2/3).
     public var fraction: Double {
         get { fractionValue }
-        set {
-            fractionValue = newValue.isFinite ? min(max(newValue, 0), 1) : 2.0 / 3.0
-            jitterValue = min(jitterValue, fractionValue)
-        }
+        set { fractionValue = newValue.isFinite ? min(max(newValue, 0), 1) : 2.0 / 3.0 }
     }
     private var fractionValue = 2.0 / 3.0
-    /// The half-width of the uniform jitter, as a share of the lifetime, in `0...fraction` (a value that is not finite
-    /// becomes 0).
+    /// The half-width of the uniform jitter, as a share of the lifetime, in `0...fraction`: a wider one set reads as
+    /// ``fraction`` (a value that is not finite becomes 0).
     public var jitter: Double {
-        get { jitterValue }
-        set { jitterValue = newValue.isFinite ? min(max(newValue, 0), fraction) : 0 }
+        get { min(jitterValue, fraction) }
+        set { jitterValue = newValue.isFinite ? min(max(newValue, 0), 1) : 0 }
     }
     private var jitterValue = 0.25
     /// The least time renewal leaves before expiry, so a slow fetch still lands in time; not negative.
@@ -166,6 +164,18 @@ public struct RenewalPolicy: Sendable, Hashable {
         self.jitter = jitter
         self.minimumLead = minimumLead
     }
+
+    /// Whether the two policies renew alike: the same share, jitter and lead as they read.
+    public static func == (a: RenewalPolicy, b: RenewalPolicy) -> Bool {
+        (a.fraction, a.jitter, a.minimumLead) == (b.fraction, b.jitter, b.minimumLead)
+    }
+
+    /// Hashes the share, the jitter and the lead as they read.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(fraction)
+        hasher.combine(jitter)
+        hasher.combine(minimumLead)
+    }
 }
 
 /// How the engine retries a transient fetch failure: exponential backoff with full jitter and a cap.
@@ -175,15 +185,14 @@ public struct RenewalPolicy: Sendable, Hashable {
 /// The jitter is added above that floor rather than swallowed by it, so processes that failed together (a shared
 /// outage) do not retry together even while the floor is longer than the ceiling.
 ///
-/// Each value is kept within its bounds when it is set, as when the policy is made.
+/// Each value is kept within its bounds however it is set, as when the policy is made, and in any order: a bound that
+/// depends on another value (the cap's on the first ceiling) applies when the value is read, and two policies are equal
+/// when they read alike.
 public struct RetryPolicy: Sendable, Hashable {
-    /// The backoff ceiling after the first failure; at least 1 ms, and a larger one raises ``cap`` to it.
+    /// The backoff ceiling after the first failure; at least 1 ms.
     public var initial: Duration {
         get { initialValue }
-        set {
-            initialValue = max(newValue, .milliseconds(1))
-            capValue = max(capValue, initialValue)
-        }
+        set { initialValue = max(newValue, .milliseconds(1)) }
     }
     private var initialValue: Duration = .seconds(1)
     /// The growth factor per consecutive failure; at least 1 (a value that is not finite becomes 2).
@@ -192,10 +201,10 @@ public struct RetryPolicy: Sendable, Hashable {
         set { multiplierValue = newValue.isFinite ? max(newValue, 1) : 2 }
     }
     private var multiplierValue: Double = 2
-    /// The largest backoff ceiling; at least ``initial``.
+    /// The largest backoff ceiling; a smaller one than ``initial`` reads as ``initial``.
     public var cap: Duration {
-        get { capValue }
-        set { capValue = max(newValue, initialValue) }
+        get { max(capValue, initialValue) }
+        set { capValue = newValue }
     }
     private var capValue: Duration = .seconds(300)
 
@@ -209,6 +218,18 @@ public struct RetryPolicy: Sendable, Hashable {
         self.initial = initial
         self.multiplier = multiplier
         self.cap = cap
+    }
+
+    /// Whether the two policies back off alike: the same first ceiling, multiplier and cap as they read.
+    public static func == (a: RetryPolicy, b: RetryPolicy) -> Bool {
+        (a.initial, a.multiplier, a.cap) == (b.initial, b.multiplier, b.cap)
+    }
+
+    /// Hashes the first ceiling, the multiplier and the cap as they read.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(initial)
+        hasher.combine(multiplier)
+        hasher.combine(cap)
     }
 
     /// The backoff ceiling after `failures` consecutive failures.

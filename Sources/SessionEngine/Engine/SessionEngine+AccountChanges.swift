@@ -172,7 +172,8 @@ extension SessionEngine {
     /// its credential was cleared, and before the next account's credential is installed.
     ///
     /// Hosts discard account-specific view models, read caches and offline storage here. Hooks run one at a time,
-    /// in registration order, once per change.
+    /// in registration order, once per change. A hook must not wait for the change it runs in, or for the engine's
+    /// shutdown: both wait for the hook.
     ///
     /// - Parameter hook: Receives the account being left and the account being entered.
     public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {

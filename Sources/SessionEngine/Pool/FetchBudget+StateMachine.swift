@@ -87,8 +87,8 @@ extension FetchBudget {
                 case nil: break
                 }
             }
-            /// Tickets promoted to needed before their fetch queued.
-            var promoted: Set<UInt64> = []
+            /// Tickets promoted to needed before their fetch queued, with when their caller came.
+            var promoted: [UInt64: Duration] = [:]
             /// Tickets handed out whose fetch has not asked to start yet: only these can be promoted before they
             /// queue (a caller may join a fetch that was admitted, or has ended, and must leave nothing behind).
             var unacquired: Set<UInt64> = []
@@ -110,6 +110,9 @@ extension FetchBudget {
 
         private let limits: SessionPoolConfiguration.Budget
         private var state: State
+
+        /// The longest the sleeper sleeps before it looks again: a day.
+        static let longestSleep = Duration.seconds(86_400)
 
         /// A budget with a full bucket at `now`, nothing queued and nothing in flight.
         init(limits: SessionPoolConfiguration.Budget, now: Duration) {
@@ -173,7 +176,7 @@ extension FetchBudget {
                 break
             case nil:
                 // Not queued yet: it queues as needed when it asks to start. Admitted or ended: nothing to promote.
-                if state.unacquired.contains(ticket.order) { state.promoted.insert(ticket.order) }
+                if state.unacquired.contains(ticket.order) { state.promoted[ticket.order] = now }
             }
         }
 
@@ -181,15 +184,15 @@ extension FetchBudget {
         mutating func acquire(_ ticket: Ticket, cancelled: Bool, at now: Duration) -> AcquireAction {
             let order = ticket.order
             state.unacquired.remove(order)
-            let promoted = state.promoted.remove(order) != nil
-            let urgency = promoted ? .needed : ticket.urgency
+            let promotedAt = state.promoted.removeValue(forKey: order)
+            let urgency = promotedAt != nil ? .needed : ticket.urgency
             // Cancelled before it could queue: the owner's cancellation handler found nothing to resume.
             if cancelled { return .resumeCancelled }
             refill(at: now)
             // Nothing queued ahead of it: start at once if the budget allows.
             if state.queued.isEmpty, admit(order, at: now) { return .startNow }
-            // A promoted renewal is needed since its caller came, which was no later than now.
-            let deadline = promoted ? min(ticket.deadline, now) : ticket.deadline
+            // A promoted renewal is needed since its caller came.
+            let deadline = promotedAt.map { min(ticket.deadline, $0) } ?? ticket.deadline
             let key = Key(deadline: deadline, order: order, account: ticket.account)
             if urgency == .needed { state.needed.insert(key) } else { state.proactive.insert(key) }
             state.setQueued(order, urgency)
@@ -331,11 +334,15 @@ extension FetchBudget {
                 return action
             }
             // Waiting on time, not on a fetch to end: the next token, or the next probe (the backend's pause's end).
+            // At most a day: a slower rate or a longer hold wakes the sleeper to look again, since a deadline in the
+            // deadline queue holds up to a year, and a `Duration` not every `Double`.
             var wait = Duration.zero
-            if state.tokens < 1 { wait = .seconds((1 - state.tokens) / limits.startsPerSecond) }
+            if state.tokens < 1 {
+                wait = .seconds(min((1 - state.tokens) / limits.startsPerSecond, Self.longestSleep.timeInterval))
+            }
             if let hold = state.hold { wait = max(wait, hold.probeAt - now) }
             state.sleeping = true
-            action.startSleeper = max(wait, .nanoseconds(1))
+            action.startSleeper = min(max(wait, .nanoseconds(1)), Self.longestSleep)
             return action
         }
 

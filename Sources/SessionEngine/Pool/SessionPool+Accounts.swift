@@ -7,8 +7,9 @@ extension SessionPool {
     ///
     /// Signing in an account the pool already holds returns once it is identified. When the pool is at
     /// ``SessionPoolConfiguration/maximumAccounts``, the least recently used account (as that property says) with no
-    /// scoped work running and no caller waiting is signed out first (its hooks run, and the pool's events report the
-    /// eviction); while every account is busy, the pool holds one more until one can go.
+    /// scoped work running, no caller waiting and no sign-in under way is signed out first (its hooks run, and the
+    /// pool's events report the eviction); while every account is busy, the pool holds more than the cap until the
+    /// next sign-in finds accounts that can go.
     ///
     /// - Parameter account: The account to sign in.
     /// - Throws: As ``SessionEngine/signIn(_:)``; ``SessionError/Code/shutDown`` after the pool shut down.
@@ -77,7 +78,8 @@ extension SessionPool {
 
     /// Registers a hook that runs during every account change of every account, as
     /// ``SessionEngine/addAccountChangeHook(_:)`` does for one engine: after the account's work has drained and its
-    /// credential was cleared, before the next credential is installed.
+    /// credential was cleared, before the next credential is installed. A hook must not wait for the pool's shutdown,
+    /// which waits for the hook.
     ///
     /// - Parameter hook: Receives the account being left and the account being entered.
     public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) async {
@@ -114,13 +116,15 @@ extension SessionPool {
     ///
     /// As with an engine, account-change hooks do not run: a host whose hooks must see every account leave shuts
     /// down with ``shutdown(gracePeriod:)``. An account already leaving when the shutdown begins leaves as it began
-    /// to, with its hooks. Concurrent calls all return once the pool has shut down.
+    /// to, with its hooks, and its eviction is reported before the pool's events end. Concurrent calls all return
+    /// once the pool has shut down. A hook, or scoped work, must not wait for the pool's shutdown: the shutdown waits
+    /// for them.
     public func shutdown() async {
-        let (all, leaving, first) = members.withLock { members -> ([Member], [Member], Bool) in
+        let (all, leaving, first) = members.withLock { members -> ([Member], [OneShot<Void>], Bool) in
             members.shutDown = true
             guard !members.closing else { return ([], [], false) }
             members.closing = true
-            return (table.removeAll(), Array(members.leaving.values), true)
+            return (table.removeAll(), members.leaving.values.map(\.removed), true)
         }
         guard first else {
             // Another call shuts the pool down: this one returns when it has.
@@ -129,7 +133,8 @@ extension SessionPool {
         }
         if let sweeperSlot { timers.cancel(for: sweeperSlot) }
         await Self.forEach(all) { await $0.engine.requestShutdown() }
-        await Self.forEach(all + leaving) { await $0.engine.waitUntilStopped() }
+        await Self.forEach(all) { await $0.engine.waitUntilStopped() }
+        for removed in leaving { await removed.value() }
         broadcaster.finish()
         stopped.open()
     }
@@ -166,7 +171,7 @@ extension SessionPool {
             let (member, evicted) = try join(account)
             // The join counted this sign-in on the member, which no eviction takes until the call has returned.
             defer { members.withLock { $0.signInEnded(member) } }
-            if let evicted { await remove(evicted, because: .capacity) }
+            for member in evicted { await remove(member, because: .capacity) }
             do {
                 try await call(member.engine)
                 return
@@ -178,27 +183,34 @@ extension SessionPool {
         }
     }
 
-    /// The account's member, made if the pool has none, and the member to evict to stay within the cap, which has
-    /// left the table; the member is counted as signing in until the caller says the call has ended
+    /// The account's member, made if the pool has none, and the members to evict to come back within the cap, which
+    /// have left the table; the member is counted as signing in until the caller says the call has ended
     /// (``Members/signInEnded(_:)``).
-    private func join(_ account: AccountID) throws(SessionError) -> (Member, evicted: Member?) {
+    ///
+    /// While every member is busy the pool holds more than the cap rather than cancel work; a later join that finds
+    /// some idle again evicts as many as bring it back within the cap, not only one.
+    private func join(_ account: AccountID) throws(SessionError) -> (Member, evicted: [Member]) {
         let (joined, evicted, startSweeper) = try members.withLock {
-            members throws(SessionError) -> (Member, Member?, Bool) in
+            members throws(SessionError) -> (Member, [Member], Bool) in
             guard !members.shutDown else { throw Self.shutDownError }
             let use = table.nextUse()
             if let member = table.member(account, stamping: use) {
                 members.signingIn[member.id, default: 0] += 1
-                return (member, nil, false)
+                return (member, [], false)
             }
             members.made += 1
             let serial = members.made
             let membership = SessionEngine.Membership(
                 account: account, serial: serial, hash: table.hasher.hash(account))
             let member = Member(makeEngine(for: membership, hooks: members.hooks))
-            var evicted: Member?
-            if let cap = configuration.maximumAccounts, table.count >= cap {
-                evicted = Self.closeLeastRecentlyUsedIdle(table.lastUses(), sparing: members)
-                if let evicted { members.leave(evicted, from: table) }
+            var evicted: [Member] = []
+            if let cap = configuration.maximumAccounts {
+                while table.count >= cap,
+                    let idle = Self.closeLeastRecentlyUsedIdle(table.lastUses(), sparing: members)
+                {
+                    members.leave(idle, from: table)
+                    evicted.append(idle)
+                }
             }
             table.insert(member, use: use)
             members.signingIn[member.id] = 1
@@ -256,11 +268,11 @@ extension SessionPool {
             if reason == nil { members.leave(member, from: table) } else { members.evictions += 1 }
         }
         await member.engine.signOutAndShutDown()
-        members.withLock { _ = $0.leaving.removeValue(forKey: member.id) }
         if let reason {
             let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))
             outlets.publish(event, member: member.serial)
         }
+        members.withLock { $0.leaving.removeValue(forKey: member.id) }?.removed.open()
     }
 
     // MARK: - Idle accounts

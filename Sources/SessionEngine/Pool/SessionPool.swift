@@ -38,9 +38,10 @@ public final class SessionPool: Sendable {
         /// returns: neither an eviction nor the idle sweeper takes such a member, whose caller may not have reached its
         /// engine yet (a caller waiting on the engine keeps it too, ``SessionEngine/closeToWorkIfIdle()``).
         var signingIn: [ObjectIdentifier: Int] = [:]
-        /// The members taken out of the table that are still signing out and shutting down: a shutdown waits for them
-        /// as it waits for the members it takes out itself.
-        var leaving: [ObjectIdentifier: Member] = [:]
+        /// The members taken out of the table that are still signing out and shutting down, each with the signal
+        /// its removal opens once it is over (its eviction reported): a shutdown waits for them as it waits for the
+        /// members it takes out itself.
+        var leaving: [ObjectIdentifier: (member: Member, removed: OneShot<Void>)] = [:]
         /// Whether ``SessionPool/shutdown()`` has begun: a second call waits for the first to finish.
         var closing = false
 
@@ -48,7 +49,7 @@ public final class SessionPool: Sendable {
         /// shutdown can miss it in between.
         mutating func leave(_ member: Member, from table: AccountTable) {
             table.remove(member)
-            leaving[member.id] = member
+            if leaving[member.id] == nil { leaving[member.id] = (member, OneShot()) }
         }
 
         /// Whether a sign-in is under way on `member`.

@@ -42,12 +42,10 @@ public struct SessionPoolConfiguration: Sendable {
         }
         private var maximumInFlightValue = 32
         /// Fetch starts per second across the pool, on the pool's clock; a value that is not positive and finite
-        /// becomes 1, and one below a thousandth (a start every 17 minutes) becomes a thousandth.
+        /// becomes 1.
         public var startsPerSecond: Double {
             get { startsPerSecondValue }
-            set {
-                startsPerSecondValue = newValue.isFinite && newValue > 0 ? max(Self.slowestRate, newValue) : 1
-            }
+            set { startsPerSecondValue = newValue.isFinite && newValue > 0 ? newValue : 1 }
         }
         private var startsPerSecondValue: Double = 100
         /// How many starts the bucket holds when it is full, so a quiet pool can start that many at once; at least 1.
@@ -64,14 +62,12 @@ public struct SessionPoolConfiguration: Sendable {
         }
         private var outageThresholdValue: Int? = 8
         /// How long the pool waits, while it holds fetches for an outage, from one probe's failure to the next probe;
-        /// at least 10 ms, at most a day.
+        /// at least 10 ms.
         public var outageProbeInterval: Duration {
             get { outageProbeIntervalValue }
-            set { outageProbeIntervalValue = min(max(.milliseconds(10), newValue), .seconds(86_400)) }
+            set { outageProbeIntervalValue = max(.milliseconds(10), newValue) }
         }
         private var outageProbeIntervalValue: Duration = .seconds(5)
-        /// The slowest rate a budget takes: a start every 1,000 seconds.
-        private static let slowestRate = 0.001
         /// How many different accounts the ``outageThreshold`` failures in a row must come from before the pool
         /// holds its fetches; 3 by default, at most ``outageThreshold``, at least 1.
         ///
@@ -89,11 +85,11 @@ public struct SessionPoolConfiguration: Sendable {
         ///
         /// - Parameters:
         ///   - maximumInFlight: At most this many fetches in flight (at least 1).
-        ///   - startsPerSecond: Fetch starts per second (positive and finite, else 1; at least 0.001).
+        ///   - startsPerSecond: Fetch starts per second (positive and finite, else 1).
         ///   - burst: Starts the full bucket holds; `nil` holds one second's worth (at least 1).
         ///   - outageThreshold: Fetches in a row failing as an outage before the pool holds its fetches (at least 1),
         ///     or `nil` for never.
-        ///   - outageProbeInterval: The wait between probes during an outage (10 ms to a day).
+        ///   - outageProbeInterval: The wait between probes during an outage (at least 10 ms).
         public init(
             maximumInFlight: Int = 32, startsPerSecond: Double = 100, burst: Int? = nil, outageThreshold: Int? = 8,
             outageProbeInterval: Duration = .seconds(5)
@@ -122,7 +118,8 @@ public struct SessionPoolConfiguration: Sendable {
     }
     private var maximumAccountsValue: Int?
     /// An account not used for this long (no sign-in, read, renewal or work) is signed out once it has no work running
-    /// and no caller waiting; at least one second. `nil` keeps accounts however long they are idle.
+    /// and no caller waiting, and no sign-in of it is under way; at least one second. `nil` keeps accounts however
+    /// long they are idle.
     public var idleTimeout: Duration? {
         get { idleTimeoutValue }
         set { idleTimeoutValue = newValue.map { max(.seconds(1), $0) } }

@@ -6,7 +6,7 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
     /// Why the pool signed an account out by itself.
     public enum EvictionReason: String, Sendable, Hashable {
         /// The pool was at ``SessionPoolConfiguration/maximumAccounts`` and this was the least recently used account
-        /// with no work running and no caller waiting.
+        /// with no work running, no caller waiting and no sign-in under way.
         case capacity
         /// The account was not used for ``SessionPoolConfiguration/idleTimeout``.
         case idle
