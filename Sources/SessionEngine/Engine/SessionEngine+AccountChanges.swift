@@ -199,7 +199,10 @@ extension SessionEngine {
                 return
             }
             if let credential { try push(credential, for: target) }
-            try await waitForIdentity(identityWait(epoch: epoch, of: target, within: timeout), preparedBy: nil)
+            // Joined to a change still being prepared, the caller returns only once it is, as the first caller does:
+            // even when a later change fails it first, no work of the previous account still runs then.
+            try await waitForIdentity(
+                identityWait(epoch: epoch, of: target, within: timeout), preparedBy: life.preparation)
         case .began(let epoch, _):
             // The actions started this change's preparation; a caller returns only once it is done, even when a
             // later change superseded it, so no work of the previous account still runs.

@@ -77,7 +77,7 @@ extension SessionEngine {
             // Another caller's report already renewed it.
             return current
         }
-        guard let epoch = life.machine.rejectionRenewalEpoch(for: credential) else {
+        guard let epoch = life.machine.rejectionRenewalEpoch else {
             throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
         }
         return try await waitForOutcome(registerWaiter(epoch: epoch, kind: .nextOutcome))

@@ -355,10 +355,14 @@ struct SessionStateMachine: Sendable {
         }
     }
 
-    /// The epoch whose renewal, started because `credential` was rejected, callers may wait for; `nil` when no such
-    /// renewal is running or planned.
-    func rejectionRenewalEpoch(for credential: IdentityCredential) -> UInt64? {
-        guard let session = currentSession, session.rejectedSignature == credential.signature else { return nil }
+    /// The epoch whose renewal, started because the session's installed credential was rejected, callers may wait for;
+    /// `nil` when no such renewal is running or planned.
+    ///
+    /// Work rejected with that credential waits for it, and so does work rejected with an earlier credential of the
+    /// session (one a renewal replaced while the work ran), whose report changes nothing: the renewal under way is
+    /// its one renewal too.
+    var rejectionRenewalEpoch: UInt64? {
+        guard let session = currentSession, session.rejectedSignature != nil else { return nil }
         switch session.fetch {
         case .inFlight(_, .rejection), .waiting(_, .rejection): return session.epoch
         default: return nil
