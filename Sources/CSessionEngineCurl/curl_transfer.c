@@ -71,6 +71,7 @@ enum {
     SE_CURLOPT_HTTP_CONTENT_DECODING = 158,
     SE_CURLOPT_PROTOCOLS = 181,
     SE_CURLOPT_SUPPRESS_CONNECT_HEADERS = 265,
+    SE_CURLOPT_QUICK_EXIT = 322,  // libcurl 7.87 and later
     SE_CURLPROTO_HTTP = 1,
     SE_CURLPROTO_HTTPS = 2,
     SE_CURL_BLOB_COPY = 1,
@@ -383,6 +384,11 @@ static int configure(transfer *item, const se_curl_request *request) {
         failed |= api.easy_setopt(handle, SE_CURLOPT_FRESH_CONNECT, 1L);
     }
     failed |= api.easy_setopt(handle, SE_CURLOPT_NOSIGNAL, 1L);
+    // A transfer stopped while its name is being resolved leaves the resolver's thread behind instead of waiting for
+    // it: with the threaded resolver, libcurl otherwise joins that thread as the transfer is removed, on the one thread
+    // that drives every transfer, and a name server that never answers would hold them all. An older libcurl does not
+    // know the option; its result is ignored.
+    (void)api.easy_setopt(handle, SE_CURLOPT_QUICK_EXIT, 1L);
     failed |= api.easy_setopt(handle, SE_CURLOPT_TIMEOUT_MS, request->timeout_ms);
     failed |= api.easy_setopt(handle, SE_CURLOPT_HEADERFUNCTION, on_header);
     failed |= api.easy_setopt(handle, SE_CURLOPT_HEADERDATA, callbacks);

@@ -130,6 +130,36 @@ struct HTTPCredentialFetcherTests {
         }
     }
 
+    /// A time of asking that is no number, or that no duration reaches (a clock that lies), measures no offset and
+    /// crashes nothing; nor does a `Retry-After` date read against such a clock.
+    @Test func aTimeOfAskingThatIsNoNumberMeasuresNoOffset() async throws {
+        try await withLoopbackBackend { backend in
+            let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
+            let fetcher = backend.fetcher(clock: clock)
+            for startedAt in [Date(timeIntervalSince1970: .nan), Date(timeIntervalSince1970: -1e300)] {
+                let asked = FetchRequest(id: 1, account: "bob", epoch: 1, attempt: 1, startedAt: startedAt)
+                let fetched = try await fetcher.fetch(asked)
+                #expect(fetched.serverClockOffset == nil)
+                #expect(fetched.credential.email == "bob@example.com")
+            }
+            let date = "Sun, 06 Nov 1994 08:49:37 GMT"
+            for local in [Date(timeIntervalSince1970: .nan), Date(timeIntervalSince1970: -1e300)] {
+                let delay = HTTPCredentialFetcher.retryAfter(date, serverDate: nil, localDate: local)
+                #expect(
+                    delay.map { $0 >= .zero && $0 <= .seconds(365 * 86_400) } == true, "\(String(describing: delay))")
+            }
+        }
+    }
+
+    /// A timeout no fetch needs, such as `Int64.max` seconds for "no limit", is a day, and crashes nothing.
+    @Test func aTimeoutBeyondADayIsADay() {
+        let fetcher = HTTPCredentialFetcher(
+            endpoint: URL(string: "https://backend.example/credential")!, timeout: .seconds(Int64.max)
+        ) { _, _ in }
+        #expect(fetcher.timeout == .seconds(86_400))
+        #expect(fetcher.description.contains("timeout: 86400 s"))
+    }
+
     @Test func manyFetchesInFlightOverHTTPSShareOneTransferThread() async throws {
         try await withLoopbackBackend(tls: true) { backend in
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))

@@ -116,10 +116,18 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
 
     // MARK: - Reading
 
+    /// Reads a regular file. Opened without blocking and refused unless it is a regular file: a named pipe or a
+    /// device at the path would otherwise hold the caller for as long as its writer, or for ever.
     private static func readFile(_ path: String) throws(CertificateTrustError) -> [UInt8] {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else { throw unreadable(errno) }
         defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw unreadable(errno) }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw CertificateTrustError(
+                .unreadable, reason: "the certificate file could not be read: it is not a regular file")
+        }
         var bytes: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {

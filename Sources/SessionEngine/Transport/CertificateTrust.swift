@@ -26,7 +26,10 @@ import Synchronization
 /// two-core machine, while the other transfers waited).
 ///
 /// Environment variables such as `SSL_CERT_FILE` or `CURL_CA_BUNDLE` change nothing: libcurl, unlike the `curl`
-/// command, does not read them, and the fetcher does not either.
+/// command, does not read them, and the fetcher does not either. One it does read: where libcurl uses OpenSSL (as
+/// Debian's does), `SSLKEYLOGFILE` makes it write every connection's TLS keys to that file, so that anyone with the
+/// file and a capture of the traffic reads the credentials in it. It is a debugging aid for whoever sets the
+/// process's environment; keep it unset in production.
 public struct CertificateTrust: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The authorities trusted besides or instead of the system's.
     public let authorities: [CertificateAuthorities]

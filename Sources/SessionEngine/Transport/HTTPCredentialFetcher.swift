@@ -73,8 +73,12 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
 
     /// The backend endpoint that issues credentials.
     public let endpoint: URL
-    /// How long one fetch may take, from sending the request to receiving the whole response.
+    /// How long one fetch may take, from sending the request to receiving the whole response; at most a day.
     public let timeout: Duration
+    /// The longest ``timeout``: a day, which no fetch needs, and within what every transfer's own deadline holds.
+    static let longestTimeout = Duration.seconds(86_400)
+    /// The largest clock offset or `Retry-After` date a response is read as: a year.
+    static let longestOffset: TimeInterval = 365 * 86_400
     /// Whether a response without `Cache-Control: no-store` is refused.
     public let requiresNoStore: Bool
     /// Whether plain `http` is allowed to hosts that are not loopback.
@@ -99,7 +103,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     /// - Parameters:
     ///   - endpoint: The backend URL that issues a credential for the authenticated session: `https`, or plain
     ///     `http` to a loopback host.
-    ///   - timeout: How long one fetch may take in total; a slower response fails transiently.
+    ///   - timeout: How long one fetch may take in total (1 ms to a day); a slower response fails transiently.
     ///   - requiresNoStore: Whether to refuse a response without `Cache-Control: no-store`, as the contract
     ///     requires; set it to `false` only for a backend you cannot change.
     ///   - allowsInsecureHTTP: Whether to allow plain `http` to a host that is not loopback. The host's
@@ -166,7 +170,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         authenticate: @escaping @Sendable (_ account: AccountID, _ request: inout URLRequest) async throws -> Void
     ) {
         self.endpoint = endpoint
-        self.timeout = max(timeout, .milliseconds(1))
+        self.timeout = min(max(timeout, .milliseconds(1)), Self.longestTimeout)
         self.requiresNoStore = requiresNoStore
         self.allowsInsecureHTTP = allowsInsecureHTTP
         self.transfer = transfer
@@ -248,9 +252,11 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             throw failure(result, serverDate: serverDate, sentAt: sentAt)
         }
         let credential = try Self.credential(from: result.body)
-        // The backend stamped `Date` somewhere within the round trip: compare it with the local time at its middle.
-        let offset = serverDate.map { date in
-            Duration.seconds(date.timeIntervalSince(sentAt) - roundTrip.timeInterval / 2)
+        // The backend stamped `Date` somewhere within the round trip: compare it with the local time at its middle. A
+        // local time that is no number, or one no duration holds (a clock that lies), measures no offset.
+        let offset = serverDate.flatMap { date -> Duration? in
+            let seconds = date.timeIntervalSince(sentAt) - roundTrip.timeInterval / 2
+            return seconds.isFinite && abs(seconds) < Self.longestOffset ? .seconds(seconds) : nil
         }
         return (FetchedCredential(credential, serverClockOffset: offset), result.head.version)
     }
@@ -290,6 +296,8 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 timeoutError: timeoutError
             )
         } else {
+            // The same checks of the request as on libcurl, before it goes anywhere.
+            _ = try CheckedHTTPRequest(request)
             result = try await URLSessionTransfer.shared.perform(
                 request,
                 timeout: timeout,
@@ -345,7 +353,10 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
             return .seconds(seconds)
         }
         guard let date = HTTPDate.parse(text) else { return nil }
-        return .seconds(max(0, date.timeIntervalSince(serverDate ?? localDate)))
+        // Against a local clock that lies, the difference may be no number or beyond what a duration holds: a year
+        // at most, which the engine shortens to its `maximumRetryAfter` anyway.
+        let seconds = date.timeIntervalSince(serverDate ?? localDate)
+        return .seconds(seconds.isFinite ? min(max(0, seconds), Self.longestOffset) : 0)
     }
 
     /// Decodes the credential from a response body that passed the transfer's checks.

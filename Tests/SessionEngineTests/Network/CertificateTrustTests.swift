@@ -48,6 +48,34 @@ struct CertificateTrustTests {
         #expect(String(decoding: expected.pem, as: UTF8.self) == plain)
     }
 
+    /// A named pipe at the path (or anything but a regular file) is refused at once: opened without waiting for a
+    /// writer, it would hold the caller for ever.
+    @Test func aPathThatIsNotARegularFileIsRefusedAtOnce() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pem-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let pipe = directory.appendingPathComponent("authorities.pem").path
+        #expect(mkfifo(pipe, 0o600) == 0)
+        for path in [pipe, directory.path] {
+            // On a thread of its own: read with a blocking open, a pipe would hold it for ever, and the test fails
+            // after ten seconds instead of hanging.
+            let outcome = Locked<CertificateTrustError?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                do throws(CertificateTrustError) {
+                    _ = try CertificateAuthorities(pemFile: path)
+                } catch {
+                    outcome.withLock { $0 = error }
+                }
+                done.signal()
+            }
+            #expect(done.wait(timeout: .now() + 10) == .success, "reading \(path) did not return")
+            #expect(outcome.value?.code == .unreadable)
+            #expect(outcome.value?.reason.contains("not a regular file") == true)
+            #expect(outcome.value.map { !"\($0)".contains(path) } == true, "the error names the path")
+        }
+    }
+
     @Test func pemThatIsNotCertificatesIsRefusedWithoutQuotingIt() async throws {
         let authority = try await Self.authority.value
         let certificate = try String(contentsOfFile: authority.certificate, encoding: .utf8)
