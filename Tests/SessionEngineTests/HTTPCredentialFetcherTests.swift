@@ -137,6 +137,7 @@ struct HTTPCredentialFetcherTests {
             let clock = ManualClock(now: Date(timeIntervalSince1970: TimeInterval(Self.start)))
             let fetcher = backend.fetcher(clock: clock)
             for startedAt in [Date(timeIntervalSince1970: .nan), Date(timeIntervalSince1970: -1e300)] {
+                // No offset to measure: the time of asking is no number, or beyond anything a clock is off by.
                 let asked = FetchRequest(id: 1, account: "bob", epoch: 1, attempt: 1, startedAt: startedAt)
                 let fetched = try await fetcher.fetch(asked)
                 #expect(fetched.serverClockOffset == nil)

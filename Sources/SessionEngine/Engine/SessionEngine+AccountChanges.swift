@@ -10,8 +10,9 @@ extension SessionEngine {
     /// installed. Transient fetch failures are retried with backoff while this call waits (the state is then
     /// ``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable``), for as long as it takes:
     /// through a backend outage or a misconfiguration that is until shutdown. A host whose loop must run whatever
-    /// the backend does signs in with ``signIn(_:timeout:)``. Cancelling the calling task stops the wait, not the
-    /// sign-in. Signing in to the account that is already current returns once it is identified.
+    /// the backend does signs in with ``signIn(_:timeout:)``. Cancelling the calling task stops the wait for the
+    /// credential, not the sign-in; the call still returns only once the previous account's work has drained.
+    /// Signing in to the account that is already current returns once it is identified.
     ///
     /// - Parameter account: The account to sign in.
     /// - Throws: ``SessionError`` with ``SessionError/Code/invalidAccount`` for an ID that fails
@@ -309,6 +310,7 @@ extension SessionEngine {
             } catch let error as SessionError where error.code == .signInTimedOut {
                 throw error
             } catch {
+                // A cancelled caller too: no caller returns while the previous account's work runs.
                 await prepared?.value()
                 throw error
             }

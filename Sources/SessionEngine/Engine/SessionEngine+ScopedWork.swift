@@ -7,7 +7,9 @@ extension SessionEngine {
     ///
     /// The work runs in its own task, registered with the account session. An account change or sign-out cancels
     /// it and waits for it to end before the next account's credential is installed, so work of a previous account
-    /// never overlaps the next one. Work should honour cancellation promptly, since a change waits for it.
+    /// never overlaps the next one. Work should honour cancellation promptly, since a change waits for it; and it
+    /// must not itself change the account, sign out or shut the engine down and wait for that: the change it would
+    /// wait for waits for the work.
     ///
     /// If the work throws ``SessionError/credentialRejected`` (the service answered `INVALID_IDENTITY`), the engine
     /// renews the credential once and runs the work once more with the new credential; a second rejection fails

@@ -119,7 +119,7 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
     /// Reads a regular file. Opened without blocking and refused unless it is a regular file: a named pipe or a
     /// device at the path would otherwise hold the caller for as long as its writer, or for ever.
     private static func readFile(_ path: String) throws(CertificateTrustError) -> [UInt8] {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard descriptor >= 0 else { throw unreadable(errno) }
         defer { close(descriptor) }
         var status = stat()

@@ -77,8 +77,12 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     public let timeout: Duration
     /// The longest ``timeout``: a day, which no fetch needs, and within what every transfer's own deadline holds.
     static let longestTimeout = Duration.seconds(86_400)
-    /// The largest clock offset or `Retry-After` date a response is read as: a year.
+    /// The latest `Retry-After` date a response is read as, from now: a year (the engine shortens it to its
+    /// `maximumRetryAfter` anyway).
     static let longestOffset: TimeInterval = 365 * 86_400
+    /// The largest clock offset a response is read as: far beyond any clock's error (a machine booted at 1970 is 56
+    /// years off), and within what a `Duration` holds.
+    static let farthestOffset: TimeInterval = 1e15
     /// Whether a response without `Cache-Control: no-store` is refused.
     public let requiresNoStore: Bool
     /// Whether plain `http` is allowed to hosts that are not loopback.
@@ -256,7 +260,7 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
         // local time that is no number, or one no duration holds (a clock that lies), measures no offset.
         let offset = serverDate.flatMap { date -> Duration? in
             let seconds = date.timeIntervalSince(sentAt) - roundTrip.timeInterval / 2
-            return seconds.isFinite && abs(seconds) < Self.longestOffset ? .seconds(seconds) : nil
+            return seconds.isFinite && abs(seconds) < Self.farthestOffset ? .seconds(seconds) : nil
         }
         return (FetchedCredential(credential, serverClockOffset: offset), result.head.version)
     }

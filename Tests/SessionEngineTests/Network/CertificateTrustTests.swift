@@ -50,7 +50,7 @@ struct CertificateTrustTests {
 
     /// A named pipe at the path (or anything but a regular file) is refused at once: opened without waiting for a
     /// writer, it would hold the caller for ever.
-    @Test func aPathThatIsNotARegularFileIsRefusedAtOnce() async throws {
+    @Test func aPathThatIsNotARegularFileIsRefusedAtOnce() throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("pem-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
