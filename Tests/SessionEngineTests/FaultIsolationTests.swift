@@ -443,9 +443,7 @@ extension ScriptedCredentialFetcher {
         for call in signIns { try await call.value }
         changes.withLock { $0.removeAll() }
         let clock = harness.clock
-        let work = await harness.pool.startCall { pool in
-            try await pool.withIdentity(for: "alice") { _ in try await clock.sleep(for: .seconds(10)) }
-        }
+        let work = await harness.startWork(for: ["alice"], sleeping: .seconds(10))[0]
         let shutdown = await harness.pool.startCall { pool in await pool.shutdown(gracePeriod: .seconds(60)) }
         // During the grace period: running work keeps its identity, nothing new starts.
         #expect(throws: Never.self) { try harness.pool.identityHeaders(for: "alice") }

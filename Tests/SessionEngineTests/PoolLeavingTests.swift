@@ -56,11 +56,7 @@ import Testing
         try await harness.pool.signIn("alice")
         try await harness.pool.signIn("bob")
         let clock = harness.clock
-        let work = await harness.pool.startCalls(2) { pool, index in
-            try await pool.withIdentity(for: index == 0 ? "alice" : "bob") { _ in
-                try await clock.sleep(for: .seconds(30))
-            }
-        }
+        let work = await harness.startWork(for: ["alice", "bob"], sleeping: .seconds(30))
         let shutdown = await harness.pool.startCall { pool in await pool.shutdown(gracePeriod: .seconds(60)) }
         #expect(changes.value == ["nil → alice", "nil → bob"], "the grace period runs")
         await harness.pool.signOut("alice")
@@ -135,11 +131,7 @@ import Testing
         try await harness.pool.signIn("alice")
         try await harness.pool.signIn("bob")
         let clock = harness.clock
-        let work = await harness.pool.startCalls(2) { pool, index in
-            try await pool.withIdentity(for: index == 0 ? "alice" : "bob") { _ in
-                try await clock.sleep(for: .seconds(10))
-            }
-        }
+        let work = await harness.startWork(for: ["alice", "bob"], sleeping: .seconds(10))
         // carol and dave sign in together: each one's join finds the others busy or signing in.
         let signIns = await harness.pool.startCalls(2) { pool, index in
             try await pool.signIn(index == 0 ? "carol" : "dave")

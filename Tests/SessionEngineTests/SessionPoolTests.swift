@@ -61,6 +61,15 @@ struct PoolHarness {
         }
         return answered
     }
+
+    /// Starts scoped work for each account that sleeps `duration` on the clock, honouring cancellation; returns once
+    /// each has entered and the pool is idle.
+    func startWork(for accounts: [AccountID], sleeping duration: Duration) async -> [Task<Void, any Error>] {
+        let clock = self.clock
+        return await pool.startCalls(accounts.count) { pool, index in
+            try await pool.withIdentity(for: accounts[index]) { _ in try await clock.sleep(for: duration) }
+        }
+    }
 }
 
 @Suite struct SessionPoolTests {
@@ -295,9 +304,7 @@ struct PoolHarness {
         harness.clock.advance(by: .seconds(1))
         try await harness.pool.signIn("bob")
         let clock = harness.clock
-        let work = await harness.pool.startCall { pool in
-            try await pool.withIdentity(for: "alice") { _ in try await clock.sleep(for: .seconds(60)) }
-        }
+        let work = await harness.startWork(for: ["alice"], sleeping: .seconds(60))[0]
         // alice is the least recently used by her last sign-in, but her work runs: bob goes.
         harness.clock.advance(by: .seconds(1))
         _ = try harness.pool.identityHeaders(for: "bob")
@@ -313,9 +320,7 @@ struct PoolHarness {
         try await harness.pool.signIn("alice")
         let engine = try #require(harness.pool.member("alice")?.engine)
         let clock = harness.clock
-        let work = await harness.pool.startCall { pool in
-            try await pool.withIdentity(for: "alice") { _ in try await clock.sleep(for: .seconds(10)) }
-        }
+        let work = await harness.startWork(for: ["alice"], sleeping: .seconds(10))[0]
         #expect(!engine.closeToWorkIfIdle(), "work runs: the account cannot be closed")
         clock.advance(by: .seconds(10))
         try await work.value

@@ -16,7 +16,7 @@ extension SessionPool {
         guard let member = member(account, using: true) else { throw Self.notHeld(account) }
         do {
             return try await member.engine.withIdentity(body)
-        } catch let error as SessionError where error.code == .shutDown && !isMember(member) && !isShutDown {
+        } catch let error as SessionError where error.code == .shutDown && hasLeftRunningPool(member) {
             // The account left the pool (evicted or signed out) before the work started.
             throw Self.notHeld(account)
         }

@@ -310,10 +310,11 @@ public final class SessionPool: Sendable {
         table.member(account, stamping: using ? table.nextUse() : .min)
     }
 
-    /// Whether `member` is still the pool's member for its account; under the members' lock, which every removal
-    /// holds from the step that chose a member to the one that takes it out of the table.
-    func isMember(_ member: Member) -> Bool {
-        members.withLock { _ in table.member(member.account)?.is(member) == true }
+    /// Whether `member` has left a pool that has not shut down: no longer the pool's member for its account, read in
+    /// one step of the members' lock, which every removal holds from the step that chose a member to the one that
+    /// takes it out of the table, and which the shutdown holds as it begins.
+    func hasLeftRunningPool(_ member: Member) -> Bool {
+        members.withLock { members in !members.shutDown && table.member(member.account)?.is(member) != true }
     }
 
     /// Whether the pool has shut down.

@@ -243,14 +243,16 @@ public struct CertificateAuthorities: Sendable, Hashable, CustomStringConvertibl
     /// The label of a `-----BEGIN label-----` line, or of an `-----END label-----` one when not `begin`.
     private static func boundary(begin: Bool, _ line: ArraySlice<UInt8>) -> String? {
         let prefix = begin ? beginPrefix : endPrefix
-        let dashes = beginPrefix.prefix(5)
-        guard line.count >= prefix.count + 5, line.starts(with: prefix), line.suffix(5).elementsEqual(dashes)
+        guard line.count >= prefix.count + dashes.count, line.starts(with: prefix),
+            line.suffix(dashes.count).elementsEqual(dashes)
         else { return nil }
-        return String(decoding: line.dropFirst(prefix.count).dropLast(5), as: UTF8.self)
+        return String(decoding: line.dropFirst(prefix.count).dropLast(dashes.count), as: UTF8.self)
     }
 
     private static let beginPrefix = Array("-----BEGIN ".utf8)
     private static let endPrefix = Array("-----END ".utf8)
+    /// What ends a boundary line.
+    private static let dashes = Array("-----".utf8)
 
     // MARK: - DER
 

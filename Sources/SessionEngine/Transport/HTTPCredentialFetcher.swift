@@ -287,11 +287,15 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
     {
         let timeoutError = SessionError.fetchFailed("the backend did not answer within \(Self.describe(timeout))")
         let result: HTTPTransferResult
-        if CurlTransfer.isAvailable && transfer != .urlSession {
-            // The proxy decided for this URL, or none (then libcurl does not read the environment either).
-            let proxy = try request.url.flatMap { url throws(SessionError) in try self.proxy.checkedProxy(for: url) }
+        let onCurl = CurlTransfer.isAvailable && transfer != .urlSession
+        // The proxy decided for this URL, or none (then libcurl does not read the environment either).
+        let proxy =
+            onCurl ? try request.url.flatMap { url throws(SessionError) in try self.proxy.checkedProxy(for: url) } : nil
+        // Checked on either transfer, before the request goes anywhere.
+        let checked = try CheckedHTTPRequest(request)
+        if onCurl {
             result = try await CurlTransfer.perform(
-                try CheckedHTTPRequest(request),
+                checked,
                 timeout: timeout,
                 requiresNoStore: requiresNoStore,
                 trust: trust,
@@ -300,8 +304,6 @@ public struct HTTPCredentialFetcher: CredentialFetcher, CustomStringConvertible,
                 timeoutError: timeoutError
             )
         } else {
-            // The same checks of the request as on libcurl, before it goes anywhere.
-            _ = try CheckedHTTPRequest(request)
             result = try await URLSessionTransfer.shared.perform(
                 request,
                 timeout: timeout,
