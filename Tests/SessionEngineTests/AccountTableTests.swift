@@ -7,7 +7,7 @@ import Testing
 /// member would, whichever accounts share a home row, however the account is spelled, through growth and removals.
 @Suite struct AccountTableTests {
     /// What the members' engines share: no pool's outlets, so they report nothing but to their own store.
-    private let shared = SessionEngine.Shared(
+    private let shared = AccountShard.Shared(
         SessionConfiguration(), fetcher: ScriptedCredentialFetcher(), clock: SystemClock(), budget: nil, timers: nil)
 
     private func table(seed: UInt64 = 0x5EED) -> AccountTable {
@@ -17,9 +17,9 @@ import Testing
     /// A member of `table`'s pool, with an engine of its own; `hash` in place of the account's own, to make accounts
     /// share rows.
     private func member(_ account: AccountID, in table: AccountTable, hash: UInt64? = nil) -> SessionPool.Member {
-        let membership = SessionEngine.Membership(account: account, serial: 1, hash: hash ?? table.hasher.hash(account))
+        let membership = AccountShard.Membership(account: account, serial: 1, hash: hash ?? table.hasher.hash(account))
         return SessionPool.Member(
-            SessionEngine(
+            AccountShard(
                 shared: shared, randomSeed: 0, latencyWindow: 1, hooks: [], membership: membership))
     }
 
@@ -138,9 +138,9 @@ import Testing
     @Test func theTableLetsGoOfEveryMemberItRemoves() {
         // The rows hold their members' engines: a member replaced, removed or emptied out is not kept.
         let table = table()
-        weak var replaced: SessionEngine?
-        weak var removed: SessionEngine?
-        weak var emptied: SessionEngine?
+        weak var replaced: AccountShard?
+        weak var removed: AccountShard?
+        weak var emptied: AccountShard?
         do {
             let first = member("alice", in: table)
             let gone = member("bob", in: table)

@@ -200,7 +200,7 @@ import Testing
         try await engine?.signIn("alice")
         await engine?.waitUntilIdle()
         weak let dropped = engine
-        let queue = try #require(engine?.timers)
+        let queue = try #require(engine?.shard.timers)
         #expect(queue.count == 1, "the renewal timer is armed")
         #expect(clock.sleeperCount == 1)
         engine = nil
@@ -219,7 +219,7 @@ import Testing
             try signer.sign(email: EngineHarness.email(for: account))
         })
         var engine = SessionEngine(fetcher: fetcher, clock: clock)
-        let queue = engine.timers
+        let queue = engine.shard.timers
         try await engine.signIn("alice")
         let gate = Gate(clock: clock)
         let work = await engine.startCall { engine in try await engine.withIdentity { _ in await gate.wait() } }
@@ -241,11 +241,11 @@ import Testing
         let fetcher = ScriptedCredentialFetcher(responder: { _ in throw CancellationError() })
         let first = SessionEngine(fetcher: fetcher)
         let second = SessionEngine(fetcher: fetcher)
-        #expect(first.timers === SessionEngine.systemTimers && second.timers === SessionEngine.systemTimers)
+        #expect(first.shard.timers === AccountShard.systemTimers && second.shard.timers === AccountShard.systemTimers)
         let clock = ManualClock()
         let own = SessionEngine(fetcher: fetcher, clock: clock)
         let other = SessionEngine(fetcher: fetcher, clock: clock)
-        #expect(own.timers !== SessionEngine.systemTimers && own.timers !== other.timers)
+        #expect(own.shard.timers !== AccountShard.systemTimers && own.shard.timers !== other.shard.timers)
     }
 }
 

@@ -224,7 +224,7 @@ extension ScriptedCredentialFetcher {
         let budget = FetchBudget(
             limits: .init(maximumInFlight: 100, startsPerSecond: 1000, outageThreshold: 4),
             clock: clock,
-            timers: DeadlineQueue(clock: clock, taskExecutor: nil, delivery: SessionEngine.TimerTarget.deliver))
+            timers: DeadlineQueue(clock: clock, taskExecutor: nil, delivery: AccountShard.TimerTarget.deliver))
         func fail(_ name: String) async {
             let ticket = budget.ticket(urgency: .needed, deadline: .zero, account: AccountID(name))
             #expect(await budget.acquire(ticket))

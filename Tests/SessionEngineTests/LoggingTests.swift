@@ -69,11 +69,11 @@ import Testing
                 retryIn: retryIn
             )
         }
-        #expect(SessionEngine.logLevel(for: failure(.fetchFailed, retryIn: .seconds(5))) == .info)
-        #expect(SessionEngine.logLevel(for: failure(.lifetimeTooLong, retryIn: .seconds(5))) == .error)
-        #expect(SessionEngine.logLevel(for: failure(.backendMisconfigured, retryIn: .seconds(90))) == .error)
-        #expect(SessionEngine.logLevel(for: failure(.backendSessionEnded, retryIn: nil)) == .info)
-        #expect(SessionEngine.logLevel(for: failure(.invalidCredential, retryIn: nil)) == .error)
-        #expect(SessionEngine.logLevel(for: failure(.identityMismatch, retryIn: .seconds(5))) == .error)
+        #expect(AccountShard.logLevel(for: failure(.fetchFailed, retryIn: .seconds(5))) == .info)
+        #expect(AccountShard.logLevel(for: failure(.lifetimeTooLong, retryIn: .seconds(5))) == .error)
+        #expect(AccountShard.logLevel(for: failure(.backendMisconfigured, retryIn: .seconds(90))) == .error)
+        #expect(AccountShard.logLevel(for: failure(.backendSessionEnded, retryIn: nil)) == .info)
+        #expect(AccountShard.logLevel(for: failure(.invalidCredential, retryIn: nil)) == .error)
+        #expect(AccountShard.logLevel(for: failure(.identityMismatch, retryIn: .seconds(5))) == .error)
     }
 }

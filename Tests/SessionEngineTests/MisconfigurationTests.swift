@@ -29,7 +29,7 @@ struct MisconfigurationTests {
         // A fetcher that knows better says so.
         let custom = SessionError(.fetchFailed, reason: "WAF page", isTransient: true, failureClass: .misconfiguration)
         #expect(custom.failureClass == .misconfiguration)
-        #expect(SessionEngine.classify(custom).failureClass == .misconfiguration)
+        #expect(AccountShard.classify(custom).failureClass == .misconfiguration)
         #expect(SessionError.FailureClass.misconfiguration.rawValue == "misconfiguration")
     }
 
@@ -61,7 +61,7 @@ struct MisconfigurationTests {
             let error = CurlTransfer.failure(outcome, throughProxy: throughProxy)
             #expect(error.failureClass == failureClass, "\(outcome.code) \(outcome.connect_code): \(error)")
             #expect(error.reason.hasPrefix(reason), "\(outcome.code) \(outcome.connect_code): \(error)")
-            #expect(SessionEngine.classify(error).failureClass == failureClass)
+            #expect(AccountShard.classify(error).failureClass == failureClass)
         }
     }
 

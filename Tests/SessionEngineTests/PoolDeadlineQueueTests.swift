@@ -138,7 +138,7 @@ import Testing
             await harness.pool.waitUntilIdle()
         }
         #expect(harness.fetcher.totalRequests > before)
-        #expect(waited <= DeadlineQueue<SessionEngine.TimerTarget>.slice, "the jump was noticed after \(waited)")
+        #expect(waited <= DeadlineQueue<AccountShard.TimerTarget>.slice, "the jump was noticed after \(waited)")
         await harness.pool.shutdown()
     }
 

@@ -1,9 +1,10 @@
 import Foundation
-import SessionEngine
 import SessionEngineBackend
 import SessionEngineTestKit
 import Synchronization
 import Testing
+
+@testable import SessionEngine
 
 @Suite(.timeLimit(TimeLimits.minutes(1)))
 struct SessionEngineTests {
@@ -676,7 +677,7 @@ struct SessionEngineTests {
         harness.fetcher.respond(to: request, with: .success(harness.credential(for: "bob")))
         try await switched.value
         let error = await #expect(throws: SessionError.self) {
-            try await engine.renewAfterRejection(of: aliceCredential, epoch: alice.epoch)
+            try await engine.shard.renewAfterRejection(of: aliceCredential, epoch: alice.epoch)
         }
         #expect(error?.code == .accountChanged)
         #expect(harness.fetcher.totalRequests == 2)

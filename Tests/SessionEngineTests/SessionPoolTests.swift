@@ -468,10 +468,10 @@ final class Admitted: Sendable {
     var all: [String] { names.withLock { $0 } }
 }
 
-extension DeadlineQueue where Target == SessionEngine.TimerTarget {
+extension DeadlineQueue where Target == AccountShard.TimerTarget {
     /// A deadline queue for a budget of its own, on `clock` and its executor, as a pool's is.
     static func ofTheirOwn(on clock: ManualClock) -> DeadlineQueue {
-        DeadlineQueue(clock: clock, taskExecutor: clock.executor, delivery: SessionEngine.TimerTarget.deliver)
+        DeadlineQueue(clock: clock, taskExecutor: clock.executor, delivery: AccountShard.TimerTarget.deliver)
     }
 }
 

@@ -37,7 +37,7 @@ enum FetchRace {
         on fetcher: any CredentialFetcher,
         timeout: Duration,
         clock: any SessionClock,
-        timers: DeadlineQueue<SessionEngine.TimerTarget>,
+        timers: DeadlineQueue<AccountShard.TimerTarget>,
         taskExecutor: (any TaskExecutor)?,
         calling: @escaping @Sendable () -> Void
     ) async -> Outcome {
@@ -56,7 +56,7 @@ enum FetchRace {
             }
             race.open(with: .finished(result))
         }
-        let deadline = SessionEngine.setDeadline(in: timers, on: clock, after: timeout) {
+        let deadline = AccountShard.setDeadline(in: timers, on: clock, after: timeout) {
             race.open(with: .timedOut)
         }
         let outcome = await withTaskCancellationHandler {

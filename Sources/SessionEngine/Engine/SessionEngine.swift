@@ -8,7 +8,7 @@ import Synchronization
 /// cancels the account's in-flight work on sign-out or an account switch, recovers when the service rejects a
 /// credential, and publishes all of it through ``events(bufferLimit:)``.
 ///
-/// A pure state machine decides every transition; this actor only performs the actions the machine returns. Every
+/// A pure state machine decides every transition; the engine only performs the actions the machine returns. Every
 /// account session has an epoch, and a fetch result, timer or rejection from an earlier epoch is discarded, so a
 /// renewal that lands after a sign-out can never install the previous user's credential.
 ///
@@ -23,173 +23,20 @@ import Synchronization
 ///
 /// Run ``run()`` in a service group, or call ``shutdown()``, to stop cleanly.
 public actor SessionEngine {
-    /// The configuration, the fetcher, the clock and the deadline queue, a pool's budget and outlets, and an engine of
-    /// its own's observer: one object for all the engines of a pool.
-    let shared: Shared
-    /// The account's life as the actor keeps it: the machine and what carries out its decisions between steps.
-    var life: AccountLife
-    let store: SessionStore
-    /// The engine's event broadcaster, made when the first subscriber comes.
-    let broadcaster: BroadcasterSlot
-    /// The callers waiting for an outcome, made when the first registers and dropped by the step after the last has
-    /// gone (``dropWaitersIfNone()``): an identified engine nobody waits on, one per account in a pool, keeps none.
-    let waiterTable = SanitizedMutex<OutcomeWaiters?>(nil)
-    let recorder: MetricsRecorder
-    /// The pool's member this engine is; `nil` for an engine of its own.
-    nonisolated let membership: Membership?
-    /// The engine's slot in its deadline queue (``Shared/timers``), taken when the engine is made and given back when it
-    /// is freed.
-    nonisolated let timerToken: DeadlineQueue<TimerTarget>.Token
-
-    /// One account's life as its actor keeps it: the machine that decides, and what carries out its decisions from
-    /// one step to the next. Only the actor touches it: a step hands its machine to the decision and performs the
-    /// decision with the rest (``step(announcing:_:)``).
+    /// The shard of one account that keeps the engine's account: its machine, its store and what performs its
+    /// decisions. A ``SessionPool`` keeps its accounts in shards of the same kind, so the engine and the pool's
+    /// accounts follow one rule book (Design/engine.md, *One input, one step*).
     ///
-    /// A value, and the only one of the engine's fields that changes after it is made but for the locked state readers
-    /// take without a hop (the store, the broadcaster's slot, the recorder, the waiters): what an account is to the
-    /// actor, in one place, the way a shard holding many accounts would keep each of them.
-    struct AccountLife: Sendable {
-        var machine: SessionStateMachine
-        /// The fetch in flight, out of line: with its claim on a budget it is nine words, and a pool's members, one
-        /// per account, mostly have no fetch.
-        var fetch: OutOfLine<RunningFetch>?
-        /// A graceful shutdown's two watchers, while it lasts: the grace period's deadline and the wait for running
-        /// work to finish; out of line, since an engine holds them only while it shuts down.
-        var gracePeriod: OutOfLine<GracePeriodWatch>?
-        /// The account-change hooks, in the order they were added.
-        var hooks: [@Sendable (AccountChange) async -> Void]
-        /// The latest account change's preparation: the next one runs after it.
-        var preparation: OneShot<Void>?
-        /// Opens once the engine has shut down; made when a caller first waits for the shutdown
-        /// (``waitUntilStopped(stopsOnCancellation:)``), so an engine nobody waits on, one per account in a pool, keeps
-        /// none.
-        var stopped: OneShot<Void>?
-        /// The sequence number of the last event published.
-        var sequence: UInt64 = 0
-    }
+    /// The engine runs on the shard's executor, so a call passes from the engine to the shard without waiting in a
+    /// queue.
+    nonisolated let shard: AccountShard
 
-    /// Which member of a pool an engine is: what it reports its events and its read under.
-    struct Membership: Sendable {
-        /// The account the member is for, which every event the pool publishes for it names.
-        let account: AccountID
-        /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that leaves
-        /// and signs in again has a new member, with an engine and events of its own.
-        let serial: UInt64
-        /// The account's hash in the pool's table (``AccountTable/Hasher``), which finds the member's row.
-        let hash: UInt64
-    }
+    /// The serial executor the engine runs on: its shard's.
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { shard.unownedExecutor }
 
-    /// What an engine shares with the other engines of a pool: made once, so that each member holds one reference
-    /// instead of a copy of the configuration, the machine's policies taken from it, and its own references to the
-    /// fetcher, the clock, the budget and the deadline queue.
-    final class Shared: Sendable {
-        let session: SessionConfiguration
-        /// Where a pool's engines report their events and their reads to; `nil` for an engine of its own.
-        let outlets: SessionPool.Outlets?
-        /// Receives every event of an engine of its own in the step that publishes it, for tests, demos and
-        /// benchmarks; held here, not by the engine, so that a pool's engines, which report to the pool's outlets
-        /// instead, carry no field for it.
-        let observer: (@Sendable (SessionEvent) -> Void)?
-        let machine: SessionStateMachine.Configuration
-        let fetcher: any CredentialFetcher
-        let clock: any SessionClock
-        /// The check of `clock` against a credential's expiry that every engine's store makes, held here once.
-        let wallClock: SharedWallClockCheck
-        /// The pool's budget toward the backend that the engines' fetches share; `nil` for an engine of its own.
-        let budget: FetchBudget?
-        /// The deadline queue every timer of the engines waits in: a pool's, one of the engine's own, or the
-        /// process's one queue on the ``SystemClock`` (``SessionEngine/systemTimers``).
-        let timers: DeadlineQueue<TimerTarget>
-        /// The actors whose serial executors the engines run on (``SessionEngine/unownedExecutor``): one for an
-        /// engine of its own, a few for a pool's engines (a power of two, at most 256), each engine on one of them for
-        /// its whole life.
-        let executors: [ExecutorActor]
-        /// The executor that runs the engines' tasks: the configuration's, else the clock's (``ExecutingClock``), else
-        /// `nil` for the global concurrent executor.
-        let taskExecutor: (any TaskExecutor)?
-        /// The executor that runs every engine's actor in place of ``executors``: an ``ExecutingClock``'s, when the
-        /// configuration names no task executor of its own.
-        let actorExecutor: (any SerialExecutor)?
-
-        /// Creates what one engine, or every member of a pool, shares.
-        ///
-        /// - Parameters:
-        ///   - configuration: Renewal, retry and buffering policies.
-        ///   - fetcher: Gets credentials from the host's backend.
-        ///   - clock: The source of wall time and sleep.
-        ///   - budget: A pool's budget toward the backend.
-        ///   - timers: A pool's deadline queue; `nil` for an engine of its own, which waits in the process's queue on
-        ///     the ``SystemClock`` with no task executor of its own, and in a queue of its own otherwise.
-        ///   - executors: How many executors the engines share, rounded up to a power of two: one for an engine of its
-        ///     own.
-        ///   - outlets: A pool's outlets, which its engines report to.
-        ///   - observer: Receives each event of an engine of its own before any subscriber does; it must return
-        ///     quickly and not call the engine.
-        init(
-            _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
-            budget: FetchBudget?, timers: DeadlineQueue<TimerTarget>?, executors: Int = 1,
-            outlets: SessionPool.Outlets? = nil, observer: (@Sendable (SessionEvent) -> Void)? = nil
-        ) {
-            session = configuration
-            self.outlets = outlets
-            self.observer = observer
-            machine = SessionStateMachine.Configuration(configuration)
-            self.fetcher = fetcher
-            self.clock = clock
-            self.wallClock = SharedWallClockCheck(clock)
-            self.budget = budget
-            let count = 1 << (Int.bitWidth - (min(256, max(1, executors)) - 1).leadingZeroBitCount)
-            self.executors = (0..<count).map { _ in ExecutorActor() }
-            let (taskExecutor, actorExecutor) = Self.executors(configuration, clock: clock)
-            (self.taskExecutor, self.actorExecutor) = (taskExecutor, actorExecutor)
-            if let timers {
-                self.timers = timers
-            } else if clock is SystemClock && taskExecutor == nil {
-                self.timers = SessionEngine.systemTimers
-            } else {
-                self.timers = DeadlineQueue(clock: clock, taskExecutor: taskExecutor, delivery: TimerTarget.deliver)
-            }
-        }
-
-        /// Where the work of an engine or a pool on `clock` runs: the configuration's task executor, else the
-        /// clock's executors (``ExecutingClock``), one of which then also runs the actors.
-        static func executors(_ configuration: SessionConfiguration, clock: any SessionClock) -> (
-            task: (any TaskExecutor)?, actor: (any SerialExecutor)?
-        ) {
-            if let own = configuration.taskExecutor { return (own, nil) }
-            guard let clock = clock as? any ExecutingClock else { return (nil, nil) }
-            return (clock.taskExecutor, clock.actorExecutor)
-        }
-    }
-
-    /// The serial executor the engine runs on: the executor of an actor that holds nothing, not a queue of the
-    /// engine's own.
-    ///
-    /// An actor with a queue of its own carries twelve words for it, and a ``SessionPool`` holds one engine per
-    /// account, so a pool's engines share a few such executors; an engine of its own has one to itself. The engine's
-    /// isolation is unchanged: its state is touched only on its executor, one job at a time, and engines that share an
-    /// executor take turns. Which one an engine runs on is chosen, for its whole life, by its slot in the deadline
-    /// queue its timers wait in: slots are handed out in the order engines and their fetches take them, so the same
-    /// program shares executors the same way every time it runs, and a pool's engines spread over all of them.
-    public nonisolated var unownedExecutor: UnownedSerialExecutor {
-        if let actorExecutor = shared.actorExecutor { return actorExecutor.asUnownedSerialExecutor() }
-        return shared.executors[timerToken & (shared.executors.count - 1)].unownedExecutor
-    }
-
-    /// Gets credentials from the host's backend.
-    nonisolated var fetcher: any CredentialFetcher { shared.fetcher }
-    /// The source of wall time and sleep.
-    nonisolated var clock: any SessionClock { shared.clock }
     /// The clock's executor that runs this engine's actor (``ExecutingClock``); `nil` on other clocks or when the
     /// configuration names a task executor.
-    package nonisolated var clockExecutor: (any SerialExecutor)? { shared.actorExecutor }
-    /// The pool's budget toward the backend that this engine's fetches share; `nil` for an engine of its own.
-    nonisolated var budget: FetchBudget? { shared.budget }
-    /// The deadline queue the engine's timer waits in.
-    nonisolated var timers: DeadlineQueue<TimerTarget> { shared.timers }
-
-    /// Renewal, retry and buffering policies.
-    nonisolated var configuration: SessionConfiguration { shared.session }
+    package nonisolated var clockExecutor: (any SerialExecutor)? { shard.shared.actorExecutor }
 
     /// Creates an engine, signed out.
     ///
@@ -218,105 +65,16 @@ public actor SessionEngine {
         clock: some SessionClock = SystemClock(),
         observer: (@Sendable (SessionEvent) -> Void)?
     ) {
-        self.init(
-            shared: Shared(configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer),
+        shard = AccountShard(
+            shared: AccountShard.Shared(
+                configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer),
             randomSeed: configuration.randomSeed, latencyWindow: LatencySummary.window, hooks: [], membership: nil)
-    }
-
-    /// Creates an engine for one account of a ``SessionPool``.
-    ///
-    /// - Parameters:
-    ///   - shared: The configuration, fetcher, clock, budget and deadline queue, which the engine shares with the
-    ///     pool's other members.
-    ///   - randomSeed: The seed of the engine's jitter, in place of the configuration's; `nil` for a random one.
-    ///   - latencyWindow: How many recent fetches each latency summary of the engine's metrics covers.
-    ///   - hooks: Account-change hooks registered from the start, in order.
-    ///   - membership: The pool's member the engine is, which it reports its events and its read under to the pool's
-    ///     outlets (``Shared/outlets``) and its deadline queue finds it by; `nil` for an engine of its own, which its
-    ///     queue finds through a weak reference.
-    init(
-        shared: Shared,
-        randomSeed: UInt64?,
-        latencyWindow: Int,
-        hooks: [@Sendable (AccountChange) async -> Void],
-        membership: Membership?
-    ) {
-        self.recorder = MetricsRecorder(latencyWindow: latencyWindow)
-        self.shared = shared
-        var seed = randomSeed ?? 0
-        if randomSeed == nil {
-            var system = SystemRandomNumberGenerator()
-            seed = system.next()
-        }
-        let clock = shared.clock
-        self.life = AccountLife(machine: SessionStateMachine(configuration: shared.machine, seed: seed), hooks: hooks)
-        self.store = SessionStore(wallClock: shared.wallClock)
-        self.membership = membership
-        let start = SessionInstant(wall: clock.now, uptime: clock.uptime)
-        self.broadcaster = BroadcasterSlot(
-            initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0))
-        self.timerToken = shared.timers.register(membership.map { .member($0.account, serial: $0.serial) })
-        if membership == nil { shared.timers.attach(.engine(WeakEngine(self)), to: timerToken) }
-    }
-
-    /// An engine freed gives its slots of the deadline queue back, with their timers: the queue holds no engine, so a
-    /// timer never keeps one alive, and the last timer gone stops the queue's sleeper.
-    deinit {
-        shared.timers.release(timerToken)
-        if let watch = life.gracePeriod?.value { shared.timers.release(watch.deadline) }
-    }
-
-    /// Closes the engine to new scoped work if none runs and no caller waits, for a pool evicting the account: work
-    /// that has started is never cancelled by an eviction, and work that has not gets no identity.
-    ///
-    /// - Returns: Whether the engine was closed; `false` leaves it as it was.
-    package nonisolated func closeToWorkIfIdle() -> Bool {
-        guard waitingCallers == 0 else { return false }
-        return store.refuseNewWorkIfNoneRuns()
-    }
-
-    // MARK: - Waiting callers
-
-    /// The waiters, while any caller is registered with them.
-    nonisolated var waitersIfAny: OutcomeWaiters? { waiterTable.withLock { $0 } }
-
-    /// How many callers wait for an outcome.
-    nonisolated var waitingCallers: Int { waitersIfAny?.count ?? 0 }
-
-    /// Registers a caller for the epoch's next outcome of `kind`, making the waiters if none are kept; call it in the
-    /// step that decided to wait (``OutcomeWaiters/register(epoch:kind:)``).
-    func registerWaiter(epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> OutcomeWaiters.Ticket {
-        let waiters = waiterTable.withLock { table in
-            if let table { return table }
-            let made = OutcomeWaiters()
-            table = made
-            return made
-        }
-        return waiters.register(epoch: epoch, kind: kind)
-    }
-
-    /// Waits for the outcome `ticket` was registered for, and drops the waiters afterwards if no caller is left.
-    ///
-    /// The caller registers in the step that decided to wait, before it calls this: a call into an actor-isolated
-    /// method is a hop the runtime may enqueue (on a custom or a task executor it does), and a step of another job
-    /// may run in between; an outcome that comes then is kept for the ticket instead of slipping by.
-    func waitForOutcome(_ ticket: OutcomeWaiters.Ticket) async throws -> IdentityCredential {
-        defer { dropWaitersIfNone() }
-        return try await ticket.waiters.wait(ticket)
-    }
-
-    /// Drops the waiters once no caller is registered with them; only the actor registers, so none can be
-    /// registered meanwhile, and a ticket already handed out holds its own waiters.
-    func dropWaitersIfNone() {
-        waiterTable.withLock { table in
-            if table?.isEmpty == true { table = nil }
-        }
     }
 
     // MARK: - Reading without an actor hop
 
     /// The current state, read without an actor hop.
-    public nonisolated var state: SessionState { store.sessionState }
+    public nonisolated var state: SessionState { shard.store.sessionState }
 
     /// The identity headers for an identified request, read without an actor hop.
     ///
@@ -331,7 +89,7 @@ public actor SessionEngine {
     @inline(never)
     public nonisolated func identityHeaders() throws(SessionError) -> IdentityHeaders {
         // Never inlined: the store's read inlines its lock here (`SanitizedMutex.withLockInlined`).
-        try store.headers()
+        try shard.store.headers()
     }
 
     /// Whether the installed credential is usable and has not expired at `date`.
@@ -347,8 +105,7 @@ public actor SessionEngine {
     /// - Returns: `false` when signed out, switching, expired or rejected, or when `date` (moved by the applied
     ///   offset) is at or past `expiresAt`.
     public nonisolated func hasValidIdentity(at date: Date) -> Bool {
-        guard let expiry = store.localExpiry() else { return false }
-        return date.timeIntervalSince1970 < expiry
+        shard.hasValidIdentity(at: date)
     }
 
     /// The engine's events, starting with the current state.
@@ -357,25 +114,274 @@ public actor SessionEngine {
     ///   `nil` uses ``SessionConfiguration/eventBufferLimit``, `Int.max` never drops.
     /// - Returns: A sequence that ends when the engine shuts down. See ``SessionEvents``.
     public nonisolated func events(bufferLimit: Int? = nil) -> SessionEvents {
-        SessionEvents(
-            broadcaster: broadcaster.broadcaster(bufferLimit: configuration.eventBufferLimit),
-            limit: bufferLimit.map { max(1, $0) })
+        shard.events(bufferLimit: bufferLimit)
     }
 
     /// What the engine has done and holds: counters, fetch latency, the credential's remaining lifetime, tasks,
     /// subscribers, waiters and scoped work. Read without an actor hop.
-    public nonisolated var metrics: SessionMetrics {
-        var metrics = recorder.snapshot
-        metrics.eventsDropped = broadcaster.droppedCount
-        metrics.subscribers = broadcaster.subscriberCount
-        metrics.waiters = waitingCallers
-        metrics.scopedWork = store.runningWorkCount
-        // Scoped work's tasks are engine tasks as well; the store counts them.
-        metrics.liveTasks += metrics.scopedWork
-        if let expiry = store.localExpiry() {
-            let remaining = expiry - clock.now.timeIntervalSince1970
-            metrics.credentialRemainingLifetime = .seconds(max(0, remaining))
-        }
-        return metrics
+    public nonisolated var metrics: SessionMetrics { shard.metrics }
+
+    /// How many times the process's deadline queue on the ``SystemClock`` has woken, for benchmarks.
+    package static var systemTimerWakeUps: Int { AccountShard.systemTimers.wakeUps }
+
+    // MARK: - Account changes, renewal, work and shutdown, performed by the shard
+
+    /// Signs an account in and waits for its first credential.
+    ///
+    /// Signing in is an account change: the state passes through ``SessionState/switching(from:to:)``. The call
+    /// returns once the previous account's work has drained, the hooks have run and the account's first credential is
+    /// installed. Transient fetch failures are retried with backoff while this call waits (the state is then
+    /// ``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable``), for as long as it takes:
+    /// through a backend outage or a misconfiguration that is until shutdown. A host whose loop must run whatever
+    /// the backend does signs in with ``signIn(_:timeout:)``. Cancelling the calling task stops the wait for the
+    /// credential, not the sign-in; the call still returns only once the previous account's work has drained.
+    /// Signing in to the account that is already current returns once it is identified.
+    ///
+    /// - Parameter account: The account to sign in.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidAccount`` for an ID that fails
+    ///   ``AccountID/validate()`` (nothing changes), ``SessionError/Code/backendSessionEnded`` when the backend
+    ///   refuses the account (the engine is then signed out), ``SessionError/Code/accountChanged`` when another change
+    ///   superseded this one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was
+    ///   cancelled.
+    public func signIn(_ account: AccountID) async throws {
+        try await shard.signIn(account)
+    }
+
+    /// Signs an account in and waits for its first credential, for at most `timeout` on the engine's clock.
+    ///
+    /// This is ``signIn(_:)`` with a deadline. When the first credential is installed in time the call returns as
+    /// ``signIn(_:)`` does. When the deadline passes first (the backend is down, refuses every credential, or is
+    /// misconfigured), the call throws ``SessionError/Code/signInTimedOut`` and the sign-in goes on: the account stays
+    /// signed in (``SessionState/expired(_:)`` with reason ``ExpiredIdentity/Reason/unavailable`` once the first fetch
+    /// failed, ``SessionState/switching(from:to:)`` while the previous account's work still drains), identified work
+    /// fails with `INVALID_IDENTITY`, and the engine keeps fetching with backoff and becomes
+    /// ``SessionState/identified(_:)`` as soon as the backend answers, which ``events(bufferLimit:)`` reports. The
+    /// error's reason says why the last fetch failed, when one did. Cancelling the calling task stops the wait as
+    /// with ``signIn(_:)``.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - timeout: How long to wait for the first credential, on the engine's clock; from the call.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/signInTimedOut`` when the deadline passed first; otherwise
+    ///   as ``signIn(_:)``.
+    public func signIn(_ account: AccountID, timeout: Duration) async throws {
+        try await shard.signIn(account, timeout: timeout)
+    }
+
+    /// Signs an account in that the host knows to be a given user, and waits for its first credential.
+    ///
+    /// This is ``signIn(_:)`` or, with a `timeout`, ``signIn(_:timeout:)``, with the account session pinned to
+    /// `email` from the start: a first credential that names another user is refused with
+    /// ``SessionError/Code/identityMismatch`` (a misconfiguration, retried on the slow schedule) instead of pinning
+    /// the account to that user until it signs out. Without an expectation the first credential's user is the one
+    /// every later credential must name. Signing in again to the account that is current, or being signed in to,
+    /// checks the expectation against the user the account session is pinned to, byte for byte as the backend signs
+    /// it (two spellings that Unicode counts as equal are two users here), and pins one not pinned yet.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - email: The user the host's backend session is for; normalized as the backend signs it (trimmed,
+    ///     lowercased).
+    ///   - timeout: How long to wait for the first credential, on the engine's clock; `nil` waits as long as it takes.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidAccount`` for an ID that fails
+    ///   ``AccountID/validate()`` or an email that is empty or has a control character,
+    ///   ``SessionError/Code/identityMismatch`` when the current account is pinned to another user; otherwise as
+    ///   ``signIn(_:)`` and ``signIn(_:timeout:)``.
+    public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
+        try await shard.signIn(account, expecting: email, timeout: timeout)
+    }
+
+    /// Signs an account in with a credential the host already holds, such as one its login response carried.
+    ///
+    /// The credential is validated exactly like a fetched one, as the account session's first: not expired on
+    /// arrival, at most 24 hours of lifetime (plus ``SessionConfiguration/clockSkewTolerance``). A refused credential
+    /// changes nothing and the call throws. An accepted one starts an account change like ``signIn(_:)``; once the
+    /// previous account's work has drained and the hooks have run, the credential is installed instead of the first
+    /// fetch (if it expired meanwhile, the engine fetches one). Renewal then goes through the fetcher, or through
+    /// ``setIdentityCredential(_:for:)``. Signing in to the account that is already current hands the credential over
+    /// as ``setIdentityCredential(_:for:)`` does.
+    ///
+    /// This is the verified-identity contract's `setIdentityCredential(credential)` after sign-in.
+    ///
+    /// - Parameters:
+    ///   - account: The account to sign in.
+    ///   - credential: The account's credential, as the host's backend issued it.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/credentialExpiredOnArrival`` or
+    ///   ``SessionError/Code/lifetimeTooLong`` for a refused credential, ``SessionError/Code/identityMismatch`` when
+    ///   the account is current and the credential names another user; otherwise as ``signIn(_:)``.
+    public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
+        try await shard.signIn(account, with: credential)
+    }
+
+    /// Installs a credential the host already holds for the current account, such as a renewal its backend pushed.
+    ///
+    /// The credential is validated exactly like a fetched one: it must name the same user as the account session's
+    /// first credential, must not have expired on arrival and must live at most 24 hours (plus
+    /// ``SessionConfiguration/clockSkewTolerance``). It is subject to the same epoch rule: a credential for an
+    /// account the engine is not signed in to, has left or is leaving is refused and never installed. An accepted
+    /// credential replaces the installed one at once (a fetch running for the account is cancelled and its result
+    /// discarded), the renewal timer restarts from it, and callers waiting for a renewal receive it. During the
+    /// account's sign-in, before its first credential is installed, the credential is kept and installed once the
+    /// previous account's work has drained.
+    ///
+    /// This is the verified-identity contract's `setIdentityCredential(credential)` "whenever your backend renews
+    /// it".
+    ///
+    /// - Parameters:
+    ///   - credential: The credential the host's backend issued.
+    ///   - account: The account it belongs to.
+    /// - Throws: ``SessionError``: ``SessionError/Code/identityMismatch``,
+    ///   ``SessionError/Code/credentialExpiredOnArrival`` or ``SessionError/Code/lifetimeTooLong`` for a refused
+    ///   credential; ``SessionError/Code/accountChanged`` when the engine is not signed in to `account`;
+    ///   ``SessionError/Code/shutDown`` after shutdown. Nothing is installed when it throws.
+    public func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
+        try await shard.setIdentityCredential(credential, for: account)
+    }
+
+    /// Switches to another account and waits for its first credential.
+    ///
+    /// The verified-identity contract's order is followed: the previous account's scoped work is cancelled and
+    /// drained, its credential is cleared, the account-change hooks run, the next account's credential is fetched and
+    /// installed, and then the new state is published. From the moment the switch begins, no credential of the previous account is handed
+    /// out, and any fetch still running for it is cancelled and its result discarded.
+    ///
+    /// - Parameter account: The account to switch to.
+    /// - Throws: As ``signIn(_:)``.
+    public func switchAccount(to account: AccountID) async throws {
+        try await shard.switchAccount(to: account)
+    }
+
+    /// Switches to another account and waits for its first credential, for at most `timeout` on the engine's clock.
+    ///
+    /// This is ``switchAccount(to:)`` with the deadline of ``signIn(_:timeout:)``: when the deadline passes first
+    /// (the previous account's work is still draining, or the backend does not answer for the next account), the
+    /// call throws ``SessionError/Code/signInTimedOut`` and the switch goes on. From the moment the switch begins no
+    /// credential of the previous account is handed out, whether or not the call has returned.
+    ///
+    /// - Parameters:
+    ///   - account: The account to switch to.
+    ///   - timeout: How long to wait for the next account's first credential, on the engine's clock; from the call.
+    /// - Throws: As ``signIn(_:timeout:)``.
+    public func switchAccount(to account: AccountID, timeout: Duration) async throws {
+        try await shard.switchAccount(to: account, timeout: timeout)
+    }
+
+    /// Signs out: cancels and drains the account's scoped work, clears the credential and runs the hooks.
+    ///
+    /// Any fetch in flight is cancelled and its result discarded. Returns once the state is
+    /// ``SessionState/signedOut`` (or a later change superseded the sign-out).
+    public func signOut() async {
+        await shard.signOut()
+    }
+
+    /// Registers a hook that runs during every account change, after the previous account's work has drained and
+    /// its credential was cleared, and before the next account's credential is installed.
+    ///
+    /// Hosts discard account-specific view models, read caches and offline storage here. Hooks run one at a time,
+    /// in registration order, once per change. A hook must not wait for the change it runs in, or for the engine's
+    /// shutdown: both wait for the hook.
+    ///
+    /// - Parameter hook: Receives the account being left and the account being entered.
+    public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {
+        shard.assumeIsolated { $0.addAccountChangeHook(hook) }
+    }
+
+    /// Renews the credential now and returns the new one.
+    ///
+    /// Concurrent callers share one fetch. If a fetch started less than
+    /// ``SessionConfiguration/minimumFetchInterval`` ago and its credential is still valid, that credential is
+    /// returned without fetching again. A cancelled caller stops waiting; the fetch goes on for the others.
+    ///
+    /// - Returns: The credential installed by the renewal.
+    /// - Throws: ``SessionError``: the fetch's failure (the engine keeps retrying in the background),
+    ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
+    ///   `CancellationError`.
+    public nonisolated func renew() async throws -> IdentityCredential {
+        try await shard.renew()
+    }
+
+    /// Reports that the service answered `INVALID_IDENTITY` for a credential, for example after a secret rotation.
+    ///
+    /// The first report of the installed credential renews it once; concurrent reports of the same credential share
+    /// that renewal. If the renewed credential is rejected too, the state stays ``SessionState/expired(_:)`` with
+    /// reason ``ExpiredIdentity/Reason/rejected`` and the engine retries only after backoff, so a misconfigured
+    /// backend cannot cause a loop. Reports of older credentials, or from an earlier epoch, are ignored.
+    ///
+    /// Work run through ``withIdentity(_:)`` reports a rejection by throwing ``SessionError/credentialRejected``
+    /// instead; either way the engine publishes ``SessionEvent/Kind/credentialRejected(_:)`` once it has acted.
+    ///
+    /// - Parameter credential: The credential the service rejected.
+    public func credentialRejected(_ credential: IdentityCredential) async {
+        await shard.credentialRejected(credential)
+    }
+
+    /// Runs work bound to the current account and credential.
+    ///
+    /// The work runs in its own task, registered with the account session. An account change or sign-out cancels
+    /// it and waits for it to end before the next account's credential is installed, so work of a previous account
+    /// never overlaps the next one. Work should honour cancellation promptly, since a change waits for it; and it
+    /// must not itself change the account, sign out or shut the engine down and wait for that: the change it would
+    /// wait for waits for the work.
+    ///
+    /// If the work throws ``SessionError/credentialRejected`` (the service answered `INVALID_IDENTITY`), the engine
+    /// renews the credential once and runs the work once more with the new credential; a second rejection fails
+    /// with `INVALID_IDENTITY` and leaves the state ``SessionState/expired(_:)``.
+    ///
+    /// This call does not hop onto the actor unless the credential is rejected.
+    ///
+    /// - Parameter body: The work; it receives the credential to send.
+    /// - Returns: What the work returns.
+    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidIdentity`` when the credential has expired or was
+    ///   rejected twice, ``SessionError/Code/signedOut`` or ``SessionError/Code/switching`` when no identity is
+    ///   available, ``SessionError/Code/accountChanged`` when an account change cancelled the work; otherwise what the
+    ///   work throws.
+    public nonisolated func withIdentity<T: Sendable>(
+        _ body: @escaping @Sendable (IdentityCredential) async throws -> T
+    ) async throws -> T {
+        try await shard.withIdentity(body)
+    }
+
+    /// Keeps the engine running until the calling task is cancelled, then shuts it down cleanly.
+    ///
+    /// Renewal does not depend on this call: the engine renews from the moment an account signs in. `run()` gives a
+    /// daemon's service group one place to own the engine's lifetime: when its task is cancelled, the scoped work is
+    /// cancelled and drained, the fetch and timers stop, the credential is cleared, waiting callers fail with
+    /// ``SessionError/Code/shutDown`` and every event stream finishes. It also returns if ``shutdown()`` is called
+    /// elsewhere.
+    ///
+    /// - Throws: Nothing today: it returns when the engine has shut down. The signature is `throws` so that a
+    ///   start-up failure can be reported later without breaking callers.
+    public func run() async throws {
+        try await shard.run()
+    }
+
+    /// Shuts the engine down: cancels and drains scoped work, stops the fetch and timers, clears the credential,
+    /// fails waiting callers with ``SessionError/Code/shutDown`` and finishes every event stream.
+    ///
+    /// Account-change hooks do not run, except those of a sign-out already under way, which becomes the shutdown.
+    /// Calls after shutdown fail with ``SessionError/Code/shutDown``. Concurrent calls all return once the engine
+    /// has shut down.
+    public func shutdown() async {
+        await shard.shutdown()
+    }
+
+    /// Shuts the engine down gracefully: lets running scoped work finish within `gracePeriod`, then signs out and
+    /// shuts down.
+    ///
+    /// From the moment it is called, new work run through ``withIdentity(_:)`` fails with
+    /// ``SessionError/Code/shutDown`` and no account change begins, while work already running keeps its identity
+    /// (still renewed, and ``identityHeaders()`` still answers). Once that work has finished, or `gracePeriod` has
+    /// passed on the engine's clock, whichever comes first, the work still running is cancelled and drained, the
+    /// account is signed out with its account-change hooks (so account caches are cleared), waiting callers fail
+    /// with ``SessionError/Code/shutDown``, ``run()`` returns and every event stream finishes. Returns once the
+    /// engine has shut down.
+    ///
+    /// This is the handler for a service group's graceful shutdown, which signals rather than cancels: see the
+    /// README for a `ServiceGroup` adapter. A later ``shutdown()``, or cancelling ``run()``, ends the grace period
+    /// at once (without hooks, as ``shutdown()`` does).
+    ///
+    /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled.
+    public func shutdown(gracePeriod: Duration) async {
+        await shard.shutdown(gracePeriod: gracePeriod)
     }
 }

@@ -323,7 +323,7 @@ final class AccountTable: @unchecked Sendable {
     ///
     /// The engine's step calls it after its store's install, with the store's locks released and in the order of the
     /// installs (the engine's actor alone installs), so a row's read changes as the store's does.
-    func mirror(_ reading: SessionStore.Reading, of engine: SessionEngine, hash: UInt64) {
+    func mirror(_ reading: SessionStore.Reading, of engine: AccountShard, hash: UInt64) {
         let tag = UInt32(truncatingIfNeeded: hash)
         shard(hash).pointee.rows.withLock { shard in
             guard let position = shard.find(tag: tag, { $0.member?.engine === engine }) else { return }

@@ -96,12 +96,12 @@ final class FetchBudget: Sendable {
         var machine: StateMachine
         var parked: [UInt64: UnsafeContinuation<Bool, Never>] = [:]
         /// The sleeper's slot in the deadline queue, while the machine's sleeper sleeps.
-        var sleeper: DeadlineQueue<SessionEngine.TimerTarget>.Token?
+        var sleeper: DeadlineQueue<AccountShard.TimerTarget>.Token?
     }
 
     private let clock: any SessionClock
     /// The deadline queue the sleeper waits in: the pool's, which its accounts' timers wait in too.
-    private let timers: DeadlineQueue<SessionEngine.TimerTarget>
+    private let timers: DeadlineQueue<AccountShard.TimerTarget>
     private let state: SanitizedMutex<Locked>
     /// Receives each change in the lock step that makes it, so in order; it must return quickly and must not call the
     /// budget.
@@ -117,7 +117,7 @@ final class FetchBudget: Sendable {
     init(
         limits: SessionPoolConfiguration.Budget,
         clock: any SessionClock,
-        timers: DeadlineQueue<SessionEngine.TimerTarget>,
+        timers: DeadlineQueue<AccountShard.TimerTarget>,
         onChange: (@Sendable (Change) -> Void)? = nil
     ) {
         self.clock = clock
@@ -222,7 +222,7 @@ final class FetchBudget: Sendable {
             // The machine starts a sleeper only when none sleeps, so no slot is held here. The slot holds the budget
             // weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
             assert(state.sleeper == nil, "a second sleeper")
-            state.sleeper = SessionEngine.setDeadline(in: timers, on: clock, after: sleep) { [weak self] in
+            state.sleeper = AccountShard.setDeadline(in: timers, on: clock, after: sleep) { [weak self] in
                 self?.sleeperFired()
             }
         }

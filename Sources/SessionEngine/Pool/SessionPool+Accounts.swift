@@ -38,7 +38,7 @@ extension SessionPool {
     ///   - timeout: How long to wait, on the pool's clock; `nil` waits as long as it takes.
     /// - Throws: As ``SessionEngine/signIn(_:expecting:timeout:)``.
     public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
-        let expected = try SessionEngine.expectedEmail(email)
+        let expected = try AccountShard.expectedEmail(email)
         try await withMember(account) { try await $0.signIn(account, expecting: expected, timeout: timeout) }
     }
 
@@ -164,7 +164,7 @@ extension SessionPool {
 
     /// Runs `call` on the account's engine, making the member first (and evicting one over the cap). A sign-out or
     /// eviction that shut the engine down under the call is retried once on a fresh member.
-    private func withMember(_ account: AccountID, _ call: (SessionEngine) async throws -> Void) async throws {
+    private func withMember(_ account: AccountID, _ call: (AccountShard) async throws -> Void) async throws {
         // Checked before the pool makes a member, so an ID that cannot name an account takes no place in the pool.
         try account.validate()
         for attempt in 0..<2 {
@@ -200,7 +200,7 @@ extension SessionPool {
             }
             members.made += 1
             let serial = members.made
-            let membership = SessionEngine.Membership(
+            let membership = AccountShard.Membership(
                 account: account, serial: serial, hash: table.hasher.hash(account))
             let member = Member(makeEngine(for: membership, hooks: members.hooks))
             var evicted: [Member] = []
@@ -243,8 +243,8 @@ extension SessionPool {
     }
 
     private func makeEngine(
-        for membership: SessionEngine.Membership, hooks: [@Sendable (AccountChange) async -> Void]
-    ) -> SessionEngine {
+        for membership: AccountShard.Membership, hooks: [@Sendable (AccountChange) async -> Void]
+    ) -> AccountShard {
         let account = membership.account
         // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
         // for ever. A configured seed stays reproducible: it is mixed with the account's name.
@@ -253,7 +253,7 @@ extension SessionPool {
         }
         // The engine reports its events and its read to the pool's outlets, which its `Shared` holds, under its
         // membership.
-        return SessionEngine(
+        return AccountShard(
             shared: engineShared, randomSeed: seed, latencyWindow: Self.accountLatencyWindow,
             hooks: hooks, membership: membership)
     }
@@ -288,7 +288,7 @@ extension SessionPool {
     private func startIdleSweeper() {
         guard let timeout = configuration.idleTimeout, let sweeperSlot else { return }
         members.withLock { $0.checkpoints = [Self.checkpoint(table, clock)] }
-        SessionEngine.scheduleDeadline(sweeperSlot, in: timers, on: clock, after: timeout / 2)
+        AccountShard.scheduleDeadline(sweeperSlot, in: timers, on: clock, after: timeout / 2)
     }
 
     /// A use serial, then the clock's time: the sweeper's checkpoint.
@@ -327,6 +327,6 @@ extension SessionPool {
         for member in idle { await remove(member, because: .idle) }
         // A shutdown meanwhile cancelled the deadline; the sweep that would follow would only stop.
         guard !isShutDown else { return }
-        SessionEngine.scheduleDeadline(sweeperSlot, in: timers, on: clock, after: timeout / 2)
+        AccountShard.scheduleDeadline(sweeperSlot, in: timers, on: clock, after: timeout / 2)
     }
 }

@@ -28,16 +28,16 @@ extension SessionPool {
     /// One account of the pool: its engine, which knows the member it is (``SessionEngine/membership``), as the
     /// accounts' table holds it. A member is its engine: a later member of the same account has an engine of its own.
     struct Member: Sendable {
-        let engine: SessionEngine
+        let engine: AccountShard
 
         /// Makes the member of a pool's engine, which has a membership.
-        init(_ engine: SessionEngine) {
+        init(_ engine: AccountShard) {
             precondition(engine.membership != nil, "a pool's member is an engine the pool made for it")
             self.engine = engine
         }
 
         /// Which member the engine is.
-        var membership: SessionEngine.Membership {
+        var membership: AccountShard.Membership {
             // The initializer checked it; a pool's engine keeps its membership for life.
             engine.membership.unsafelyUnwrapped
         }

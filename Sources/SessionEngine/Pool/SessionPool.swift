@@ -67,15 +67,15 @@ public final class SessionPool: Sendable {
     let fetcher: any CredentialFetcher
     let configuration: SessionPoolConfiguration
     /// What every account's engine shares: the configuration, fetcher, clock, budget and deadline queue.
-    let engineShared: SessionEngine.Shared
+    let engineShared: AccountShard.Shared
     let clock: any SessionClock
     /// The members' expiry check: their engines run on `clock`.
     let wallClock: WallClockCheck
     let budget: FetchBudget
     /// Every timer of the pool, in one deadline queue: each account's, the budget's sleeper and the idle sweeper.
-    let timers: DeadlineQueue<SessionEngine.TimerTarget>
+    let timers: DeadlineQueue<AccountShard.TimerTarget>
     /// The idle sweeper's slot in the deadline queue, for the pool's life; `nil` without an idle timeout.
-    let sweeperSlot: DeadlineQueue<SessionEngine.TimerTarget>.Token?
+    let sweeperSlot: DeadlineQueue<AccountShard.TimerTarget>.Token?
     /// Taken by every join and removal, so that the cap, the shutdown and the accounts' table change as one; the table
     /// has locks of its own, taken under this one.
     let members: SanitizedMutex<Members>
@@ -130,12 +130,12 @@ public final class SessionPool: Sendable {
         let table = AccountTable(hasher: AccountTable.Hasher(seed: UInt64.random(in: .min ... .max)))
         self.table = table
         self.members = SanitizedMutex(Members())
-        let taskExecutor = SessionEngine.Shared.executors(configuration.session, clock: clock).task
+        let taskExecutor = AccountShard.Shared.executors(configuration.session, clock: clock).task
         let outlets = Outlets(
             broadcaster: PoolEventBroadcaster(bufferLimit: configuration.session.eventBufferLimit), observer: observer,
             table: table)
         self.outlets = outlets
-        let timers = DeadlineQueue<SessionEngine.TimerTarget>(clock: clock, taskExecutor: taskExecutor)
+        let timers = DeadlineQueue<AccountShard.TimerTarget>(clock: clock, taskExecutor: taskExecutor)
         self.timers = timers
         self.budget = FetchBudget(
             limits: configuration.budget, clock: clock, timers: timers,
@@ -153,7 +153,7 @@ public final class SessionPool: Sendable {
                 }
                 outlets.publish(event, member: 0)
             })
-        self.engineShared = SessionEngine.Shared(
+        self.engineShared = AccountShard.Shared(
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
             executors: Self.executorCount, outlets: outlets)
         self.stopped = OneShot<Void>()
@@ -163,7 +163,7 @@ public final class SessionPool: Sendable {
         // hangs still times out after a pool dropped without shutting down, and its task lets its engine go.
         timers.deliver { [weak self] target, timer in
             guard case .member(let account, let serial) = target else {
-                return SessionEngine.TimerTarget.deliver(target, timer)
+                return AccountShard.TimerTarget.deliver(target, timer)
             }
             self?.timerFired(timer, account: account, serial: serial)
         }

@@ -1,5 +1,5 @@
 /// The engine's timer: one slot in a deadline queue, and how a firing finds the engine without the queue holding it.
-extension SessionEngine {
+extension AccountShard {
     /// How a firing of an engine's timer finds the engine, kept in the engine's slot of its deadline queue.
     ///
     /// The queue never holds an engine: a pool's member is named by its account and serial, which the pool looks up in
@@ -30,9 +30,9 @@ extension SessionEngine {
 
     /// A weak reference to an engine of its own, for its slot of the deadline queue.
     struct WeakEngine: Sendable {
-        weak var engine: SessionEngine?
+        weak var engine: AccountShard?
 
-        init(_ engine: SessionEngine) {
+        init(_ engine: AccountShard) {
             self.engine = engine
         }
     }
@@ -41,9 +41,6 @@ extension SessionEngine {
     /// process wakes once per 30 s slice for all of them, plus once per deadline, whatever their number.
     static let systemTimers = DeadlineQueue<TimerTarget>(
         clock: SystemClock(), taskExecutor: nil, delivery: TimerTarget.deliver)
-
-    /// How many times the process's deadline queue on the ``SystemClock`` has woken, for benchmarks.
-    package static var systemTimerWakeUps: Int { systemTimers.wakeUps }
 
     /// Fires the timer `id`, which the engine's deadline queue found due, in a task of the engine's own.
     nonisolated func fireTimer(_ id: TimerID) {

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Running, shutting down and shutting down gracefully.
-extension SessionEngine {
+extension AccountShard {
     /// Keeps the engine running until the calling task is cancelled, then shuts it down cleanly.
     ///
     /// Renewal does not depend on this call: the engine renews from the moment an account signs in. `run()` gives a
@@ -12,7 +12,7 @@ extension SessionEngine {
     ///
     /// - Throws: Nothing today: it returns when the engine has shut down. The signature is `throws` so that a
     ///   start-up failure can be reported later without breaking callers.
-    public func run() async throws {
+    func run() async throws {
         await waitUntilStopped(stopsOnCancellation: true)
         await beginShutdown()
     }
@@ -23,7 +23,7 @@ extension SessionEngine {
     /// Account-change hooks do not run, except those of a sign-out already under way, which becomes the shutdown.
     /// Calls after shutdown fail with ``SessionError/Code/shutDown``. Concurrent calls all return once the engine
     /// has shut down.
-    public func shutdown() async {
+    func shutdown() async {
         await beginShutdown()
     }
 
@@ -43,7 +43,7 @@ extension SessionEngine {
     /// at once (without hooks, as ``shutdown()`` does).
     ///
     /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled.
-    public func shutdown(gracePeriod: Duration) async {
+    func shutdown(gracePeriod: Duration) async {
         requestShutdown(gracePeriod: gracePeriod)
         await waitUntilStopped()
     }

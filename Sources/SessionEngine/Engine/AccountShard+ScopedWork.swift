@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 /// Work bound to the current account session, cancelled and drained when it ends.
-extension SessionEngine {
+extension AccountShard {
     /// Runs work bound to the current account and credential.
     ///
     /// The work runs in its own task, registered with the account session. An account change or sign-out cancels
@@ -23,7 +23,9 @@ extension SessionEngine {
     ///   rejected twice, ``SessionError/Code/signedOut`` or ``SessionError/Code/switching`` when no identity is
     ///   available, ``SessionError/Code/accountChanged`` when an account change cancelled the work; otherwise what the
     ///   work throws.
-    public nonisolated func withIdentity<T: Sendable>(
+    // Inlined into the engine's and the pool's calls: one async frame a piece of work, not two.
+    @inline(__always)
+    nonisolated func withIdentity<T: Sendable>(
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T
     ) async throws -> T {
         switch try await runScoped(body, requiring: nil) {

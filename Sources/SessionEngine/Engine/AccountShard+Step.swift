@@ -2,7 +2,7 @@ import Foundation
 
 /// The one path every input takes: the machine decides, the engine installs its snapshot and performs its actions
 /// (fetches, timers, waiters, preparations, events).
-extension SessionEngine {
+extension AccountShard {
     func instant() -> SessionInstant {
         SessionInstant(wall: clock.now, uptime: clock.uptime)
     }

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Renewal on request and after the service rejected a credential.
-extension SessionEngine {
+extension AccountShard {
     /// Renews the credential now and returns the new one.
     ///
     /// Concurrent callers share one fetch. If a fetch started less than
@@ -12,7 +12,7 @@ extension SessionEngine {
     /// - Throws: ``SessionError``: the fetch's failure (the engine keeps retrying in the background),
     ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
     ///   `CancellationError`.
-    public nonisolated func renew() async throws -> IdentityCredential {
+    nonisolated func renew() async throws -> IdentityCredential {
         // Only the decision and the registration run on the actor, in the order the calls arrive; the wait does not, so callers woken together resume on their own executors instead of queueing on the actor
         // to return.
         let answer = await requestRenewal()
@@ -49,7 +49,7 @@ extension SessionEngine {
     /// instead; either way the engine publishes ``SessionEvent/Kind/credentialRejected(_:)`` once it has acted.
     ///
     /// - Parameter credential: The credential the service rejected.
-    public func credentialRejected(_ credential: IdentityCredential) async {
+    func credentialRejected(_ credential: IdentityCredential) async {
         reportRejection(of: credential)
     }
 
@@ -65,7 +65,7 @@ extension SessionEngine {
     /// - Returns: The credential to retry with, of the same account session.
     /// - Throws: ``SessionError/Code/accountChanged`` when that account session is no longer the current one (the
     ///   work must not run again as another account); ``SessionError/Code/invalidIdentity`` when no renewal follows.
-    package func renewAfterRejection(of credential: IdentityCredential, epoch: UInt64) async throws
+    func renewAfterRejection(of credential: IdentityCredential, epoch: UInt64) async throws
         -> IdentityCredential
     {
         guard !life.machine.isShutDown else { throw SessionStateMachine.shutDownError }

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Log records for the host's logger, at the levels a library should use.
-extension SessionEngine {
+extension AccountShard {
     func log(_ level: SessionLogRecord.Level, _ message: String, _ metadata: [String: String]) {
         configuration.log?(SessionLogRecord(level: level, message: message, metadata: metadata))
     }

@@ -2,7 +2,7 @@ import Foundation
 
 /// Account changes: signing in, switching and signing out, handed-over credentials, and the hooks that run between
 /// two accounts.
-extension SessionEngine {
+extension AccountShard {
     /// Signs an account in and waits for its first credential.
     ///
     /// Signing in is an account change: the state passes through ``SessionState/switching(from:to:)``. The call
@@ -20,7 +20,7 @@ extension SessionEngine {
     ///   refuses the account (the engine is then signed out), ``SessionError/Code/accountChanged`` when another change
     ///   superseded this one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was
     ///   cancelled.
-    public func signIn(_ account: AccountID) async throws {
+    func signIn(_ account: AccountID) async throws {
         try await changeAccount(to: account)
     }
 
@@ -41,7 +41,7 @@ extension SessionEngine {
     ///   - timeout: How long to wait for the first credential, on the engine's clock; from the call.
     /// - Throws: ``SessionError`` with ``SessionError/Code/signInTimedOut`` when the deadline passed first; otherwise
     ///   as ``signIn(_:)``.
-    public func signIn(_ account: AccountID, timeout: Duration) async throws {
+    func signIn(_ account: AccountID, timeout: Duration) async throws {
         try await changeAccount(to: account, timeout: max(.zero, timeout))
     }
 
@@ -64,7 +64,7 @@ extension SessionEngine {
     ///   ``AccountID/validate()`` or an email that is empty or has a control character,
     ///   ``SessionError/Code/identityMismatch`` when the current account is pinned to another user; otherwise as
     ///   ``signIn(_:)`` and ``signIn(_:timeout:)``.
-    public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
+    func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
         try await changeAccount(
             to: account, expecting: try Self.expectedEmail(email), timeout: timeout.map { max(.zero, $0) })
     }
@@ -98,7 +98,7 @@ extension SessionEngine {
     /// - Throws: ``SessionError`` with ``SessionError/Code/credentialExpiredOnArrival`` or
     ///   ``SessionError/Code/lifetimeTooLong`` for a refused credential, ``SessionError/Code/identityMismatch`` when
     ///   the account is current and the credential names another user; otherwise as ``signIn(_:)``.
-    public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
+    func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
         try await changeAccount(to: account, pushing: credential)
     }
 
@@ -123,7 +123,7 @@ extension SessionEngine {
     ///   ``SessionError/Code/credentialExpiredOnArrival`` or ``SessionError/Code/lifetimeTooLong`` for a refused
     ///   credential; ``SessionError/Code/accountChanged`` when the engine is not signed in to `account`;
     ///   ``SessionError/Code/shutDown`` after shutdown. Nothing is installed when it throws.
-    public func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
+    func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
         try push(credential, for: account)
     }
 
@@ -142,7 +142,7 @@ extension SessionEngine {
     ///
     /// - Parameter account: The account to switch to.
     /// - Throws: As ``signIn(_:)``.
-    public func switchAccount(to account: AccountID) async throws {
+    func switchAccount(to account: AccountID) async throws {
         try await changeAccount(to: account)
     }
 
@@ -157,7 +157,7 @@ extension SessionEngine {
     ///   - account: The account to switch to.
     ///   - timeout: How long to wait for the next account's first credential, on the engine's clock; from the call.
     /// - Throws: As ``signIn(_:timeout:)``.
-    public func switchAccount(to account: AccountID, timeout: Duration) async throws {
+    func switchAccount(to account: AccountID, timeout: Duration) async throws {
         try await changeAccount(to: account, timeout: max(.zero, timeout))
     }
 
@@ -165,7 +165,7 @@ extension SessionEngine {
     ///
     /// Any fetch in flight is cancelled and its result discarded. Returns once the state is
     /// ``SessionState/signedOut`` (or a later change superseded the sign-out).
-    public func signOut() async {
+    func signOut() async {
         try? await changeAccount(to: nil)
     }
 
@@ -177,7 +177,7 @@ extension SessionEngine {
     /// shutdown: both wait for the hook.
     ///
     /// - Parameter hook: Receives the account being left and the account being entered.
-    public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {
+    func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {
         life.hooks.append(hook)
     }
 
