@@ -65,10 +65,16 @@ import Testing
         #expect(narrowed.jitter == 0.3, "a narrower share for a while narrows the jitter only for that while")
         #expect(narrowed == RenewalPolicy(fraction: 0.6, jitter: 0.3))
 
-        var session = SessionConfiguration()
+        var session = SessionConfiguration(minimumFetchInterval: .seconds(-5), clockSkewTolerance: .seconds(-60))
+        #expect(session.minimumFetchInterval == .zero && session.clockSkewTolerance == .zero)
         session.eventBufferLimit = 0
         session.maximumRetryAfter = .seconds(-30)
+        session.minimumFetchInterval = .milliseconds(-1)
+        session.clockSkewTolerance = .seconds(-1)
         #expect(session.eventBufferLimit == 1 && session.maximumRetryAfter == .zero)
+        #expect(session.minimumFetchInterval == .zero && session.clockSkewTolerance == .zero)
+        session.clockSkewTolerance = .seconds(30)
+        #expect(session.clockSkewTolerance == .seconds(30))
     }
 
     /// Values that once stopped a pool or crashed the process, set after the configuration was made: a rate of zero

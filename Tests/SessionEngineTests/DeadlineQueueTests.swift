@@ -199,12 +199,12 @@ import Testing
         var engine: SessionEngine? = SessionEngine(fetcher: fetcher, clock: clock)
         try await engine?.signIn("alice")
         await engine?.waitUntilIdle()
-        weak let dropped = engine
+        weak let dropped = engine?.shard
         let queue = try #require(engine?.shard.timers)
         #expect(queue.count == 1, "the renewal timer is armed")
         #expect(clock.sleeperCount == 1)
         engine = nil
-        #expect(dropped == nil, "the queue does not keep the engine")
+        #expect(dropped == nil, "the queue does not keep the engine's shard")
         #expect(queue.count == 0 && queue.slotCount == 0)
         #expect(clock.sleeperCount == 0, "no sleeping task is left behind")
         await clock.executor.waitUntilIdle()

@@ -551,6 +551,45 @@ struct SessionEngineTests {
         #expect(harness.engine.state.isIdentified)
     }
 
+    /// The retry after a rejection starts in the work's account session with whatever usable credential the session
+    /// holds then, the renewal's or one installed after it (pushed, or renewed again), and never with the rejected one;
+    /// in another session it fails with `ACCOUNT_CHANGED`. The store checks all of it in the lock that registers the
+    /// retry. (A retry that required the renewal's own credential failed with `INVALID_IDENTITY` when a push came
+    /// between the renewal and the retry, though the session held a fresh credential of the same user.)
+    @Test func aRetryStartsWithAnyCredentialOfItsSessionButTheRejectedOne() throws {
+        let harness = EngineHarness()
+        let store = SessionStore(wallClock: SharedWallClockCheck(harness.clock))
+        let rejected = harness.credential(for: "alice", lifetime: 900)
+        let pushed = harness.credential(for: "alice", lifetime: 1200)
+        func install(_ credential: IdentityCredential, epoch: UInt64) {
+            let identity = SessionIdentity(account: "alice", credential: credential, epoch: epoch)
+            _ = store.install(
+                SessionStore.Snapshot(
+                    state: .identified(identity), epoch: epoch, credential: credential, shutDown: false,
+                    clockOffset: .zero))
+        }
+        func retry() throws(SessionError) -> IdentityCredential {
+            // The work is registered and never runs: only what the store hands out is checked.
+            try store.startWork(requiring: (epoch: 1, rejected: rejected)) { _, _ in Task {} }.0
+        }
+        install(pushed, epoch: 1)
+        #expect(try retry() == pushed, "a credential of the session installed after the renewal")
+        install(rejected, epoch: 1)
+        do {
+            _ = try retry()
+            Issue.record("a retry started with the rejected credential")
+        } catch {
+            #expect(error.code == .invalidIdentity)
+        }
+        install(pushed, epoch: 2)
+        do {
+            _ = try retry()
+            Issue.record("a retry started in another account session")
+        } catch {
+            #expect(error.code == .accountChanged)
+        }
+    }
+
     @Test func aSecondRejectionLeavesTheStateExpiredWithoutALoop() async throws {
         let harness = EngineHarness()
         try await harness.signIn("alice")

@@ -32,8 +32,11 @@ extension AccountShard {
         case .finished(let value):
             return value
         case .rejected(let credential, let epoch):
-            let renewed = try await renewAfterRejection(of: credential, epoch: epoch)
-            switch try await runScoped(body, requiring: (renewed, epoch)) {
+            // The renewal checked the account session and installed a credential; the retry is registered in the
+            // store's lock that checks the session again and hands out its credential, which may be a later one of
+            // the session than the renewal's (pushed, or renewed again) but never the rejected one.
+            _ = try await renewAfterRejection(of: credential, epoch: epoch)
+            switch try await runScoped(body, requiring: (epoch, rejected: credential)) {
             case .finished(let value):
                 return value
             case .rejected(let again, _):
@@ -54,7 +57,7 @@ extension AccountShard {
 
     private nonisolated func runScoped<T: Sendable>(
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T,
-        requiring required: (credential: IdentityCredential, epoch: UInt64)?
+        requiring required: (epoch: UInt64, rejected: IdentityCredential)?
     ) async throws -> ScopedOutcome<T> {
         let executor = shared.taskExecutor
         // The work's task holds the engine, whose store it reports its end to; the caller holds it too until then.

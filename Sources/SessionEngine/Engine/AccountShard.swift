@@ -83,9 +83,9 @@ actor AccountShard {
         /// The pool's budget toward the backend that the engines' fetches share; `nil` for an engine of its own.
         let budget: FetchBudget?
         /// The deadline queue every timer of the engines waits in: a pool's, one of the engine's own, or the
-        /// process's one queue on the ``SystemClock`` (``SessionEngine/systemTimers``).
+        /// process's one queue on the ``SystemClock`` (``AccountShard/systemTimers``).
         let timers: DeadlineQueue<TimerTarget>
-        /// The actors whose serial executors the engines run on (``SessionEngine/unownedExecutor``): one for an
+        /// The actors whose serial executors the engines run on (``AccountShard/unownedExecutor``): one for an
         /// engine of its own, a few for a pool's engines (a power of two, at most 256), each engine on one of them for
         /// its whole life.
         let executors: [ExecutorActor]

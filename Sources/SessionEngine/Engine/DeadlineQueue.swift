@@ -4,7 +4,7 @@ import Synchronization
 /// Timers of many owners in one deadline structure, with one task that sleeps until the earliest.
 ///
 /// Every timer of the engines goes through a queue: an engine of its own on the ``SystemClock`` shares the process's
-/// one queue (``SessionEngine/systemTimers``), any other engine of its own has one, and a ``SessionPool`` has one for
+/// one queue (``AccountShard/systemTimers``), any other engine of its own has one, and a ``SessionPool`` has one for
 /// all its accounts. An idle engine's timer is then a slot in an array and a key in a heap, not a task, and a queue's
 /// timers cost one sleeping task whatever their number.
 ///

@@ -22,15 +22,24 @@ public struct SessionConfiguration: Sendable {
     /// The least time between the starts of two fetches in one account session, whatever the fetcher does.
     ///
     /// This makes refresh storms impossible: not even a fetcher that returns already-expired credentials (clock
-    /// skew) can make the engine fetch more often. The first fetch after an account change is not delayed.
-    public var minimumFetchInterval: Duration
+    /// skew) can make the engine fetch more often. The first fetch after an account change is not delayed. A
+    /// negative interval becomes zero.
+    public var minimumFetchInterval: Duration {
+        get { minimumFetchIntervalValue }
+        set { minimumFetchIntervalValue = max(.zero, newValue) }
+    }
+    private var minimumFetchIntervalValue: Duration = .seconds(5)
     /// How far a fetched credential's lifetime may exceed 24 hours before it is refused, to absorb small clock
     /// differences between the backend and this process.
     ///
     /// It is also the threshold for the backend's clock offset: once a fetcher reports an offset larger than this
     /// (see ``FetchedCredential/serverClockOffset``), the engine decides expiry and schedules renewals on the
-    /// backend's time instead of the local wall clock.
-    public var clockSkewTolerance: Duration
+    /// backend's time instead of the local wall clock. A negative tolerance becomes zero.
+    public var clockSkewTolerance: Duration {
+        get { clockSkewToleranceValue }
+        set { clockSkewToleranceValue = max(.zero, newValue) }
+    }
+    private var clockSkewToleranceValue: Duration = .seconds(60)
     /// The longest delay a backend's `Retry-After` can impose before the next fetch, whatever it asks for.
     ///
     /// It is independent of ``RetryPolicy/cap``: a backend asking for 120 s gets 120 s even when the backoff cap is

@@ -269,12 +269,14 @@ struct SessionStore: ~Copyable, Sendable {
     ///
     /// - Parameters:
     ///   - required: When set (a retry after a rejection), the work must start in this account session, or the
-    ///     call fails with `ACCOUNT_CHANGED`, and with this credential, or it fails with `INVALID_IDENTITY`.
+    ///     call fails with `ACCOUNT_CHANGED`, and with a credential other than the rejected one, or it fails with
+    ///     `INVALID_IDENTITY`: the rejection's renewal, or one installed after it in the same session (pushed, or
+    ///     renewed again), which is as much the account's.
     ///   - makeTask: Creates the work's task from the credential and the work's slot, which identifies it until it
     ///     finishes.
     /// - Returns: The credential handed out, the task and its ticket.
     func startWork<T: Sendable>(
-        requiring required: (credential: IdentityCredential, epoch: UInt64)? = nil,
+        requiring required: (epoch: UInt64, rejected: IdentityCredential)? = nil,
         _ makeTask: (IdentityCredential, Int) -> Task<T, any Error>
     ) throws(SessionError) -> (IdentityCredential, Task<T, any Error>, WorkTicket) {
         let now = clock.now.timeIntervalSince1970
@@ -285,7 +287,7 @@ struct SessionStore: ~Copyable, Sendable {
                 return .failure(state.access.error)
             }
             if let required, required.epoch != epoch { return .failure(Self.accountChangedError) }
-            guard now < expiresAt, epoch >= state.workFloor, required == nil || required?.credential == credential
+            guard now < expiresAt, epoch >= state.workFloor, required.map({ $0.rejected != credential }) ?? true
             else {
                 return .failure(Self.expiredError)
             }

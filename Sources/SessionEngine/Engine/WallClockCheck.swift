@@ -76,7 +76,7 @@ package struct WallClockCheck: Sendable {
     }
 }
 
-/// One ``WallClockCheck`` that many stores share by reference: every store of an engine's ``SessionEngine/Shared``, a
+/// One ``WallClockCheck`` that many stores share by reference: every store of an engine's ``AccountShard/Shared``, a
 /// word each instead of the check's seven, which a pool's 100,000 stores would each pay.
 ///
 /// The store's read calls the check through this object's own methods, which read the check in place: a read of it

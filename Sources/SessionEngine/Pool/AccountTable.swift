@@ -18,7 +18,7 @@ import Synchronization
 /// full and halves when it is less than an eighth full.
 ///
 /// The rows hold their members. Each member's engine holds the pool's outlets, and so this table, through its
-/// ``SessionEngine/Shared``: the pool empties the table when it goes (``removeAll()``), which lets the engines go, and
+/// ``AccountShard/Shared``: the pool empties the table when it goes (``removeAll()``), which lets the engines go, and
 /// an engine that outlives the pool (a fetch in flight) finds no row to write its read into.
 ///
 /// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a

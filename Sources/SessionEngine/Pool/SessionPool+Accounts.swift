@@ -223,7 +223,7 @@ extension SessionPool {
     }
 
     /// The least recently used member with no sign-in under way (``Members/signingIn``), no scoped work running and
-    /// no caller waiting, closed to new work in the step that checked it (``SessionEngine/closeToWorkIfIdle()``), so
+    /// no caller waiting, closed to new work in the step that checked it (``AccountShard/closeToWorkIfIdle()``), so
     /// that no work starts on it before it leaves.
     static func closeLeastRecentlyUsedIdle(
         _ candidates: [(member: Member, used: Int64)], sparing members: Members

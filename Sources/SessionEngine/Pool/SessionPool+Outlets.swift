@@ -1,6 +1,6 @@
 extension SessionPool {
     /// Where every member's engine reports to: the pool's event stream, its observer and the accounts' table. One per
-    /// pool, which the engines' ``SessionEngine/Shared`` holds, and through which the pool publishes its own events too.
+    /// pool, which the engines' ``AccountShard/Shared`` holds, and through which the pool publishes its own events too.
     final class Outlets: Sendable {
         let broadcaster: PoolEventBroadcaster
         /// Receives every event of the pool, with the serial of the member it is about, before any subscriber does.
@@ -25,7 +25,7 @@ extension SessionPool {
         }
     }
 
-    /// One account of the pool: its engine, which knows the member it is (``SessionEngine/membership``), as the
+    /// One account of the pool: its engine, which knows the member it is (``AccountShard/membership``), as the
     /// accounts' table holds it. A member is its engine: a later member of the same account has an engine of its own.
     struct Member: Sendable {
         let engine: AccountShard
@@ -44,7 +44,7 @@ extension SessionPool {
 
         var account: AccountID { membership.account }
 
-        /// The member's serial (``SessionEngine/Membership/serial``).
+        /// The member's serial (``AccountShard/Membership/serial``).
         var serial: UInt64 { membership.serial }
 
         /// The account's hash in the pool's table.

@@ -36,7 +36,7 @@ public final class SessionPool: Sendable {
         var checkpoints: [(use: Int64, at: Duration)] = []
         /// How many sign-ins are under way on each member, from the join that handed the member out until the call
         /// returns: neither an eviction nor the idle sweeper takes such a member, whose caller may not have reached its
-        /// engine yet (a caller waiting on the engine keeps it too, ``SessionEngine/closeToWorkIfIdle()``).
+        /// engine yet (a caller waiting on the engine keeps it too, ``AccountShard/closeToWorkIfIdle()``).
         var signingIn: [ObjectIdentifier: Int] = [:]
         /// The members taken out of the table that are still signing out and shutting down, each with the signal
         /// its removal opens once it is over (its eviction reported): a shutdown waits for them as it waits for the
@@ -85,12 +85,12 @@ public final class SessionPool: Sendable {
     var broadcaster: PoolEventBroadcaster { outlets.broadcaster }
     /// Opens once the pool has shut down.
     let stopped: OneShot<Void>
-    /// How many serial executors the members' engines share (``SessionEngine/unownedExecutor``): enough that
+    /// How many serial executors the members' engines share (``AccountShard/unownedExecutor``): enough that
     /// accounts' steps run side by side on every core, few enough that they cost nothing an account.
     static let executorCount = 16
     /// Where the pool's events go (its stream, and the observer that receives every event of the pool, with the
-    /// ``SessionEngine/Membership/serial`` of the member it is about, before any subscriber does) and where the members'
-    /// engines report to, through their ``SessionEngine/Shared``.
+    /// ``AccountShard/Membership/serial`` of the member it is about, before any subscriber does) and where the members'
+    /// engines report to, through their ``AccountShard/Shared``.
     let outlets: Outlets
 
     /// Creates a pool with no accounts.
