@@ -2,47 +2,18 @@ import Foundation
 
 /// Running, shutting down and shutting down gracefully.
 extension AccountShard {
-    /// Keeps the engine running until the calling task is cancelled, then shuts it down cleanly.
-    ///
-    /// Renewal does not depend on this call: the engine renews from the moment an account signs in. `run()` gives a
-    /// daemon's service group one place to own the engine's lifetime: when its task is cancelled, the scoped work is
-    /// cancelled and drained, the fetch and timers stop, the credential is cleared, waiting callers fail with
-    /// ``SessionError/Code/shutDown`` and every event stream finishes. It also returns if ``shutdown()`` is called
-    /// elsewhere.
-    ///
-    /// - Throws: Nothing today: it returns when the engine has shut down. The signature is `throws` so that a
-    ///   start-up failure can be reported later without breaking callers.
+    /// ``SessionEngine/run()``, for the shard's account: the engine's, or a pool's member's.
     func run() async throws {
         await waitUntilStopped(stopsOnCancellation: true)
         await beginShutdown()
     }
 
-    /// Shuts the engine down: cancels and drains scoped work, stops the fetch and timers, clears the credential,
-    /// fails waiting callers with ``SessionError/Code/shutDown`` and finishes every event stream.
-    ///
-    /// Account-change hooks do not run, except those of a sign-out already under way, which becomes the shutdown.
-    /// Calls after shutdown fail with ``SessionError/Code/shutDown``. Concurrent calls all return once the engine
-    /// has shut down.
+    /// ``SessionEngine/shutdown()``, for the shard's account: the engine's, or a pool's member's.
     func shutdown() async {
         await beginShutdown()
     }
 
-    /// Shuts the engine down gracefully: lets running scoped work finish within `gracePeriod`, then signs out and
-    /// shuts down.
-    ///
-    /// From the moment it is called, new work run through ``withIdentity(_:)`` fails with
-    /// ``SessionError/Code/shutDown`` and no account change begins, while work already running keeps its identity
-    /// (still renewed, and ``identityHeaders()`` still answers). Once that work has finished, or `gracePeriod` has
-    /// passed on the engine's clock, whichever comes first, the work still running is cancelled and drained, the
-    /// account is signed out with its account-change hooks (so account caches are cleared), waiting callers fail
-    /// with ``SessionError/Code/shutDown``, ``run()`` returns and every event stream finishes. Returns once the
-    /// engine has shut down.
-    ///
-    /// This is the handler for a service group's graceful shutdown, which signals rather than cancels: see the
-    /// README for a `ServiceGroup` adapter. A later ``shutdown()``, or cancelling ``run()``, ends the grace period
-    /// at once (without hooks, as ``shutdown()`` does).
-    ///
-    /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled.
+    /// ``SessionEngine/shutdown(gracePeriod:)``, for the shard's account: the engine's, or a pool's member's.
     func shutdown(gracePeriod: Duration) async {
         requestShutdown(gracePeriod: gracePeriod)
         await waitUntilStopped()

@@ -2,16 +2,7 @@ import Foundation
 
 /// Renewal on request and after the service rejected a credential.
 extension AccountShard {
-    /// Renews the credential now and returns the new one.
-    ///
-    /// Concurrent callers share one fetch. If a fetch started less than
-    /// ``SessionConfiguration/minimumFetchInterval`` ago and its credential is still valid, that credential is
-    /// returned without fetching again. A cancelled caller stops waiting; the fetch goes on for the others.
-    ///
-    /// - Returns: The credential installed by the renewal.
-    /// - Throws: ``SessionError``: the fetch's failure (the engine keeps retrying in the background),
-    ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
-    ///   `CancellationError`.
+    /// ``SessionEngine/renew()``, for the shard's account: the engine's, or a pool's member's.
     nonisolated func renew() async throws -> IdentityCredential {
         // Only the decision and the registration run on the actor, in the order the calls arrive; the wait does not, so callers woken together resume on their own executors instead of queueing on the actor
         // to return.
@@ -38,17 +29,7 @@ extension AccountShard {
         }
     }
 
-    /// Reports that the service answered `INVALID_IDENTITY` for a credential, for example after a secret rotation.
-    ///
-    /// The first report of the installed credential renews it once; concurrent reports of the same credential share
-    /// that renewal. If the renewed credential is rejected too, the state stays ``SessionState/expired(_:)`` with
-    /// reason ``ExpiredIdentity/Reason/rejected`` and the engine retries only after backoff, so a misconfigured
-    /// backend cannot cause a loop. Reports of older credentials, or from an earlier epoch, are ignored.
-    ///
-    /// Work run through ``withIdentity(_:)`` reports a rejection by throwing ``SessionError/credentialRejected``
-    /// instead; either way the engine publishes ``SessionEvent/Kind/credentialRejected(_:)`` once it has acted.
-    ///
-    /// - Parameter credential: The credential the service rejected.
+    /// ``SessionEngine/credentialRejected(_:)``, for the shard's account: the engine's, or a pool's member's.
     func credentialRejected(_ credential: IdentityCredential) async {
         reportRejection(of: credential)
     }

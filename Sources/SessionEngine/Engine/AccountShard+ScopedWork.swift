@@ -3,26 +3,7 @@ import Synchronization
 
 /// Work bound to the current account session, cancelled and drained when it ends.
 extension AccountShard {
-    /// Runs work bound to the current account and credential.
-    ///
-    /// The work runs in its own task, registered with the account session. An account change or sign-out cancels
-    /// it and waits for it to end before the next account's credential is installed, so work of a previous account
-    /// never overlaps the next one. Work should honour cancellation promptly, since a change waits for it; and it
-    /// must not itself change the account, sign out or shut the engine down and wait for that: the change it would
-    /// wait for waits for the work.
-    ///
-    /// If the work throws ``SessionError/credentialRejected`` (the service answered `INVALID_IDENTITY`), the engine
-    /// renews the credential once and runs the work once more with the new credential; a second rejection fails
-    /// with `INVALID_IDENTITY` and leaves the state ``SessionState/expired(_:)``.
-    ///
-    /// This call does not hop onto the actor unless the credential is rejected.
-    ///
-    /// - Parameter body: The work; it receives the credential to send.
-    /// - Returns: What the work returns.
-    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidIdentity`` when the credential has expired or was
-    ///   rejected twice, ``SessionError/Code/signedOut`` or ``SessionError/Code/switching`` when no identity is
-    ///   available, ``SessionError/Code/accountChanged`` when an account change cancelled the work; otherwise what the
-    ///   work throws.
+    /// ``SessionEngine/withIdentity(_:)``, for the shard's account: the engine's, or a pool's member's.
     // Inlined into the engine's and the pool's calls: one async frame a piece of work, not two.
     @inline(__always)
     nonisolated func withIdentity<T: Sendable>(

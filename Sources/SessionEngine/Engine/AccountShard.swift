@@ -265,55 +265,30 @@ actor AccountShard {
 
     // MARK: - Reading without an actor hop
 
-    /// The current state, read without an actor hop.
+    /// ``SessionEngine/state``, for the shard's account: the engine's, or a pool's member's.
     nonisolated var state: SessionState { store.sessionState }
 
-    /// The identity headers for an identified request, read without an actor hop.
-    ///
-    /// The headers are computed once when a credential is installed; this call takes one uncontended lock and
-    /// reads the wall clock, so it is safe on every request.
-    ///
-    /// - Returns: The `X-AppNorth-Identity-*` headers of the installed credential.
-    /// - Throws: ``SessionError`` with ``SessionError/Code/invalidIdentity`` (`INVALID_IDENTITY`) when the
-    ///   credential has expired by the local clock or was rejected; ``SessionError/Code/signedOut`` when no account
-    ///   is signed in; ``SessionError/Code/switching`` during an account change; ``SessionError/Code/shutDown`` after
-    ///   shutdown. Never falls back to anonymous.
+    /// ``SessionEngine/identityHeaders()``, for the shard's account: the engine's, or a pool's member's.
     @inline(never)
     nonisolated func identityHeaders() throws(SessionError) -> IdentityHeaders {
         // Never inlined: the store's read inlines its lock here (`SanitizedMutex.withLockInlined`).
         try store.headers()
     }
 
-    /// Whether the installed credential is usable and has not expired at `date`.
-    ///
-    /// Like the credential's own ``IdentityCredential/isValid(at:)``, this checks expiry only, never the signature.
-    /// `date` is a time on this process's wall clock. While the engine runs on the backend's time (a fetcher
-    /// reported a clock offset beyond ``SessionConfiguration/clockSkewTolerance``), `date` is moved by that offset
-    /// before it is compared with `expiresAt`, so the answer is the one the service would give at that moment and
-    /// agrees with ``identityHeaders()``. The credential's own ``IdentityCredential/isValid(at:)`` stays a pure
-    /// comparison with the date it is given.
-    ///
-    /// - Parameter date: The moment to check, on the local wall clock.
-    /// - Returns: `false` when signed out, switching, expired or rejected, or when `date` (moved by the applied
-    ///   offset) is at or past `expiresAt`.
+    /// ``SessionEngine/hasValidIdentity(at:)``, for the shard's account: the engine's, or a pool's member's.
     nonisolated func hasValidIdentity(at date: Date) -> Bool {
         guard let expiry = store.localExpiry() else { return false }
         return date.timeIntervalSince1970 < expiry
     }
 
-    /// The engine's events, starting with the current state.
-    ///
-    /// - Parameter bufferLimit: How many undelivered events this subscriber may hold before the oldest are dropped;
-    ///   `nil` uses ``SessionConfiguration/eventBufferLimit``, `Int.max` never drops.
-    /// - Returns: A sequence that ends when the engine shuts down. See ``SessionEvents``.
+    /// ``SessionEngine/events(bufferLimit:)``, for the shard's account: the engine's, or a pool's member's.
     nonisolated func events(bufferLimit: Int? = nil) -> SessionEvents {
         SessionEvents(
             broadcaster: broadcaster.broadcaster(bufferLimit: configuration.eventBufferLimit),
             limit: bufferLimit.map { max(1, $0) })
     }
 
-    /// What the engine has done and holds: counters, fetch latency, the credential's remaining lifetime, tasks,
-    /// subscribers, waiters and scoped work. Read without an actor hop.
+    /// ``SessionEngine/metrics``, for the shard's account: the engine's, or a pool's member's.
     nonisolated var metrics: SessionMetrics {
         var metrics = recorder.snapshot
         metrics.eventsDropped = broadcaster.droppedCount
