@@ -268,13 +268,6 @@ actor AccountShard {
     /// ``SessionEngine/state``, for the shard's account: the engine's, or a pool's member's.
     nonisolated var state: SessionState { store.sessionState }
 
-    /// ``SessionEngine/identityHeaders()``, for the shard's account: the engine's, or a pool's member's.
-    @inline(never)
-    nonisolated func identityHeaders() throws(SessionError) -> IdentityHeaders {
-        // Never inlined: the store's read inlines its lock here (`SanitizedMutex.withLockInlined`).
-        try store.headers()
-    }
-
     /// ``SessionEngine/hasValidIdentity(at:)``, for the shard's account: the engine's, or a pool's member's.
     nonisolated func hasValidIdentity(at date: Date) -> Bool {
         guard let expiry = store.localExpiry() else { return false }
