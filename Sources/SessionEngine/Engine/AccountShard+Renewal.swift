@@ -43,12 +43,12 @@ extension AccountShard {
     /// - Parameters:
     ///   - credential: The credential the work sent and the service rejected.
     ///   - epoch: The account session the work ran in.
-    /// - Returns: The credential to retry with, of the same account session.
+    /// Returns once the account session holds a credential other than the rejected one; the retry takes whichever
+    /// the session holds when it starts (``SessionStore/startWork(requiring:_:)``).
+    ///
     /// - Throws: ``SessionError/Code/accountChanged`` when that account session is no longer the current one (the
     ///   work must not run again as another account); ``SessionError/Code/invalidIdentity`` when no renewal follows.
-    func renewAfterRejection(of credential: IdentityCredential, epoch: UInt64) async throws
-        -> IdentityCredential
-    {
+    func renewAfterRejection(of credential: IdentityCredential, epoch: UInt64) async throws {
         guard !life.machine.isShutDown else { throw SessionStateMachine.shutDownError }
         // The work belongs to its account session: after an account change it fails, and never runs again with the
         // next account's credential.
@@ -56,11 +56,11 @@ extension AccountShard {
         reportRejection(of: credential)
         if let current = life.machine.usableCredential, current.signature != credential.signature {
             // Another caller's report already renewed it.
-            return current
+            return
         }
         guard let epoch = life.machine.rejectionRenewalEpoch else {
             throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
         }
-        return try await waitForOutcome(registerWaiter(epoch: epoch, kind: .nextOutcome))
+        _ = try await waitForOutcome(registerWaiter(epoch: epoch, kind: .nextOutcome))
     }
 }

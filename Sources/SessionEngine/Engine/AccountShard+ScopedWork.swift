@@ -16,7 +16,7 @@ extension AccountShard {
             // The renewal checked the account session and installed a credential; the retry is registered in the
             // store's lock that checks the session again and hands out its credential, which may be a later one of
             // the session than the renewal's (pushed, or renewed again) but never the rejected one.
-            _ = try await renewAfterRejection(of: credential, epoch: epoch)
+            try await renewAfterRejection(of: credential, epoch: epoch)
             switch try await runScoped(body, requiring: (epoch, rejected: credential)) {
             case .finished(let value):
                 return value
