@@ -14,13 +14,12 @@ import Testing
         AccountTable(hasher: AccountTable.Hasher(seed: seed))
     }
 
-    /// A member of `table`'s pool, with an engine of its own; `hash` in place of the account's own, to make accounts
+    /// A member of `table`'s pool, in a shard of its own; `hash` in place of the account's own, to make accounts
     /// share rows.
     private func member(_ account: AccountID, in table: AccountTable, hash: UInt64? = nil) -> SessionPool.Member {
         let membership = AccountShard.Membership(account: account, serial: 1, hash: hash ?? table.hasher.hash(account))
         return SessionPool.Member(
-            AccountShard(
-                shared: shared, randomSeed: 0, latencyWindow: 1, hooks: [], membership: membership))
+            slot: AccountShard(shared: shared).reserve(latencyWindow: 1, membership: membership))
     }
 
     @Test func everyAccountFindsItsOwnMemberThroughGrowthAndSharedRows() {
@@ -138,14 +137,14 @@ import Testing
     @Test func theTableLetsGoOfEveryMemberItRemoves() {
         // The rows hold their members' engines: a member replaced, removed or emptied out is not kept.
         let table = table()
-        weak var replaced: AccountShard?
-        weak var removed: AccountShard?
-        weak var emptied: AccountShard?
+        weak var replaced: AccountShard.Slot?
+        weak var removed: AccountShard.Slot?
+        weak var emptied: AccountShard.Slot?
         do {
             let first = member("alice", in: table)
             let gone = member("bob", in: table)
             let last = member("carol", in: table)
-            (replaced, removed, emptied) = (first.engine, gone.engine, last.engine)
+            (replaced, removed, emptied) = (first.slot, gone.slot, last.slot)
             table.insert(first, use: 0)
             table.insert(gone, use: 0)
             table.insert(last, use: 0)
@@ -175,10 +174,10 @@ import Testing
         let hash = table.hasher.hash("alice")
         table.insert(first, use: 0)
         table.insert(second, use: 0)
-        table.mirror(try usable("second@example.com"), of: second.engine, hash: hash)
-        // The replaced member's engine still publishes (its sign-out and shutdown): none of it reaches the row.
-        table.mirror((nil, 0, .shutDown), of: first.engine, hash: hash)
-        table.mirror(try usable("first@example.com"), of: first.engine, hash: hash)
+        table.mirror(try usable("second@example.com"), of: second.slot, hash: hash)
+        // The replaced member's shard still publishes (its sign-out and shutdown): none of it reaches the row.
+        table.mirror((nil, 0, .shutDown), of: first.slot, hash: hash)
+        table.mirror(try usable("first@example.com"), of: first.slot, hash: hash)
         let reading = table.reading("alice", hash: hash, stampingUse: false)
         #expect(try reading?.headers?.credential().email == "second@example.com")
         table.remove(second)

@@ -33,7 +33,7 @@ import Testing
             if change.to == nil { await gate.wait() }
         }
         try await engine.signIn("alice")
-        let leaving = await engine.startCall { await $0.shard.signOutAndShutDown() }
+        let leaving = await engine.startCall { await $0.shard.signOutAndShutDown($0.slot) }
         #expect(gate.isHolding, "the sign-out's hook holds the change")
         let again = await engine.startCall { try await $0.signIn("alice") }
         let error = await #expect(throws: SessionError.self) { try await again.value }

@@ -189,12 +189,12 @@ import Testing
         var pool: SessionPool? = SessionPool(fetcher: fetcher, clock: clock)
         try await pool?.signIn("alice")
         await pool?.waitUntilIdle()
-        weak let engine = pool?.member("alice")?.engine
+        weak let slot = pool?.member("alice")?.slot
         let timers = try #require(pool?.timers)
-        #expect(engine != nil)
-        #expect(timers.count == 1, "the account's renewal timer holds its engine")
+        #expect(slot != nil)
+        #expect(timers.count == 1, "the account's renewal timer has its slot in the queue")
         pool = nil
-        #expect(engine == nil, "the dropped pool's engine is freed")
+        #expect(slot == nil, "the dropped pool's account is freed")
         #expect(timers.count == 0)
     }
 
@@ -206,16 +206,16 @@ import Testing
         var pool: SessionPool? = SessionPool(fetcher: fetcher, clock: clock)
         let caller = Task { [weak pool] in try await pool?.signIn("alice") }
         _ = await fetcher.nextRequest()
-        weak let engine = pool?.member("alice")?.engine
-        #expect(engine != nil)
+        weak let slot = pool?.member("alice")?.slot
+        #expect(slot != nil)
         caller.cancel()
         _ = await caller.result
         weak let dropped = pool
         pool = nil
         #expect(dropped == nil, "the pool is gone")
-        #expect(engine != nil, "the fetch task holds its engine while the fetcher hangs")
+        #expect(slot != nil, "the fetch task holds its account's slot while the fetcher hangs")
         clock.advance(by: SessionConfiguration().fetchTimeout + .seconds(1))
         await clock.executor.waitUntilIdle()
-        #expect(engine == nil, "the fetch timed out, and its task let its engine go")
+        #expect(slot == nil, "the fetch timed out, and its task let its account's slot go")
     }
 }

@@ -716,7 +716,7 @@ struct SessionEngineTests {
         harness.fetcher.respond(to: request, with: .success(harness.credential(for: "bob")))
         try await switched.value
         let error = await #expect(throws: SessionError.self) {
-            try await engine.shard.renewAfterRejection(of: aliceCredential, epoch: alice.epoch)
+            try await engine.shard.renewAfterRejection(engine.slot, of: aliceCredential, epoch: alice.epoch)
         }
         #expect(error?.code == .accountChanged)
         #expect(harness.fetcher.totalRequests == 2)

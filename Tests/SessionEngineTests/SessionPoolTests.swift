@@ -87,7 +87,7 @@ struct PoolHarness {
         #expect(Set(harness.pool.accounts) == Set(accounts))
         #expect(harness.pool.metrics.accounts == 3)
         // Each sign-in waited for its credential; an identified member keeps no waiters once the wait is over.
-        for account in accounts { #expect(harness.pool.member(account)?.engine.waitersIfAny == nil) }
+        for account in accounts { #expect(harness.pool.member(account)?.slot.waitersIfAny == nil) }
         await harness.pool.shutdown()
     }
 
@@ -318,13 +318,13 @@ struct PoolHarness {
     @Test func anEvictionClosesTheAccountToWorkInTheStepThatChoseIt() async throws {
         let harness = PoolHarness()
         try await harness.pool.signIn("alice")
-        let engine = try #require(harness.pool.member("alice")?.engine)
+        let slot = try #require(harness.pool.member("alice")?.slot)
         let clock = harness.clock
         let work = await harness.startWork(for: ["alice"], sleeping: .seconds(10))[0]
-        #expect(!engine.closeToWorkIfIdle(), "work runs: the account cannot be closed")
+        #expect(!slot.closeToWorkIfIdle(), "work runs: the account cannot be closed")
         clock.advance(by: .seconds(10))
         try await work.value
-        #expect(engine.closeToWorkIfIdle())
+        #expect(slot.closeToWorkIfIdle())
         // Closed, still a member: new work gets no identity; the account's reads go on until it leaves.
         await #expect(throws: SessionError.self) { try await harness.pool.withIdentity(for: "alice") { _ in } }
         #expect(try harness.pool.identityHeaders(for: "alice").credential().email == PoolHarness.email(for: "alice"))

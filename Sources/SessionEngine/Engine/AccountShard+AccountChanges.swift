@@ -4,19 +4,19 @@ import Foundation
 /// two accounts.
 extension AccountShard {
     /// ``SessionEngine/signIn(_:)``, for the shard's account: the engine's, or a pool's member's.
-    func signIn(_ account: AccountID) async throws {
-        try await changeAccount(to: account)
+    func signIn(_ slot: Slot, _ account: AccountID) async throws {
+        try await changeAccount(slot, to: account)
     }
 
     /// ``SessionEngine/signIn(_:timeout:)``, for the shard's account: the engine's, or a pool's member's.
-    func signIn(_ account: AccountID, timeout: Duration) async throws {
-        try await changeAccount(to: account, timeout: max(.zero, timeout))
+    func signIn(_ slot: Slot, _ account: AccountID, timeout: Duration) async throws {
+        try await changeAccount(slot, to: account, timeout: max(.zero, timeout))
     }
 
     /// ``SessionEngine/signIn(_:expecting:timeout:)``, for the shard's account: the engine's, or a pool's member's.
-    func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
+    func signIn(_ slot: Slot, _ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
         try await changeAccount(
-            to: account, expecting: try Self.expectedEmail(email), timeout: timeout.map { max(.zero, $0) })
+            slot, to: account, expecting: try Self.expectedEmail(email), timeout: timeout.map { max(.zero, $0) })
     }
 
     /// The email a host expects, normalized as the backend signs it, or an error for one no credential can carry.
@@ -31,49 +31,50 @@ extension AccountShard {
     }
 
     /// ``SessionEngine/signIn(_:with:)``, for the shard's account: the engine's, or a pool's member's.
-    func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
-        try await changeAccount(to: account, pushing: credential)
+    func signIn(_ slot: Slot, _ account: AccountID, with credential: IdentityCredential) async throws {
+        try await changeAccount(slot, to: account, pushing: credential)
     }
 
     /// ``SessionEngine/setIdentityCredential(_:for:)``, for the shard's account: the engine's, or a pool's member's.
-    func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
-        try push(credential, for: account)
+    func setIdentityCredential(_ slot: Slot, _ credential: IdentityCredential, for account: AccountID) async throws {
+        try push(slot, credential, for: account)
     }
 
-    private func push(_ credential: IdentityCredential, for account: AccountID) throws {
-        if case .refused(let error, _) = step({ $0.credentialPushed(credential, for: account, at: $1) }) {
+    private func push(_ slot: Slot, _ credential: IdentityCredential, for account: AccountID) throws {
+        if case .refused(let error, _) = step(slot, { $0.credentialPushed(credential, for: account, at: $1) }) {
             throw error
         }
     }
 
     /// ``SessionEngine/switchAccount(to:)``, for the shard's account: the engine's, or a pool's member's.
-    func switchAccount(to account: AccountID) async throws {
-        try await changeAccount(to: account)
+    func switchAccount(_ slot: Slot, to account: AccountID) async throws {
+        try await changeAccount(slot, to: account)
     }
 
     /// ``SessionEngine/switchAccount(to:timeout:)``, for the shard's account: the engine's, or a pool's member's.
-    func switchAccount(to account: AccountID, timeout: Duration) async throws {
-        try await changeAccount(to: account, timeout: max(.zero, timeout))
+    func switchAccount(_ slot: Slot, to account: AccountID, timeout: Duration) async throws {
+        try await changeAccount(slot, to: account, timeout: max(.zero, timeout))
     }
 
     /// ``SessionEngine/signOut()``, for the shard's account: the engine's, or a pool's member's.
-    func signOut() async {
-        try? await changeAccount(to: nil)
+    func signOut(_ slot: Slot) async {
+        try? await changeAccount(slot, to: nil)
     }
 
     /// ``SessionEngine/addAccountChangeHook(_:)``, for the shard's account: the engine's, or a pool's member's.
-    func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {
-        life.hooks.append(hook)
+    func addAccountChangeHook(_ slot: Slot, _ hook: @escaping @Sendable (AccountChange) async -> Void) {
+        if let index = lifeIndex(of: slot) { lives[index]!.hooks.append(hook) }
     }
 
     private func changeAccount(
+        _ slot: Slot,
         to target: AccountID?,
         pushing credential: IdentityCredential? = nil,
         expecting expected: String? = nil,
         timeout: Duration? = nil
     ) async throws {
         try target?.validate()
-        switch requestAccountChange(to: target, pushing: credential, expecting: expected) {
+        switch requestAccountChange(slot, to: target, pushing: credential, expecting: expected) {
         case .shutDown:
             throw SessionStateMachine.shutDownError
         case .refused(let error, _):
@@ -81,36 +82,40 @@ extension AccountShard {
         case .alreadyCurrent(let epoch):
             guard let target else {
                 // A sign-out may still be draining its work: return once it is done, as the first caller does.
-                await life.preparation?.value()
+                await life(of: slot)?.preparation?.value()
                 return
             }
-            if let credential { try push(credential, for: target) }
+            if let credential { try push(slot, credential, for: target) }
             // Joined to a change still being prepared, the caller returns only once it is, as the first caller does:
             // even when a later change fails it first, no work of the previous account still runs then.
             try await waitForIdentity(
-                identityWait(epoch: epoch, of: target, within: timeout), preparedBy: life.preparation)
+                slot, identityWait(slot, epoch: epoch, of: target, within: timeout),
+                preparedBy: life(of: slot)?.preparation)
         case .began(let epoch, _):
             // The actions started this change's preparation; a caller returns only once it is done, even when a
             // later change superseded it, so no work of the previous account still runs.
             guard let target else {
-                await life.preparation?.value()
+                await life(of: slot)?.preparation?.value()
                 return
             }
             // The caller registers for the epoch's outcome in this step, before the preparation ends: a first fetch
             // that ends the backend session while the caller is still waking from the preparation then reaches it as
             // BACKEND_SESSION_ENDED, not as a superseded change.
             try await waitForIdentity(
-                identityWait(epoch: epoch, of: target, within: timeout, preparing: true), preparedBy: life.preparation)
+                slot, identityWait(slot, epoch: epoch, of: target, within: timeout, preparing: true),
+                preparedBy: life(of: slot)?.preparation)
         }
     }
 
     /// Hands an account change to the machine, logging it when it begins, without waiting for it, as
-    /// ``requestShutdown()`` does for a shutdown; returns the machine's decision.
+    /// ``requestShutdown(_:)`` does for a shutdown; returns the machine's decision.
     @discardableResult
     func requestAccountChange(
-        to target: AccountID?, pushing credential: IdentityCredential? = nil, expecting expected: String? = nil
+        _ slot: Slot, to target: AccountID?, pushing credential: IdentityCredential? = nil,
+        expecting expected: String? = nil
     ) -> SessionStateMachine.ChangeDecision {
         step(
+            slot,
             announcing: { decision in
                 guard case .began(let epoch, _) = decision else { return }
                 self.log(.info, "account change began", ["to": target?.rawValue ?? "none", "epoch": "\(epoch)"])
@@ -121,21 +126,22 @@ extension AccountShard {
 
     /// Drains the previous epochs' work, runs the hooks the machine says are due and reports the change prepared.
     ///
-    /// The engine then forgets the preparation's one-shot signal, unless a later change has replaced it: the preparation is
-    /// done but for opening that signal, so a caller that comes later has nothing to wait for, and an idle engine, one
-    /// per account in a pool, keeps none.
+    /// The shard then forgets the preparation's one-shot signal, unless a later change has replaced it: the
+    /// preparation is done but for opening that signal, so a caller that comes later has nothing to wait for, and an
+    /// idle account keeps none.
     ///
     /// - Parameters:
+    ///   - slot: The account.
     ///   - epoch: The epoch of the change being prepared.
     ///   - prepared: The signal that opens once the preparation is done.
-    func prepare(epoch: UInt64, signalledBy prepared: OneShot<Void>) async {
-        await store.drain(before: epoch)
+    func prepare(_ slot: Slot, epoch: UInt64, signalledBy prepared: OneShot<Void>) async {
+        await slot.store.drain(before: epoch)
         // Every await is a place where the world may have changed: the machine checks the epoch.
-        if let change = life.machine.hooksDue(epoch: epoch) {
-            for hook in life.hooks { await hook(change) }
+        if let index = lifeIndex(of: slot), let change = lives[index]!.machine.hooksDue(epoch: epoch) {
+            for hook in lives[index]!.hooks { await hook(change) }
         }
-        step { $0.changePrepared(epoch: epoch, at: $1) }
-        if life.preparation === prepared { life.preparation = nil }
+        step(slot) { $0.changePrepared(epoch: epoch, at: $1) }
+        if let index = lifeIndex(of: slot), lives[index]!.preparation === prepared { lives[index]!.preparation = nil }
     }
 
     /// How a caller of an account change waits for the identity of `epoch`.
@@ -153,26 +159,30 @@ extension AccountShard {
     /// by, and a deadline covers the preparation too.
     ///
     /// - Parameters:
+    ///   - slot: The account.
     ///   - epoch: The account session the caller waits for.
     ///   - account: Its account, for the deadline's reason.
     ///   - timeout: The caller's deadline on the engine's clock, if any.
     ///   - preparing: Whether the change's preparation is still to come, so an installed credential cannot be this
     ///     epoch's.
     private func identityWait(
-        epoch: UInt64, of account: AccountID, within timeout: Duration?, preparing: Bool = false
+        _ slot: Slot, epoch: UInt64, of account: AccountID, within timeout: Duration?, preparing: Bool = false
     ) -> IdentityWait {
-        if !preparing, life.machine.epoch == epoch, life.machine.usableCredential != nil { return .identified }
-        guard life.machine.epoch == epoch, life.machine.currentAccount != nil else {
-            if life.machine.isShutDown { return .superseded(SessionStateMachine.shutDownError) }
+        let machine = life(of: slot)?.machine ?? shared.ended
+        if !preparing, machine.epoch == epoch, machine.usableCredential != nil { return .identified }
+        guard machine.epoch == epoch, machine.currentAccount != nil else {
+            if machine.isShutDown { return .superseded(SessionStateMachine.shutDownError) }
             return .superseded(SessionError(.accountChanged, reason: "another account change superseded this one"))
         }
-        let ticket = registerWaiter(epoch: epoch, kind: .identity)
+        let ticket = registerWaiter(slot, epoch: epoch, kind: .identity)
         let deadline = timeout.map { timeout in
-            setDeadline(after: timeout) { [weak self] in
-                // Fired: a task of the engine's own holds it until the caller is failed, as a timer's firing does.
-                guard let self else { return }
-                _ = startTask {
-                    await self.signInDeadlinePassed(ticket, epoch: epoch, account: account, timeout: timeout)
+            setDeadline(after: timeout) { [weak slot] in
+                // Fired: a task of the account's own holds its slot until the caller is failed, as a timer's firing
+                // does.
+                guard let slot else { return }
+                _ = slot.shard.startTask(slot) {
+                    await slot.shard.signInDeadlinePassed(
+                        slot, ticket, epoch: epoch, account: account, timeout: timeout)
                 }
             }
         }
@@ -181,7 +191,9 @@ extension AccountShard {
 
     /// Waits for the identity `wait` registered for and, whatever the outcome but the caller's own deadline, for the
     /// change's preparation (`prepared`), so the call returns only once the previous account's work has drained.
-    private func waitForIdentity(_ wait: IdentityWait, preparedBy prepared: OneShot<Void>?) async throws {
+    private func waitForIdentity(
+        _ slot: Slot, _ wait: IdentityWait, preparedBy prepared: OneShot<Void>?
+    ) async throws {
         switch wait {
         case .identified:
             await prepared?.value()
@@ -191,7 +203,7 @@ extension AccountShard {
         case .registered(let ticket, let deadline):
             defer { if let deadline { timers.release(deadline) } }
             do {
-                _ = try await waitForOutcome(ticket)
+                _ = try await waitForOutcome(slot, ticket)
             } catch let error as SessionError where error.code == .signInTimedOut {
                 throw error
             } catch {
@@ -206,19 +218,21 @@ extension AccountShard {
     /// A sign-in's deadline passed: its caller fails with `SIGN_IN_TIMED_OUT` unless it was resolved already, and
     /// the sign-in goes on.
     private func signInDeadlinePassed(
+        _ slot: Slot,
         _ ticket: OutcomeWaiters.Ticket,
         epoch: UInt64,
         account: AccountID,
         timeout: Duration
     ) {
         var reason = "\(account) was not identified within \(timeout.readable); the engine keeps trying"
-        if life.machine.epoch == epoch, let failure = life.machine.activeSession?.lastFailure {
+        let machine = life(of: slot)?.machine ?? shared.ended
+        if machine.epoch == epoch, let failure = machine.activeSession?.lastFailure {
             reason += " (the last fetch failed: \(failure))"
-        } else if life.machine.epoch == epoch, life.machine.activeSession == nil {
+        } else if machine.epoch == epoch, machine.activeSession == nil {
             reason += " (the previous account's work is still draining)"
         }
         log(.info, "sign-in timed out", ["account": account.rawValue, "timeout": timeout.readable])
-        let failureClass = life.machine.epoch == epoch ? life.machine.activeSession?.lastFailure?.failureClass : nil
+        let failureClass = machine.epoch == epoch ? machine.activeSession?.lastFailure?.failureClass : nil
         ticket.waiters.fail(
             ticket, with: SessionError(.signInTimedOut, reason: reason, isTransient: true, failureClass: failureClass))
     }

@@ -3,42 +3,43 @@ import Foundation
 /// Running, shutting down and shutting down gracefully.
 extension AccountShard {
     /// ``SessionEngine/run()``, for the shard's account: the engine's, or a pool's member's.
-    func run() async throws {
-        await waitUntilStopped(stopsOnCancellation: true)
-        await beginShutdown()
+    func run(_ slot: Slot) async throws {
+        await waitUntilStopped(slot, stopsOnCancellation: true)
+        await beginShutdown(slot)
     }
 
     /// ``SessionEngine/shutdown()``, for the shard's account: the engine's, or a pool's member's.
-    func shutdown() async {
-        await beginShutdown()
+    func shutdown(_ slot: Slot) async {
+        await beginShutdown(slot)
     }
 
     /// ``SessionEngine/shutdown(gracePeriod:)``, for the shard's account: the engine's, or a pool's member's.
-    func shutdown(gracePeriod: Duration) async {
-        requestShutdown(gracePeriod: gracePeriod)
-        await waitUntilStopped()
+    func shutdown(_ slot: Slot, gracePeriod: Duration) async {
+        requestShutdown(slot, gracePeriod: gracePeriod)
+        await waitUntilStopped(slot)
     }
 
-    /// Signs out, with the account-change hooks, and shuts down, as ``signOut()`` followed by ``shutdown()`` would,
-    /// except that no account change can begin between the two: the sign-out becomes the shutdown in the same turn of
-    /// the actor that begins it. A pool removes a member this way, so a call that reached the member as it left fails
-    /// with `SHUT_DOWN` (and is retried on the account's next member) instead of signing the leaving member in again,
-    /// whose hooks would then report a change from the account to itself.
+    /// Signs out, with the account-change hooks, and shuts down, as ``SessionEngine/signOut()`` followed by
+    /// ``SessionEngine/shutdown()`` would, except that no account change can begin between the two: the sign-out
+    /// becomes the shutdown in the same turn of the actor that begins it. A pool removes a member this way, so a call
+    /// that reached the member as it left fails with `SHUT_DOWN` (and is retried on the account's next member) instead
+    /// of signing the leaving member in again, whose hooks would then report a change from the account to itself.
     ///
     /// During a graceful shutdown no account change begins, and the sign-out with hooks that shuts the engine down is
     /// the grace period's end: it ends now, so the account still leaves with its hooks (and its work cancelled, as a
     /// sign-out's is). At any other time that input changes nothing.
-    func signOutAndShutDown() async {
-        requestAccountChange(to: nil)
-        gracePeriodEnded()
-        requestShutdown()
-        await waitUntilStopped()
+    func signOutAndShutDown(_ slot: Slot) async {
+        requestAccountChange(slot, to: nil)
+        gracePeriodEnded(slot)
+        requestShutdown(slot)
+        await waitUntilStopped(slot)
     }
 
-    /// Begins a graceful shutdown, as ``shutdown(gracePeriod:)`` does, without waiting for it: a pool begins every
-    /// account's at once and then waits for each.
-    func requestShutdown(gracePeriod: Duration) {
+    /// Begins a graceful shutdown, as ``SessionEngine/shutdown(gracePeriod:)`` does, without waiting for it: a pool
+    /// begins every account's at once and then waits for each.
+    func requestShutdown(_ slot: Slot, gracePeriod: Duration) {
         step(
+            slot,
             announcing: { actions in
                 if !actions.isEmpty {
                     self.log(.info, "graceful shutdown began", ["gracePeriod": gracePeriod.readable])
@@ -48,16 +49,18 @@ extension AccountShard {
         )
     }
 
-    /// Waits until the engine has shut down, making its signal if no caller has waited before.
+    /// Waits until the account has shut down, making its signal if no caller has waited before.
     ///
     /// The machine reaches `shutDown` only in the step whose `finishShutdown` opens that signal, so a caller that finds
-    /// it there has nothing to wait for.
+    /// it there, or finds the account's life ended, has nothing to wait for.
     ///
-    /// - Parameter stopsOnCancellation: Whether cancelling the calling task ends the wait early.
-    func waitUntilStopped(stopsOnCancellation: Bool = false) async {
-        guard !life.machine.isShutDown else { return }
-        let signal = life.stopped ?? OneShot<Void>()
-        life.stopped = signal
+    /// - Parameters:
+    ///   - slot: The account.
+    ///   - stopsOnCancellation: Whether cancelling the calling task ends the wait early.
+    func waitUntilStopped(_ slot: Slot, stopsOnCancellation: Bool = false) async {
+        guard let index = lifeIndex(of: slot), !lives[index]!.machine.isShutDown else { return }
+        let signal = lives[index]!.stopped ?? OneShot<Void>()
+        lives[index]!.stopped = signal
         if stopsOnCancellation {
             _ = await signal.valueUnlessCancelled()
         } else {
@@ -65,19 +68,20 @@ extension AccountShard {
         }
     }
 
-    private func gracePeriodEnded() {
-        step { $0.gracePeriodEnded(at: $1) }
+    private func gracePeriodEnded(_ slot: Slot) {
+        step(slot) { $0.gracePeriodEnded(at: $1) }
     }
 
-    private func beginShutdown() async {
-        requestShutdown()
-        await waitUntilStopped()
+    private func beginShutdown(_ slot: Slot) async {
+        requestShutdown(slot)
+        await waitUntilStopped(slot)
     }
 
-    /// Begins a shutdown, as ``shutdown()`` does, without waiting for it: a pool begins every account's and then waits
-    /// for each.
-    func requestShutdown() {
+    /// Begins a shutdown, as ``SessionEngine/shutdown()`` does, without waiting for it: a pool begins every account's
+    /// and then waits for each.
+    func requestShutdown(_ slot: Slot) {
         step(
+            slot,
             announcing: { decision in
                 if case .began = decision { self.log(.info, "shutting down", [:]) }
             },
@@ -97,18 +101,18 @@ extension AccountShard {
     ///
     /// The grace period is a deadline in the engine's deadline queue, as a sign-in's is: no task sleeps for it, and
     /// `finishShutdown` gives its slot back.
-    func startGracePeriod(_ grace: Duration) {
-        let deadline = setDeadline(after: grace) { [weak self] in
-            // Fired: a task of the engine's own holds it until the machine has heard, as a timer's firing does.
-            guard let self else { return }
-            _ = startTask { await self.gracePeriodEnded() }
+    func startGracePeriod(_ grace: Duration, for slot: Slot, at index: Int) {
+        let deadline = setDeadline(after: grace) { [weak slot] in
+            // Fired: a task of the account's own holds its slot until the machine has heard, as a timer's firing does.
+            guard let slot else { return }
+            _ = slot.shard.startTask(slot) { await slot.shard.gracePeriodEnded(slot) }
         }
-        let drain = startTask {
-            // New work is refused, so this only waits for the work that was running, whose callers hold the engine
+        let drain = startTask(slot) {
+            // New work is refused, so this only waits for the work that was running, whose callers hold the slot
             // until it ends as well.
-            await self.store.drain(before: .max)
-            await self.gracePeriodEnded()
+            await slot.store.drain(before: .max)
+            await self.gracePeriodEnded(slot)
         }
-        life.gracePeriod = OutOfLine(GracePeriodWatch(deadline: deadline, drain: drain))
+        lives[index]!.gracePeriod = OutOfLine(GracePeriodWatch(deadline: deadline, drain: drain))
     }
 }

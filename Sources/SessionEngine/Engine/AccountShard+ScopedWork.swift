@@ -7,21 +7,21 @@ extension AccountShard {
     // Inlined into the engine's and the pool's calls: one async frame a piece of work, not two.
     @inline(__always)
     nonisolated func withIdentity<T: Sendable>(
-        _ body: @escaping @Sendable (IdentityCredential) async throws -> T
+        _ slot: Slot, _ body: @escaping @Sendable (IdentityCredential) async throws -> T
     ) async throws -> T {
-        switch try await runScoped(body, requiring: nil) {
+        switch try await runScoped(slot, body, requiring: nil) {
         case .finished(let value):
             return value
         case .rejected(let credential, let epoch):
             // The renewal checked the account session and installed a credential; the retry is registered in the
             // store's lock that checks the session again and hands out its credential, which may be a later one of
             // the session than the renewal's (pushed, or renewed again) but never the rejected one.
-            try await renewAfterRejection(of: credential, epoch: epoch)
-            switch try await runScoped(body, requiring: (epoch, rejected: credential)) {
+            try await renewAfterRejection(slot, of: credential, epoch: epoch)
+            switch try await runScoped(slot, body, requiring: (epoch, rejected: credential)) {
             case .finished(let value):
                 return value
             case .rejected(let again, _):
-                await reportRejection(of: again)
+                await reportRejection(slot, of: again)
                 throw SessionError(.invalidIdentity, reason: "the service rejected the renewed credential as well")
             }
         }
@@ -37,14 +37,16 @@ extension AccountShard {
     }
 
     private nonisolated func runScoped<T: Sendable>(
+        _ slot: Slot,
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T,
         requiring required: (epoch: UInt64, rejected: IdentityCredential)?
     ) async throws -> ScopedOutcome<T> {
         let executor = shared.taskExecutor
-        // The work's task holds the engine, whose store it reports its end to; the caller holds it too until then.
-        let (credential, task, ticket) = try store.startWork(requiring: required) { credential, id in
+        // The work's task holds the account's slot, whose store it reports its end to; the caller holds it too until
+        // then.
+        let (credential, task, ticket) = try slot.store.startWork(requiring: required) { credential, id in
             return Task.start(preferring: executor) {
-                defer { self.store.finishWork(id) }
+                defer { slot.store.finishWork(id) }
                 return try await body(credential)
             }
         }

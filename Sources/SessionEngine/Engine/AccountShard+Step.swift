@@ -1,29 +1,44 @@
 import Foundation
 
-/// The one path every input takes: the machine decides, the engine installs its snapshot and performs its actions
-/// (fetches, timers, waiters, preparations, events).
+/// The one path every input takes: the account's machine decides, the shard installs its snapshot and performs its
+/// actions (fetches, timers, waiters, preparations, events).
 extension AccountShard {
     func instant() -> SessionInstant {
         SessionInstant(wall: clock.now, uptime: clock.uptime)
     }
 
-    /// The one path from an input to the machine and back: reads the clock once, lets the machine decide, and
-    /// performs the decision with the machine's snapshot (``apply(_:installing:at:)``).
+    /// The one path from an input to an account's machine and back: reads the clock once, lets the machine decide,
+    /// and performs the decision with the machine's snapshot (``apply(_:installing:for:at:_:)``).
+    ///
+    /// An account whose life has ended (a pool's account that has shut down, ``lifeIndex(of:)``) decides as a
+    /// shut-down account would, and nothing is performed: a call that reached it as it left fails with `SHUT_DOWN`,
+    /// and a task of it that comes back late changes nothing.
     ///
     /// - Parameters:
+    ///   - slot: The account.
     ///   - announce: Runs between the decision and its actions, for a log record that belongs before the step's own.
     ///   - decide: Hands the input to the machine, at the step's instant.
     /// - Returns: The machine's decision, for a caller that goes on according to it.
     @discardableResult
     func step<Decision: SessionDecision>(
+        _ slot: Slot,
         announcing announce: ((Decision) -> Void)? = nil,
         _ decide: (inout SessionStateMachine, SessionInstant) -> Decision
     ) -> Decision {
         let now = instant()
-        let decision = decide(&life.machine, now)
+        guard let index = lifeIndex(of: slot) else {
+            var ended = shared.ended
+            return decide(&ended, now)
+        }
+        let decision = decide(&lives[index]!.machine, now)
         announce?(decision)
-        apply(decision.actions, installing: life.machine.snapshot, at: now)
+        apply(decision.actions, installing: lives[index]!.machine.snapshot, for: slot, at: index, now)
         return decision
+    }
+
+    /// The life of `slot`'s account as it is between steps, for a decision that reads it; `nil` once it has ended.
+    func life(of slot: Slot) -> AccountLife? {
+        lifeIndex(of: slot).map { lives[$0]! }
     }
 
     /// Installs the machine's snapshot in the store, performs its actions in order, then publishes the events.
@@ -32,17 +47,25 @@ extension AccountShard {
     /// implies: the credential is installed, waiters are resolved, the next timer and fetch are set. Finishing the
     /// event streams at shutdown comes after the step's events, so every subscriber receives the final state.
     ///
+    /// A pool's account whose shutdown the step finishes ends its life here, and its number is free for the next.
+    ///
     /// - Parameters:
     ///   - actions: What the machine decided.
     ///   - snapshot: What the machine holds after deciding.
+    ///   - slot: The account.
+    ///   - index: Where its life is in ``lives``.
     ///   - now: The instant the machine decided at; every event of the step carries it.
     private func apply(
         _ actions: [SessionStateMachine.Action],
         installing snapshot: SessionStore.Snapshot,
-        at now: SessionInstant
+        for slot: Slot,
+        at index: Int,
+        _ now: SessionInstant
     ) {
-        let (stateChanged, reading) = store.install(snapshot)
-        if let membership { shared.outlets?.table.mirror(reading, of: self, hash: membership.hash) }
+        let (stateChanged, reading) = slot.store.install(snapshot)
+        if let membership = slot.membership {
+            shared.outlets?.table.mirror(reading, of: slot, hash: membership.hash)
+        }
         let newState = snapshot.state
         var events: [(SessionEvent.Kind, UInt64)] = []
         if stateChanged {
@@ -56,41 +79,44 @@ extension AccountShard {
                 logEvent(kind)
                 events.append((kind, epoch))
             case .cancelWork(let epoch, let account):
-                let count = store.cancelWork(before: epoch)
+                let count = slot.store.cancelWork(before: epoch)
                 // An account change that cancelled nothing reports nothing.
                 if count > 0 {
                     events.append((.workCancelled(account: account, count: count), epoch))
                 }
             case .finishShutdown:
                 finishesShutdown = true
-                timers.cancel(for: timerToken)
-                if let watch = life.gracePeriod?.value {
+                timers.cancel(for: slot.timerToken)
+                if let watch = lives[index]!.gracePeriod?.value {
                     timers.release(watch.deadline)
                     watch.drain.cancel()
                 }
-                life.gracePeriod = nil
+                lives[index]!.gracePeriod = nil
             default:
-                perform(action, at: now)
+                perform(action, for: slot, at: index, now)
             }
         }
-        for (kind, epoch) in events { publish(kind, epoch: epoch, at: now) }
-        dropWaitersIfNone()
+        for (kind, epoch) in events { publish(kind, epoch: epoch, for: slot, at: index, now) }
+        dropWaitersIfNone(slot)
         if finishesShutdown {
-            broadcaster.finish()
-            life.stopped?.open()
+            slot.broadcaster.finish()
+            lives[index]!.stopped?.open()
+            if slot.membership != nil { endLife(at: index) }
         }
     }
 
-    private func publish(_ kind: SessionEvent.Kind, epoch: UInt64, at now: SessionInstant) {
-        life.sequence += 1
-        let event = SessionEvent(kind, time: now, epoch: epoch, sequence: life.sequence)
-        recorder.record(event)
+    private func publish(
+        _ kind: SessionEvent.Kind, epoch: UInt64, for slot: Slot, at index: Int, _ now: SessionInstant
+    ) {
+        lives[index]!.sequence += 1
+        let event = SessionEvent(kind, time: now, epoch: epoch, sequence: lives[index]!.sequence)
+        slot.recorder.record(event)
         shared.observer?(event)
-        if let membership {
+        if let membership = slot.membership {
             shared.outlets?.publish(
                 SessionPoolEvent(account: membership.account, kind: .session(event)), member: membership.serial)
         }
-        broadcaster.publish(event)
+        slot.broadcaster.publish(event)
     }
 
     /// The fetch in flight.
@@ -102,66 +128,68 @@ extension AccountShard {
         let ticket: FetchBudget.Ticket?
     }
 
-    /// Performs one action that reports no event, decided at the step's instant `now`.
-    private func perform(_ action: SessionStateMachine.Action, at now: SessionInstant) {
+    /// Performs one action that reports no event for the account of `slot`, whose life is at `index`, decided at
+    /// the step's instant `now`.
+    private func perform(_ action: SessionStateMachine.Action, for slot: Slot, at index: Int, _ now: SessionInstant) {
         switch action {
         case .startFetch(let request):
-            startFetch(request, at: now)
+            startFetch(request, for: slot, at: index, now)
         case .cancelFetch:
-            life.fetch?.value.task.cancel()
-            life.fetch = nil
+            lives[index]!.fetch?.value.task.cancel()
+            lives[index]!.fetch = nil
         case .scheduleTimer(let spec):
-            timers.schedule(spec, for: timerToken)
+            timers.schedule(spec, for: slot.timerToken)
         case .cancelTimer:
-            timers.cancel(for: timerToken)
+            timers.cancel(for: slot.timerToken)
         case .resolveWaiters(let epoch, let kinds, let outcome):
-            waitersIfAny?.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
+            slot.waitersIfAny?.resolve(epoch: epoch, kinds: kinds, outcome: outcome)
         case .failAllWaiters(let error):
-            waitersIfAny?.failAll(error)
+            slot.waitersIfAny?.failAll(error)
         case .prepareChange(let epoch):
-            let previous = life.preparation
+            let previous = lives[index]!.preparation
             let done = OneShot<Void>()
-            life.preparation = done
-            // The task holds the engine until the change is prepared, as the fetch task holds it until the fetch has
-            // ended: an engine's tasks reference it strongly, so no weak reference gives it a side table.
-            _ = startTask {
+            lives[index]!.preparation = done
+            // The task holds the account's slot until the change is prepared, as the fetch task holds it until the
+            // fetch has ended: no weak reference gives the slot a side table.
+            _ = startTask(slot) {
                 await previous?.value()
-                await self.prepare(epoch: epoch, signalledBy: done)
+                await self.prepare(slot, epoch: epoch, signalledBy: done)
                 done.open()
             }
         case .refuseNewWork:
-            store.refuseNewWork()
+            slot.store.refuseNewWork()
         case .startGracePeriod(let grace):
-            startGracePeriod(grace)
+            startGracePeriod(grace, for: slot, at: index)
         case .emit, .cancelWork, .finishShutdown:
             // Performed by `apply`, which publishes their events.
             break
         }
     }
 
-    /// Starts one of the engine's own tasks on its task executor, counted in the metrics until it ends.
-    nonisolated func startTask(_ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
-        recorder.tasks(1)
-        // The task holds the engine, as every body it runs does.
+    /// Starts one of the account's own tasks on the shard's task executor, counted in its metrics until it ends.
+    nonisolated func startTask(_ slot: Slot, _ body: @escaping @Sendable () async -> Void) -> Task<Void, Never> {
+        slot.recorder.tasks(1)
+        // The task holds the slot and the shard, as every body it runs does.
         return Task.start(preferring: shared.taskExecutor) {
-            defer { self.recorder.tasks(-1) }
+            defer { slot.recorder.tasks(-1) }
             await body()
         }
     }
 
-    private func startFetch(_ request: FetchRequest, at now: SessionInstant) {
-        life.fetch?.value.task.cancel()
+    private func startFetch(_ request: FetchRequest, for slot: Slot, at index: Int, _ now: SessionInstant) {
+        lives[index]!.fetch?.value.task.cancel()
         let fetcher = self.fetcher
         let budget = self.budget
         let clock = self.clock
         let ticket = budget.map { budget in
-            let (urgency, deadline) = life.machine.fetchUrgency(at: now, callersWaiting: waitingCallers > 0)
+            let (urgency, deadline) = lives[index]!.machine.fetchUrgency(
+                at: now, callersWaiting: slot.waitingCallers > 0)
             return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
         }
         let configuration = self.configuration
         let taskExecutor = shared.taskExecutor
         let timers = self.timers
-        let task = startTask {
+        let task = startTask(slot) {
             let result: Result<FetchedCredential, any Error>
             var waited = Duration.zero
             if let budget, let ticket, await !budget.acquire(ticket) {
@@ -183,7 +211,7 @@ extension AccountShard {
                 // Counted in the job that calls the fetcher, so the count is of requests the backend can see.
                 let outcome = await FetchRace.run(
                     admitted, on: fetcher, timeout: configuration.fetchTimeout, clock: clock, timers: timers,
-                    taskExecutor: taskExecutor, calling: { self.recorder.fetchStarted() })
+                    taskExecutor: taskExecutor, calling: { slot.recorder.fetchStarted() })
                 switch outcome {
                 case .finished(let finished): result = finished
                 case .timedOut: result = .failure(Self.fetchTimedOut(after: configuration.fetchTimeout))
@@ -200,9 +228,9 @@ extension AccountShard {
                         ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled), waited: waited)
                 }
             }
-            await self.fetchCompleted(request.id, result, waited: waited)
+            await self.fetchCompleted(slot, request.id, result, waited: waited)
         }
-        life.fetch = OutOfLine(RunningFetch(id: request.id, task: task, ticket: ticket))
+        lives[index]!.fetch = OutOfLine(RunningFetch(id: request.id, task: task, ticket: ticket))
         log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
     }
 
@@ -214,12 +242,15 @@ extension AccountShard {
             isTransient: true)
     }
 
-    private func fetchCompleted(_ id: FetchID, _ result: Result<FetchedCredential, any Error>, waited: Duration) {
-        let current = life.fetch?.value.id == id
-        if current { life.fetch = nil }
+    private func fetchCompleted(
+        _ slot: Slot, _ id: FetchID, _ result: Result<FetchedCredential, any Error>, waited: Duration
+    ) {
+        let index = lifeIndex(of: slot)
+        let current = index.map { lives[$0]!.fetch?.value.id == id } ?? false
+        if current, let index { lives[index]!.fetch = nil }
         switch result {
         case .success(let fetched):
-            step { machine, now in
+            step(slot) { machine, now in
                 machine.fetchSucceeded(
                     id, credential: fetched.credential, serverClockOffset: fetched.serverClockOffset, waited: waited,
                     at: now)
@@ -229,9 +260,12 @@ extension AccountShard {
                 // Once per fetch: its late answer, if it ever comes, is dropped without another record.
                 log(
                     .warning, "the fetcher outlived its deadline",
-                    ["account": life.machine.currentSession?.account.rawValue ?? "none", "fetch": "\(id)"])
+                    [
+                        "account": index.flatMap { self.lives[$0]!.machine.currentSession?.account.rawValue } ?? "none",
+                        "fetch": "\(id)",
+                    ])
             }
-            step { $0.fetchFailed(id, error: Self.classify(error), waited: waited, at: $1) }
+            step(slot) { $0.fetchFailed(id, error: Self.classify(error), waited: waited, at: $1) }
         }
     }
 

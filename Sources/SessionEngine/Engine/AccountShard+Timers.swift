@@ -1,14 +1,14 @@
-/// The engine's timer: one slot in a deadline queue, and how a firing finds the engine without the queue holding it.
+/// An account's timer: one slot in a deadline queue, and how a firing finds the account without the queue holding it.
 extension AccountShard {
-    /// How a firing of an engine's timer finds the engine, kept in the engine's slot of its deadline queue.
+    /// How a firing of an account's timer finds the account, kept in the account's slot of its deadline queue.
     ///
-    /// The queue never holds an engine: a pool's member is named by its account and serial, which the pool looks up in
-    /// its members (a weak reference to each would give every member a side table for its reference counts, and slow
-    /// every retain of it); an engine of its own, one object whose sign-in deadline and grace period's deadline hold
-    /// it weakly too, is named by a weak reference.
+    /// The queue never holds an account: a pool's member is named by its account and serial, which the pool looks up
+    /// in its members (a weak reference to each would give every member a side table for its reference counts, and
+    /// slow every retain of it); an engine's account, whose sign-in deadline and grace period's deadline hold its
+    /// shard weakly too, is named by a weak reference to its slot.
     enum TimerTarget: Sendable {
-        /// An engine of its own.
-        case engine(WeakEngine)
+        /// An engine's account.
+        case engine(WeakSlot)
         /// A pool's member: the pool finds it by its account, and the serial tells it from a later member of the
         /// same account.
         case member(AccountID, serial: UInt64)
@@ -21,19 +21,20 @@ extension AccountShard {
         /// members: each firing goes to its engine, if it is still there, or runs its deadline's action.
         static let deliver: DeadlineQueue<TimerTarget>.Delivery = { target, timer in
             switch target {
-            case .engine(let reference): reference.engine?.fireTimer(timer)
+            case .engine(let reference):
+                if let slot = reference.slot { slot.shard.fireTimer(timer, for: slot) }
             case .deadline(let action): action()
             case .member: break
             }
         }
     }
 
-    /// A weak reference to an engine of its own, for its slot of the deadline queue.
-    struct WeakEngine: Sendable {
-        weak var engine: AccountShard?
+    /// A weak reference to an engine's account, for its slot of the deadline queue.
+    struct WeakSlot: Sendable {
+        weak var slot: Slot?
 
-        init(_ engine: AccountShard) {
-            self.engine = engine
+        init(_ slot: Slot) {
+            self.slot = slot
         }
     }
 
@@ -42,17 +43,17 @@ extension AccountShard {
     static let systemTimers = DeadlineQueue<TimerTarget>(
         clock: SystemClock(), taskExecutor: nil, delivery: TimerTarget.deliver)
 
-    /// Fires the timer `id`, which the engine's deadline queue found due, in a task of the engine's own.
-    nonisolated func fireTimer(_ id: TimerID) {
-        _ = startTask { await self.timerFired(id) }
+    /// Fires the timer `id` of `slot`'s account, which the deadline queue found due, in a task of the account's own.
+    nonisolated func fireTimer(_ id: TimerID, for slot: Slot) {
+        _ = startTask(slot) { await self.timerFired(id, for: slot) }
     }
 
-    private func timerFired(_ id: TimerID) {
-        step { $0.timerFired(id, at: $1) }
+    private func timerFired(_ id: TimerID, for slot: Slot) {
+        step(slot) { $0.timerFired(id, at: $1) }
     }
 
-    /// Takes a slot of the engine's deadline queue whose firing runs `action` once `timeout` has passed on the
-    /// engine's clock; give it back with `timers.release(_:)` when the wait it bounds has ended.
+    /// Takes a slot of the shard's deadline queue whose firing runs `action` once `timeout` has passed on the
+    /// shard's clock; give it back with `timers.release(_:)` when the wait it bounds has ended.
     ///
     /// A deadline in the queue costs a slot while it is set, and nothing once it is given back; a task sleeping on the
     /// clock, cancelled early, would keep its timer in the runtime until it was due. A timeout beyond a year sets

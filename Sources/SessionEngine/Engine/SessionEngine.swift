@@ -23,13 +23,16 @@ import Synchronization
 ///
 /// Run ``run()`` in a service group, or call ``shutdown()``, to stop cleanly.
 public actor SessionEngine {
-    /// The shard of one account that keeps the engine's account: its machine, its store and what performs its
-    /// decisions. A ``SessionPool`` keeps its accounts in shards of the same kind, so the engine and the pool's
-    /// accounts follow one rule book (Design/engine.md, *One input, one step*).
+    /// The shard of one account that keeps the engine's account: its machine and what performs its decisions. A
+    /// ``SessionPool`` keeps its accounts in shards of the same kind, so the engine and the pool's accounts follow one
+    /// rule book (Design/engine.md, *One input, one step*).
     ///
     /// The engine runs on the shard's executor, so a call passes from the engine to the shard without waiting in a
     /// queue.
     nonisolated let shard: AccountShard
+    /// The engine's account in its shard: what every call names, and the store and events its readers take without a
+    /// hop.
+    nonisolated let slot: AccountShard.Slot
 
     /// The serial executor the engine runs on: its shard's.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { shard.unownedExecutor }
@@ -67,14 +70,14 @@ public actor SessionEngine {
     ) {
         shard = AccountShard(
             shared: AccountShard.Shared(
-                configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer),
-            randomSeed: configuration.randomSeed, latencyWindow: LatencySummary.window, hooks: [], membership: nil)
+                configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer))
+        slot = shard.reserve(latencyWindow: LatencySummary.window, membership: nil)
     }
 
     // MARK: - Reading without an actor hop
 
     /// The current state, read without an actor hop.
-    public nonisolated var state: SessionState { shard.store.sessionState }
+    public nonisolated var state: SessionState { slot.store.sessionState }
 
     /// The identity headers for an identified request, read without an actor hop.
     ///
@@ -89,7 +92,7 @@ public actor SessionEngine {
     @inline(never)
     public nonisolated func identityHeaders() throws(SessionError) -> IdentityHeaders {
         // Never inlined: the store's read inlines its lock here (`SanitizedMutex.withLockInlined`).
-        try shard.store.headers()
+        try slot.store.headers()
     }
 
     /// Whether the installed credential is usable and has not expired at `date`.
@@ -105,7 +108,7 @@ public actor SessionEngine {
     /// - Returns: `false` when signed out, switching, expired or rejected, or when `date` (moved by the applied
     ///   offset) is at or past `expiresAt`.
     public nonisolated func hasValidIdentity(at date: Date) -> Bool {
-        shard.hasValidIdentity(at: date)
+        slot.hasValidIdentity(at: date)
     }
 
     /// The engine's events, starting with the current state.
@@ -114,12 +117,12 @@ public actor SessionEngine {
     ///   `nil` uses ``SessionConfiguration/eventBufferLimit``, `Int.max` never drops.
     /// - Returns: A sequence that ends when the engine shuts down. See ``SessionEvents``.
     public nonisolated func events(bufferLimit: Int? = nil) -> SessionEvents {
-        shard.events(bufferLimit: bufferLimit)
+        slot.events(bufferLimit: bufferLimit)
     }
 
     /// What the engine has done and holds: counters, fetch latency, the credential's remaining lifetime, tasks,
     /// subscribers, waiters and scoped work. Read without an actor hop.
-    public nonisolated var metrics: SessionMetrics { shard.metrics }
+    public nonisolated var metrics: SessionMetrics { slot.metrics }
 
     /// How many times the process's deadline queue on the ``SystemClock`` has woken, for benchmarks.
     package static var systemTimerWakeUps: Int { AccountShard.systemTimers.wakeUps }
@@ -144,7 +147,7 @@ public actor SessionEngine {
     ///   superseded this one, ``SessionError/Code/shutDown`` after shutdown; `CancellationError` when the caller was
     ///   cancelled.
     public func signIn(_ account: AccountID) async throws {
-        try await shard.signIn(account)
+        try await shard.signIn(slot, account)
     }
 
     /// Signs an account in and waits for its first credential, for at most `timeout` on the engine's clock.
@@ -165,7 +168,7 @@ public actor SessionEngine {
     /// - Throws: ``SessionError`` with ``SessionError/Code/signInTimedOut`` when the deadline passed first; otherwise
     ///   as ``signIn(_:)``.
     public func signIn(_ account: AccountID, timeout: Duration) async throws {
-        try await shard.signIn(account, timeout: timeout)
+        try await shard.signIn(slot, account, timeout: timeout)
     }
 
     /// Signs an account in that the host knows to be a given user, and waits for its first credential.
@@ -188,7 +191,7 @@ public actor SessionEngine {
     ///   ``SessionError/Code/identityMismatch`` when the current account is pinned to another user; otherwise as
     ///   ``signIn(_:)`` and ``signIn(_:timeout:)``.
     public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
-        try await shard.signIn(account, expecting: email, timeout: timeout)
+        try await shard.signIn(slot, account, expecting: email, timeout: timeout)
     }
 
     /// Signs an account in with a credential the host already holds, such as one its login response carried.
@@ -210,7 +213,7 @@ public actor SessionEngine {
     ///   ``SessionError/Code/lifetimeTooLong`` for a refused credential, ``SessionError/Code/identityMismatch`` when
     ///   the account is current and the credential names another user; otherwise as ``signIn(_:)``.
     public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
-        try await shard.signIn(account, with: credential)
+        try await shard.signIn(slot, account, with: credential)
     }
 
     /// Installs a credential the host already holds for the current account, such as a renewal its backend pushed.
@@ -235,7 +238,7 @@ public actor SessionEngine {
     ///   credential; ``SessionError/Code/accountChanged`` when the engine is not signed in to `account`;
     ///   ``SessionError/Code/shutDown`` after shutdown. Nothing is installed when it throws.
     public func setIdentityCredential(_ credential: IdentityCredential, for account: AccountID) async throws {
-        try await shard.setIdentityCredential(credential, for: account)
+        try await shard.setIdentityCredential(slot, credential, for: account)
     }
 
     /// Switches to another account and waits for its first credential.
@@ -248,7 +251,7 @@ public actor SessionEngine {
     /// - Parameter account: The account to switch to.
     /// - Throws: As ``signIn(_:)``.
     public func switchAccount(to account: AccountID) async throws {
-        try await shard.switchAccount(to: account)
+        try await shard.switchAccount(slot, to: account)
     }
 
     /// Switches to another account and waits for its first credential, for at most `timeout` on the engine's clock.
@@ -263,7 +266,7 @@ public actor SessionEngine {
     ///   - timeout: How long to wait for the next account's first credential, on the engine's clock; from the call.
     /// - Throws: As ``signIn(_:timeout:)``.
     public func switchAccount(to account: AccountID, timeout: Duration) async throws {
-        try await shard.switchAccount(to: account, timeout: timeout)
+        try await shard.switchAccount(slot, to: account, timeout: timeout)
     }
 
     /// Signs out: cancels and drains the account's scoped work, clears the credential and runs the hooks.
@@ -271,7 +274,7 @@ public actor SessionEngine {
     /// Any fetch in flight is cancelled and its result discarded. Returns once the state is
     /// ``SessionState/signedOut`` (or a later change superseded the sign-out).
     public func signOut() async {
-        await shard.signOut()
+        await shard.signOut(slot)
     }
 
     /// Registers a hook that runs during every account change, after the previous account's work has drained and
@@ -283,7 +286,7 @@ public actor SessionEngine {
     ///
     /// - Parameter hook: Receives the account being left and the account being entered.
     public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) {
-        shard.assumeIsolated { $0.addAccountChangeHook(hook) }
+        shard.assumeIsolated { $0.addAccountChangeHook(slot, hook) }
     }
 
     /// Renews the credential now and returns the new one.
@@ -297,7 +300,7 @@ public actor SessionEngine {
     ///   ``SessionError/Code/signedOut``, ``SessionError/Code/accountChanged``, ``SessionError/Code/shutDown``; or
     ///   `CancellationError`.
     public nonisolated func renew() async throws -> IdentityCredential {
-        try await shard.renew()
+        try await shard.renew(slot)
     }
 
     /// Reports that the service answered `INVALID_IDENTITY` for a credential, for example after a secret rotation.
@@ -312,7 +315,7 @@ public actor SessionEngine {
     ///
     /// - Parameter credential: The credential the service rejected.
     public func credentialRejected(_ credential: IdentityCredential) async {
-        await shard.credentialRejected(credential)
+        await shard.credentialRejected(slot, credential)
     }
 
     /// Runs work bound to the current account and credential.
@@ -338,7 +341,7 @@ public actor SessionEngine {
     public nonisolated func withIdentity<T: Sendable>(
         _ body: @escaping @Sendable (IdentityCredential) async throws -> T
     ) async throws -> T {
-        try await shard.withIdentity(body)
+        try await shard.withIdentity(slot, body)
     }
 
     /// Keeps the engine running until the calling task is cancelled, then shuts it down cleanly.
@@ -352,7 +355,7 @@ public actor SessionEngine {
     /// - Throws: Nothing today: it returns when the engine has shut down. The signature is `throws` so that a
     ///   start-up failure can be reported later without breaking callers.
     public func run() async throws {
-        try await shard.run()
+        try await shard.run(slot)
     }
 
     /// Shuts the engine down: cancels and drains scoped work, stops the fetch and timers, clears the credential,
@@ -362,7 +365,7 @@ public actor SessionEngine {
     /// Calls after shutdown fail with ``SessionError/Code/shutDown``. Concurrent calls all return once the engine
     /// has shut down.
     public func shutdown() async {
-        await shard.shutdown()
+        await shard.shutdown(slot)
     }
 
     /// Shuts the engine down gracefully: lets running scoped work finish within `gracePeriod`, then signs out and
@@ -382,6 +385,6 @@ public actor SessionEngine {
     ///
     /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled.
     public func shutdown(gracePeriod: Duration) async {
-        await shard.shutdown(gracePeriod: gracePeriod)
+        await shard.shutdown(slot, gracePeriod: gracePeriod)
     }
 }

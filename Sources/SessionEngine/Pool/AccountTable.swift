@@ -323,10 +323,10 @@ final class AccountTable: @unchecked Sendable {
     ///
     /// The engine's step calls it after its store's install, with the store's locks released and in the order of the
     /// installs (the engine's actor alone installs), so a row's read changes as the store's does.
-    func mirror(_ reading: SessionStore.Reading, of engine: AccountShard, hash: UInt64) {
+    func mirror(_ reading: SessionStore.Reading, of slot: AccountShard.Slot, hash: UInt64) {
         let tag = UInt32(truncatingIfNeeded: hash)
         shard(hash).pointee.rows.withLock { shard in
-            guard let position = shard.find(tag: tag, { $0.member?.engine === engine }) else { return }
+            guard let position = shard.find(tag: tag, { $0.member?.slot === slot }) else { return }
             (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable) = reading
         }
     }
@@ -340,7 +340,7 @@ final class AccountTable: @unchecked Sendable {
             let replaced = shard.find(member.account, tag: tag).map { shard.remove(at: $0).member } ?? nil
             // Read under the shard's lock: a change of the read that the engine's step installs meanwhile waits for
             // the lock to copy it into the row, and lands after this one.
-            let reading = member.engine.store.reading()
+            let reading = member.slot.store.reading()
             shard.insert(
                 Row(
                     tag: tag, unavailable: reading.unavailable, account: member.account, member: member,
@@ -356,7 +356,7 @@ final class AccountTable: @unchecked Sendable {
         let tag = UInt32(truncatingIfNeeded: hash)
         // The row comes out of the lock to be released after it.
         let removed = shard(hash).pointee.rows.withLock { shard -> Row? in
-            guard let position = shard.find(tag: tag, { $0.member?.engine === member.engine }) else { return nil }
+            guard let position = shard.find(tag: tag, { $0.member?.slot === member.slot }) else { return nil }
             return shard.remove(at: position)
         }
         return removed != nil

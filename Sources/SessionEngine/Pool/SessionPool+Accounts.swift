@@ -14,7 +14,7 @@ extension SessionPool {
     /// - Parameter account: The account to sign in.
     /// - Throws: As ``SessionEngine/signIn(_:)``; ``SessionError/Code/shutDown`` after the pool shut down.
     public func signIn(_ account: AccountID) async throws {
-        try await withMember(account) { try await $0.signIn(account) }
+        try await withMember(account) { try await $0.shard.signIn($0.slot, account) }
     }
 
     /// Signs an account in and waits for its first credential for at most `timeout`, as
@@ -26,7 +26,7 @@ extension SessionPool {
     ///   - timeout: How long to wait, on the pool's clock.
     /// - Throws: As ``SessionEngine/signIn(_:timeout:)``.
     public func signIn(_ account: AccountID, timeout: Duration) async throws {
-        try await withMember(account) { try await $0.signIn(account, timeout: timeout) }
+        try await withMember(account) { try await $0.shard.signIn($0.slot, account, timeout: timeout) }
     }
 
     /// Signs an account in that the host knows to be a given user, as ``SessionEngine/signIn(_:expecting:timeout:)``
@@ -39,7 +39,9 @@ extension SessionPool {
     /// - Throws: As ``SessionEngine/signIn(_:expecting:timeout:)``.
     public func signIn(_ account: AccountID, expecting email: String, timeout: Duration? = nil) async throws {
         let expected = try AccountShard.expectedEmail(email)
-        try await withMember(account) { try await $0.signIn(account, expecting: expected, timeout: timeout) }
+        try await withMember(account) {
+            try await $0.shard.signIn($0.slot, account, expecting: expected, timeout: timeout)
+        }
     }
 
     /// Signs an account in with a credential the host already holds, as ``SessionEngine/signIn(_:with:)`` does.
@@ -49,7 +51,7 @@ extension SessionPool {
     ///   - credential: Its credential, as the host's backend issued it.
     /// - Throws: As ``SessionEngine/signIn(_:with:)``.
     public func signIn(_ account: AccountID, with credential: IdentityCredential) async throws {
-        try await withMember(account) { try await $0.signIn(account, with: credential) }
+        try await withMember(account) { try await $0.shard.signIn($0.slot, account, with: credential) }
     }
 
     /// Installs a credential the host's backend pushed for an account the pool holds, as
@@ -64,7 +66,7 @@ extension SessionPool {
         guard let member = member(account, using: true) else {
             throw SessionError(.accountChanged, reason: "\(account) is not signed in to the pool")
         }
-        try await member.engine.setIdentityCredential(credential, for: account)
+        try await member.shard.setIdentityCredential(member.slot, credential, for: account)
     }
 
     /// Signs an account out of the pool: cancels and drains its scoped work, clears its credential, runs the hooks
@@ -87,7 +89,7 @@ extension SessionPool {
             members.hooks.append(hook)
             return table.members
         }
-        for member in current { await member.engine.addAccountChangeHook(hook) }
+        for member in current { await member.shard.addAccountChangeHook(member.slot, hook) }
     }
 
     /// Shuts every account down gracefully, as ``SessionEngine/shutdown(gracePeriod:)`` does for its account: lets
@@ -106,8 +108,8 @@ extension SessionPool {
             return table.members
         }
         // Every account's grace period begins now; then the pool waits for each.
-        await Self.forEach(all) { await $0.engine.requestShutdown(gracePeriod: gracePeriod) }
-        await Self.forEach(all) { await $0.engine.waitUntilStopped() }
+        await Self.forEach(all) { await $0.shard.requestShutdown($0.slot, gracePeriod: gracePeriod) }
+        await Self.forEach(all) { await $0.shard.waitUntilStopped($0.slot) }
         await shutdown()
     }
 
@@ -132,8 +134,8 @@ extension SessionPool {
             return
         }
         if let sweeperSlot { timers.cancel(for: sweeperSlot) }
-        await Self.forEach(all) { await $0.engine.requestShutdown() }
-        await Self.forEach(all) { await $0.engine.waitUntilStopped() }
+        await Self.forEach(all) { await $0.shard.requestShutdown($0.slot) }
+        await Self.forEach(all) { await $0.shard.waitUntilStopped($0.slot) }
         for removed in leaving { await removed.value() }
         broadcaster.finish()
         stopped.open()
@@ -162,9 +164,9 @@ extension SessionPool {
 
     // MARK: - Joining and leaving
 
-    /// Runs `call` on the account's engine, making the member first (and evicting one over the cap). A sign-out or
-    /// eviction that shut the engine down under the call is retried once on a fresh member.
-    private func withMember(_ account: AccountID, _ call: (AccountShard) async throws -> Void) async throws {
+    /// Runs `call` on the account's member, making the member first (and evicting one over the cap). A sign-out or
+    /// eviction that shut the member down under the call is retried once on a fresh member.
+    private func withMember(_ account: AccountID, _ call: (Member) async throws -> Void) async throws {
         // Checked before the pool makes a member, so an ID that cannot name an account takes no place in the pool.
         try account.validate()
         for attempt in 0..<2 {
@@ -173,7 +175,7 @@ extension SessionPool {
             defer { members.withLock { $0.signInEnded(member) } }
             for member in evicted { await remove(member, because: .capacity) }
             do {
-                try await call(member.engine)
+                try await call(member)
                 return
             } catch let error as SessionError where error.code == .shutDown && attempt == 0 {
                 // The member left the pool under the call; a pool that has not shut down makes a new one.
@@ -202,7 +204,11 @@ extension SessionPool {
             let serial = members.made
             let membership = AccountShard.Membership(
                 account: account, serial: serial, hash: table.hasher.hash(account))
-            let member = Member(makeEngine(for: membership, hooks: members.hooks))
+            // Spread over the shards in the order members are made, so the same program places them the same way.
+            let shard = shards[Int(truncatingIfNeeded: serial) & (shards.count - 1)]
+            let member = Member(
+                slot: shard.reserve(
+                    latencyWindow: Self.accountLatencyWindow, hooks: members.hooks, membership: membership))
             var evicted: [Member] = []
             if let cap = configuration.maximumAccounts {
                 while table.count >= cap,
@@ -223,7 +229,7 @@ extension SessionPool {
     }
 
     /// The least recently used member with no sign-in under way (``Members/signingIn``), no scoped work running and
-    /// no caller waiting, closed to new work in the step that checked it (``AccountShard/closeToWorkIfIdle()``), so
+    /// no caller waiting, closed to new work in the step that checked it (``AccountShard/Slot/closeToWorkIfIdle()``), so
     /// that no work starts on it before it leaves.
     static func closeLeastRecentlyUsedIdle(
         _ candidates: [(member: Member, used: Int64)], sparing members: Members
@@ -237,37 +243,22 @@ extension SessionPool {
                 oldest = (member, used)
             }
             guard let candidate = oldest?.member else { return nil }
-            if !members.isSigningIn(candidate) && candidate.engine.closeToWorkIfIdle() { return candidate }
+            if !members.isSigningIn(candidate) && candidate.slot.closeToWorkIfIdle() { return candidate }
             busy.insert(candidate.account)
         }
     }
 
-    private func makeEngine(
-        for membership: AccountShard.Membership, hooks: [@Sendable (AccountChange) async -> Void]
-    ) -> AccountShard {
-        let account = membership.account
-        // Each account draws its own jitter: with one seed for all, accounts signed in together would renew together
-        // for ever. A configured seed stays reproducible: it is mixed with the account's name.
-        let seed = configuration.session.randomSeed.map { seed in
-            account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
-        }
-        // The engine reports its events and its read to the pool's outlets, which its `Shared` holds, under its
-        // membership.
-        return AccountShard(
-            shared: engineShared, randomSeed: seed, latencyWindow: Self.accountLatencyWindow,
-            hooks: hooks, membership: membership)
-    }
-
-    /// Removes the member, signs it out (hooks run) and shuts its engine down, reporting an eviction's reason.
+    /// Removes the member, signs it out (hooks run) and shuts it down, which ends its life in its shard, reporting an
+    /// eviction's reason.
     ///
     /// From the removal on, reads for the account fail with `SIGNED_OUT` and a sign-in makes a new member; a call
-    /// that reached the old engine first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
+    /// that reached the old member first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
     func remove(_ member: Member, because reason: SessionPoolEvent.EvictionReason?) async {
         members.withLock { members in
             // An eviction took the member out already, in the step that chose it; a sign-out takes it out now.
             if reason == nil { members.leave(member, from: table) } else { members.evictions += 1 }
         }
-        await member.engine.signOutAndShutDown()
+        await member.shard.signOutAndShutDown(member.slot)
         if let reason {
             let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))
             outlets.publish(event, member: member.serial)
@@ -298,7 +289,7 @@ extension SessionPool {
 
     /// The sweeper's deadline passed: a task of the pool's sweeps, since a firing must return at once.
     func sweepDue() {
-        Task.start(preferring: engineShared.taskExecutor) { [weak self] in await self?.sweep() }
+        Task.start(preferring: shared.taskExecutor) { [weak self] in await self?.sweep() }
     }
 
     /// Signs out the members unused since the latest checkpoint at least the timeout old, takes a checkpoint, and
@@ -318,7 +309,7 @@ extension SessionPool {
             members.checkpoints.append(Self.checkpoint(table, clock))
             guard let horizon else { return [] }
             let idle = table.lastUses().compactMap { member, used in
-                used < horizon && !members.isSigningIn(member) && member.engine.closeToWorkIfIdle() ? member : nil
+                used < horizon && !members.isSigningIn(member) && member.slot.closeToWorkIfIdle() ? member : nil
             }
             for member in idle { members.leave(member, from: table) }
             return idle

@@ -25,21 +25,25 @@ extension SessionPool {
         }
     }
 
-    /// One account of the pool: its engine, which knows the member it is (``AccountShard/membership``), as the
-    /// accounts' table holds it. A member is its engine: a later member of the same account has an engine of its own.
+    /// One account of the pool: its slot in one of the pool's shards, which knows the member it is
+    /// (``AccountShard/Slot/membership``), as the accounts' table holds it. A later member of the same account has a
+    /// slot of its own.
     struct Member: Sendable {
-        let engine: AccountShard
+        let slot: AccountShard.Slot
 
-        /// Makes the member of a pool's engine, which has a membership.
-        init(_ engine: AccountShard) {
-            precondition(engine.membership != nil, "a pool's member is an engine the pool made for it")
-            self.engine = engine
+        /// Makes the member of a pool's slot, which has a membership.
+        init(slot: AccountShard.Slot) {
+            precondition(slot.membership != nil, "a pool's member is a slot the pool made for it")
+            self.slot = slot
         }
 
-        /// Which member the engine is.
+        /// The shard the member's account lives in.
+        var shard: AccountShard { slot.shard }
+
+        /// Which member the slot is.
         var membership: AccountShard.Membership {
-            // The initializer checked it; a pool's engine keeps its membership for life.
-            engine.membership.unsafelyUnwrapped
+            // The initializer checked it; a pool's slot keeps its membership for life.
+            slot.membership.unsafelyUnwrapped
         }
 
         var account: AccountID { membership.account }
@@ -51,9 +55,9 @@ extension SessionPool {
         var hash: UInt64 { membership.hash }
 
         /// Whether `other` is this member, not only a member of its account.
-        func `is`(_ other: Member) -> Bool { engine === other.engine }
+        func `is`(_ other: Member) -> Bool { slot === other.slot }
 
-        /// What tells this member from every other while it lives: its engine's identity.
-        var id: ObjectIdentifier { ObjectIdentifier(engine) }
+        /// What tells this member from every other while it lives: its slot's identity.
+        var id: ObjectIdentifier { ObjectIdentifier(slot) }
     }
 }

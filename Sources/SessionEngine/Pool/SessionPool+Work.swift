@@ -15,7 +15,7 @@ extension SessionPool {
     ) async throws -> T {
         guard let member = member(account, using: true) else { throw Self.notHeld(account) }
         do {
-            return try await member.engine.withIdentity(body)
+            return try await member.shard.withIdentity(member.slot, body)
         } catch let error as SessionError where error.code == .shutDown && hasLeftRunningPool(member) {
             // The account left the pool (evicted or signed out) before the work started.
             throw Self.notHeld(account)
@@ -30,7 +30,7 @@ extension SessionPool {
     /// - Throws: As ``SessionEngine/renew()``; ``SessionError/Code/signedOut`` for an account the pool does not hold.
     public func renew(for account: AccountID) async throws -> IdentityCredential {
         guard let member = member(account, using: true) else { throw Self.notHeld(account) }
-        return try await member.engine.renew()
+        return try await member.shard.renew(member.slot)
     }
 
     /// Reports that the service rejected `credential` of `account`, as ``SessionEngine/credentialRejected(_:)``
@@ -41,7 +41,7 @@ extension SessionPool {
     ///   - account: The account it was sent for.
     public func credentialRejected(_ credential: IdentityCredential, for account: AccountID) async {
         guard let member = member(account) else { return }
-        await member.engine.credentialRejected(credential)
+        await member.shard.credentialRejected(member.slot, credential)
     }
 
     /// Keeps the pool running until ``shutdown()`` is called or the calling task is cancelled, and returns once every

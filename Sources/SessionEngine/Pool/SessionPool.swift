@@ -36,7 +36,7 @@ public final class SessionPool: Sendable {
         var checkpoints: [(use: Int64, at: Duration)] = []
         /// How many sign-ins are under way on each member, from the join that handed the member out until the call
         /// returns: neither an eviction nor the idle sweeper takes such a member, whose caller may not have reached its
-        /// engine yet (a caller waiting on the engine keeps it too, ``AccountShard/closeToWorkIfIdle()``).
+        /// shard yet (a caller waiting on the account keeps it too, ``AccountShard/Slot/closeToWorkIfIdle()``).
         var signingIn: [ObjectIdentifier: Int] = [:]
         /// The members taken out of the table that are still signing out and shutting down, each with the signal
         /// its removal opens once it is over (its eviction reported): a shutdown waits for them as it waits for the
@@ -66,8 +66,11 @@ public final class SessionPool: Sendable {
 
     let fetcher: any CredentialFetcher
     let configuration: SessionPoolConfiguration
-    /// What every account's engine shares: the configuration, fetcher, clock, budget and deadline queue.
-    let engineShared: AccountShard.Shared
+    /// What every account's shard shares: the configuration, fetcher, clock, budget and deadline queue.
+    let shared: AccountShard.Shared
+    /// The shards the accounts live in, ``shardCount`` of them, each on an executor of its own: a join places its
+    /// account in one, in turn.
+    let shards: [AccountShard]
     let clock: any SessionClock
     /// The members' expiry check: their engines run on `clock`.
     let wallClock: WallClockCheck
@@ -85,9 +88,9 @@ public final class SessionPool: Sendable {
     var broadcaster: PoolEventBroadcaster { outlets.broadcaster }
     /// Opens once the pool has shut down.
     let stopped: OneShot<Void>
-    /// How many serial executors the members' engines share (``AccountShard/unownedExecutor``): enough that
-    /// accounts' steps run side by side on every core, few enough that they cost nothing an account.
-    static let executorCount = 16
+    /// How many shards, each on a serial executor of its own (``AccountShard/unownedExecutor``), the accounts live
+    /// in: enough that accounts' steps run side by side on every core, few enough that they cost nothing an account.
+    static let shardCount = 16
     /// Where the pool's events go (its stream, and the observer that receives every event of the pool, with the
     /// ``AccountShard/Membership/serial`` of the member it is about, before any subscriber does) and where the members'
     /// engines report to, through their ``AccountShard/Shared``.
@@ -153,9 +156,11 @@ public final class SessionPool: Sendable {
                 }
                 outlets.publish(event, member: 0)
             })
-        self.engineShared = AccountShard.Shared(
+        let shared = AccountShard.Shared(
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
-            executors: Self.executorCount, outlets: outlets)
+            executors: Self.shardCount, outlets: outlets)
+        self.shared = shared
+        self.shards = (0..<Self.shardCount).map { AccountShard(shared: shared, executorIndex: $0) }
         self.stopped = OneShot<Void>()
         self.sweeperSlot = configuration.idleTimeout.map { _ in timers.register(nil) }
         // The queue names each member by its account and serial, and the pool finds it: the queue holds no engine,
@@ -185,14 +190,14 @@ public final class SessionPool: Sendable {
     /// the pool has no timer to fire, since its engine is signed out and shut down.
     private func timerFired(_ timer: TimerID, account: AccountID, serial: UInt64) {
         guard let member = member(account), member.serial == serial else { return }
-        member.engine.fireTimer(timer)
+        member.shard.fireTimer(timer, for: member.slot)
     }
 
     // MARK: - Reading without an actor hop
 
     /// The clock's executor, which runs the actors and tasks of the pool's accounts (``ExecutingClock``); `nil` on
     /// other clocks or when the configuration names a task executor.
-    package var clockExecutor: (any SerialExecutor)? { engineShared.actorExecutor }
+    package var clockExecutor: (any SerialExecutor)? { shared.actorExecutor }
 
     /// The accounts the pool holds, signed in or signing in.
     public var accounts: [AccountID] {
@@ -205,7 +210,7 @@ public final class SessionPool: Sendable {
     ///
     /// - Parameter account: The account.
     public func state(of account: AccountID) -> SessionState {
-        member(account)?.engine.state ?? .signedOut
+        member(account)?.slot.state ?? .signedOut
     }
 
     /// The identity headers for an identified request of `account`, read without an actor hop.
@@ -280,7 +285,7 @@ public final class SessionPool: Sendable {
     ///
     /// - Parameter account: The account.
     public func metrics(for account: AccountID) -> SessionMetrics? {
-        member(account)?.engine.metrics
+        member(account)?.slot.metrics
     }
 
     /// The pool's events, each naming its account, starting with the events published after this call.
@@ -300,7 +305,7 @@ public final class SessionPool: Sendable {
     ///   - account: The account.
     ///   - bufferLimit: As ``SessionEngine/events(bufferLimit:)``.
     public func events(for account: AccountID, bufferLimit: Int? = nil) -> SessionEvents? {
-        member(account)?.engine.events(bufferLimit: bufferLimit)
+        member(account)?.slot.events(bufferLimit: bufferLimit)
     }
 
     // MARK: - Members
