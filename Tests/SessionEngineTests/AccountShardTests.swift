@@ -67,6 +67,7 @@ import Testing
 
         // Calls that reached the left member late: each decides as a shut-down account, and none touches the life
         // now at its number.
+        #expect(harness.pool.shared.ended.isShutDown)
         let signIn = await #expect(throws: SessionError.self) {
             try await left.shard.signIn(left.slot, accounts[0])
         }

@@ -5,7 +5,7 @@ extension AccountShard {
     /// The queue never holds an account: a pool's member is named by its account and serial, which the pool looks up
     /// in its members (a weak reference to each would give every member a side table for its reference counts, and
     /// slow every retain of it); an engine's account, whose sign-in deadline and grace period's deadline hold its
-    /// shard weakly too, is named by a weak reference to its slot.
+    /// slot weakly too, is named by a weak reference to its slot.
     enum TimerTarget: Sendable {
         /// An engine's account.
         case engine(WeakSlot)

@@ -81,7 +81,8 @@ actor AccountShard {
 
         /// The life at `number`, which ``makeRoom(through:)`` has made room for.
         subscript(number: Int) -> AccountLife? {
-            get { chunks[number &>> shift][number & ((1 &<< shift) - 1)] }
+            // Borrowed, not copied: a step reads its life's serial on every input.
+            _read { yield chunks[number &>> shift][number & ((1 &<< shift) - 1)] }
             _modify { yield &chunks[number &>> shift][number & ((1 &<< shift) - 1)] }
         }
 
@@ -308,7 +309,10 @@ actor AccountShard {
             self.observer = observer
             machine = SessionStateMachine.Configuration(configuration)
             var ended = SessionStateMachine(configuration: machine, seed: 0)
-            _ = ended.shutdownRequested(at: SessionInstant(wall: Date(timeIntervalSince1970: 0), uptime: .zero))
+            let origin = SessionInstant(wall: Date(timeIntervalSince1970: 0), uptime: .zero)
+            // A shutdown with no account to leave is prepared at once, as a step would prepare it.
+            _ = ended.shutdownRequested(at: origin)
+            _ = ended.changePrepared(epoch: ended.epoch, at: origin)
             self.ended = ended
             self.fetcher = fetcher
             self.clock = clock
@@ -400,8 +404,9 @@ actor AccountShard {
     /// the account's life has ended (a pool's account that has shut down), whose slot then decides as a shut-down
     /// account would and performs nothing.
     func lifeIndex(of slot: Slot) -> Int? {
+        assert(slot.shard === self, "an account's slot names it in its own shard only")
         let index = slot.index
-        if lives.hasRoom(for: index), let life = lives[index] { return life.serial == slot.serial ? index : nil }
+        if lives.hasRoom(for: index), let serial = lives[index]?.serial { return serial == slot.serial ? index : nil }
         // Not made yet, or ended: only the slot that holds the number makes a life at it.
         guard numbers.withLock({ $0.holder(of: index) }) == slot.serial else { return nil }
         lives.makeRoom(through: index)

@@ -6,8 +6,9 @@ import Synchronization
 /// Each account gets every promise ``SessionEngine`` keeps for its account: proactive renewal with jitter, expiry
 /// that blocks identified work with `INVALID_IDENTITY`, epochs, one fetch at a time, the minimum fetch interval and
 /// backoff, one renewal after a rejection, the backend's `Retry-After`, clock offsets, handed-over credentials, and
-/// scoped work cancelled and drained when *that* account signs out. Inside, each account is a ``SessionEngine`` of its
-/// own, so the rules exist once, in the engine's state machine. What the accounts share is the backend: every fetch
+/// scoped work cancelled and drained when *that* account signs out. Inside, each account follows the rule book of a
+/// ``SessionEngine``, in one of a few shards that hold the pool's accounts, so the rules exist once, in the engine's
+/// state machine. What the accounts share is the backend: every fetch
 /// goes through the pool's ``SessionPoolConfiguration/Budget`` (at most so many in flight, at most so many starts a
 /// second, needed fetches before proactive renewals), a backend that asks for a pause pauses every account, and a
 /// backend that stops answering has the pool hold every account's fetches and send one probe at a time until it
@@ -72,7 +73,7 @@ public final class SessionPool: Sendable {
     /// account in one, in turn.
     let shards: [AccountShard]
     let clock: any SessionClock
-    /// The members' expiry check: their engines run on `clock`.
+    /// The members' expiry check: their shards run on `clock`.
     let wallClock: WallClockCheck
     let budget: FetchBudget
     /// Every timer of the pool, in one deadline queue: each account's, the budget's sleeper and the idle sweeper.
@@ -92,8 +93,8 @@ public final class SessionPool: Sendable {
     /// in: enough that accounts' steps run side by side on every core, few enough that they cost nothing an account.
     static let shardCount = 16
     /// Where the pool's events go (its stream, and the observer that receives every event of the pool, with the
-    /// ``AccountShard/Membership/serial`` of the member it is about, before any subscriber does) and where the members'
-    /// engines report to, through their ``AccountShard/Shared``.
+    /// ``AccountShard/Membership/serial`` of the member it is about, before any subscriber does) and where the members
+    /// report to, through their shards' ``AccountShard/Shared``.
     let outlets: Outlets
 
     /// Creates a pool with no accounts.
@@ -163,9 +164,9 @@ public final class SessionPool: Sendable {
         self.shards = (0..<Self.shardCount).map { AccountShard(shared: shared, executorIndex: $0) }
         self.stopped = OneShot<Void>()
         self.sweeperSlot = configuration.idleTimeout.map { _ in timers.register(nil) }
-        // The queue names each member by its account and serial, and the pool finds it: the queue holds no engine,
-        // and only the pool, not each engine, is referenced weakly. A deadline needs no pool: a fetch whose fetcher
-        // hangs still times out after a pool dropped without shutting down, and its task lets its engine go.
+        // The queue names each member by its account and serial, and the pool finds it: the queue holds no account,
+        // and only the pool, not each account, is referenced weakly. A deadline needs no pool: a fetch whose fetcher
+        // hangs still times out after a pool dropped without shutting down, and its task lets its account's slot go.
         timers.deliver { [weak self] target, timer in
             guard case .member(let account, let serial) = target else {
                 return AccountShard.TimerTarget.deliver(target, timer)
@@ -178,16 +179,17 @@ public final class SessionPool: Sendable {
         }
     }
 
-    /// A pool dropped without shutting down empties its accounts' table, which lets its members' engines go: each
-    /// engine's `Shared` holds the pool's outlets and so the table, whose rows hold the engines. An engine whose fetch
-    /// is still in flight outlives the pool and installs its result, which then finds no row to write into.
+    /// A pool dropped without shutting down empties its accounts' table, which lets its members' slots go: each slot's
+    /// shard holds the pool's outlets through its `Shared`, and so the table, whose rows hold the slots. An account
+    /// whose fetch is still in flight outlives the pool, with its shard, and installs its result, which then finds no
+    /// row to write into.
     deinit {
         _ = table.removeAll()
         if let sweeperSlot { timers.release(sweeperSlot) }
     }
 
     /// Fires a member's timer that the pool's deadline queue found due, on the member it names; a member that has left
-    /// the pool has no timer to fire, since its engine is signed out and shut down.
+    /// the pool has no timer to fire, since it is signed out and shut down.
     private func timerFired(_ timer: TimerID, account: AccountID, serial: UInt64) {
         guard let member = member(account), member.serial == serial else { return }
         member.shard.fireTimer(timer, for: member.slot)
