@@ -23,7 +23,10 @@ extension AccountShard {
             return .failed(error)
         case .wait(let epoch, _):
             // A caller now waits for the fetch: the pool's budget lets it go before proactive renewals.
-            if let ticket = life(of: slot)?.fetch?.value.ticket { budget?.promote(ticket) }
+            // Read in place: every caller that joins the fetch comes through here.
+            if let index = lifeIndex(of: slot), let ticket = lives[index]?.fetch?.value.ticket {
+                budget?.promote(ticket)
+            }
             // Registered in the step that started the fetch, so no outcome of it can slip by.
             return .wait(registerWaiter(slot, epoch: epoch, kind: .nextOutcome))
         }

@@ -371,10 +371,10 @@ actor AccountShard {
     ///   - shared: The configuration, fetcher, clock, budget and deadline queue, which the shard shares with the
     ///     pool's other shards.
     ///   - executorIndex: Which of the shared executors the shard runs on.
-    init(shared: Shared, executorIndex: Int = 0) {
+    ///   - livesPerChunk: How many lives each chunk of ``lives`` holds: one for an engine's shard, more for a pool's.
+    init(shared: Shared, executorIndex: Int = 0, livesPerChunk: Int = 1) {
         self.shared = shared
-        // A pool's shards hold many accounts each; an engine's holds one.
-        lives = Lives(chunk: shared.outlets == nil ? 1 : 64)
+        lives = Lives(chunk: livesPerChunk)
         self.executorIndex = executorIndex & (shared.executors.count - 1)
     }
 

@@ -92,6 +92,9 @@ public final class SessionPool: Sendable {
     /// How many shards, each on a serial executor of its own (``AccountShard/unownedExecutor``), the accounts live
     /// in: enough that accounts' steps run side by side on every core, few enough that they cost nothing an account.
     static let shardCount = 16
+    /// How many accounts' lives each chunk of a shard holds (``AccountShard/Lives``): a shard wastes at most one chunk,
+    /// 16 KiB, and allocates once per 64 joins.
+    static let livesPerChunk = 64
     /// Where the pool's events go (its stream, and the observer that receives every event of the pool, with the
     /// ``AccountShard/Membership/serial`` of the member it is about, before any subscriber does) and where the members
     /// report to, through their shards' ``AccountShard/Shared``.
@@ -161,7 +164,9 @@ public final class SessionPool: Sendable {
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
             executors: Self.shardCount, outlets: outlets)
         self.shared = shared
-        self.shards = (0..<Self.shardCount).map { AccountShard(shared: shared, executorIndex: $0) }
+        self.shards = (0..<Self.shardCount).map {
+            AccountShard(shared: shared, executorIndex: $0, livesPerChunk: Self.livesPerChunk)
+        }
         self.stopped = OneShot<Void>()
         self.sweeperSlot = configuration.idleTimeout.map { _ in timers.register(nil) }
         // The queue names each member by its account and serial, and the pool finds it: the queue holds no account,
