@@ -194,9 +194,6 @@ package struct ReplayChooser: ScheduleChooser {
     package let schedule: Schedule
     /// The next choice point.
     private var position = 0
-    /// Whether a choice named a job that was not there (the program is not the one the schedule was recorded on,
-    /// or it is not deterministic).
-    package private(set) var diverged = false
 
     /// Creates a chooser that replays `schedule`.
     ///
@@ -205,16 +202,12 @@ package struct ReplayChooser: ScheduleChooser {
         self.schedule = schedule
     }
 
-    /// The schedule's next choice, or 0 after its end.
+    /// The schedule's next choice, or 0 after its end; the last runnable job for a choice that names a job that is
+    /// not there (the program is not the one the schedule was recorded on, or it is not deterministic).
     package mutating func choose(among runnable: [JobInfo]) -> Int {
         defer { position += 1 }
         guard position < schedule.choices.count else { return 0 }
-        let choice = schedule.choices[position]
-        if choice >= runnable.count {
-            diverged = true
-            return runnable.count - 1
-        }
-        return choice
+        return min(schedule.choices[position], runnable.count - 1)
     }
 }
 

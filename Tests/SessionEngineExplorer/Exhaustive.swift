@@ -30,9 +30,6 @@ package struct ExhaustiveReport: Sendable {
     package var maxChoicePoints = 0
     /// The most steps one run had.
     package var maxSteps = 0
-    /// Whether sleep-set reduction applied (asked for, and the package locks are visible: not in a thread-sanitizer
-    /// build).
-    package var reduced = false
 }
 
 extension Explorer {
@@ -48,7 +45,7 @@ extension Explorer {
     ///   - bound: The most non-FIFO choices a schedule may make.
     ///   - maxSchedules: The most runs; the report says whether the search completed within it.
     ///   - reduction: Whether to apply sleep-set reduction; off regardless in a thread-sanitizer build, where the
-    ///     package locks report to the sanitizer instead (``ExhaustiveReport/reduced`` says which applied).
+    ///     package locks report to the sanitizer instead.
     ///   - stepLimit: The most jobs one run may take.
     ///   - diagnostics: What is parked; called on deadlock.
     ///   - makeProgram: Makes a fresh program for each run.
@@ -65,7 +62,6 @@ extension Explorer {
         // Under the thread sanitizer the package locks report to the sanitizer, not here: without them in the
         // footprints, the reduction could prune orders that differ through a lock.
         let reduction = reduction && se_explorer_sees_locks() != 0
-        report.reduced = reduction
         var search = SearchChooser(bound: bound, reduction: reduction, prefix: [])
         while true {
             if report.schedules >= maxSchedules {

@@ -109,18 +109,23 @@ import Synchronization
 ///   whose executors append to the run queue instead of the hooks: it catches the main actor and every sleep, and the
 ///   rest (run queue, task executor, strategies, search) stays.
 package enum Explorer {
+    /// Queues a job of a task that prefers the explorer's executor: to the run queue on the explorer's thread, to the
+    /// foreign queue from any other.
+    static func enqueuePreferring(_ job: UnownedJob) {
+        let pointer = unsafeBitCast(job, to: UnsafeMutableRawPointer.self)
+        guard se_explorer_on_explorer_thread() != 0 else {
+            se_explorer_enqueue_foreign(pointer)
+            return
+        }
+        captured(pointer, route: Int32(SE_EXPLORER_ROUTE_TASK_EXECUTOR.rawValue))
+    }
+
     /// The explorer's task executor: every job runs with it as the current task executor, so that the runtime never
     /// runs an actor hop inline. Its own enqueue (a task that prefers it) joins the run queue.
     final class HopExecutor: TaskExecutor {
         /// Queues a job of a task that prefers this executor.
         func enqueue(_ job: consuming ExecutorJob) {
-            let unowned = UnownedJob(job)
-            let pointer = unsafeBitCast(unowned, to: UnsafeMutableRawPointer.self)
-            guard se_explorer_on_explorer_thread() != 0 else {
-                se_explorer_enqueue_foreign(pointer)
-                return
-            }
-            Explorer.captured(pointer, route: Int32(SE_EXPLORER_ROUTE_TASK_EXECUTOR.rawValue))
+            Explorer.enqueuePreferring(UnownedJob(job))
         }
     }
 
@@ -134,13 +139,7 @@ package enum Explorer {
     final class TimedHopExecutor: TaskExecutor, SchedulingExecutor {
         /// Queues a job of a task that prefers this executor.
         func enqueue(_ job: consuming ExecutorJob) {
-            let unowned = UnownedJob(job)
-            let pointer = unsafeBitCast(unowned, to: UnsafeMutableRawPointer.self)
-            guard se_explorer_on_explorer_thread() != 0 else {
-                se_explorer_enqueue_foreign(pointer)
-                return
-            }
-            Explorer.captured(pointer, route: Int32(SE_EXPLORER_ROUTE_TASK_EXECUTOR.rawValue))
+            Explorer.enqueuePreferring(UnownedJob(job))
         }
 
         /// A job that asks to run after a delay on a real clock: fails the run.
@@ -192,8 +191,6 @@ package enum Explorer {
         var strays = 0
         /// Every job kind seen, for the self-test.
         var kindsSeen: Set<Int> = []
-        /// Jobs run since installation.
-        var jobsRun = 0
         /// Foreign enqueues and locks counted when the last run ended (or at installation).
         var foreignAtLastRun: UInt64 = 0
         /// Runs jobs as the runtime's own executor does (no task executor), for the self-test's control run.
@@ -489,7 +486,6 @@ package enum Explorer {
                 unsafeBitCast(job.pointer, to: UnownedJob.self).runSynchronously(on: executor)
             }
             report.steps += 1
-            state.jobsRun += 1
             chooser.stepFinished(job.info, runnable: runnable, footprint: state.footprint)
         }
         state.queue.removeAll()

@@ -9,16 +9,6 @@ package struct SelfTestReport: Sendable, CustomStringConvertible {
     package var toySteps = 0
     /// Choice points of one FIFO run of the racy toy.
     package var toyChoicePoints = 0
-    /// Random runs (seeds 0, 1, ...) until the first failure of the racy toy.
-    package var randomRunsToFind = 0
-    /// PCT (depth 2) runs until the first failure of the racy toy.
-    package var pctRunsToFind = 0
-    /// The exhaustive search of the racy toy (bound 2, with reduction).
-    package var exhaustiveRacy = ExhaustiveReport()
-    /// The exhaustive search of the correct toy, with reduction.
-    package var exhaustiveCorrectReduced = ExhaustiveReport()
-    /// The exhaustive search of the correct toy, without reduction.
-    package var exhaustiveCorrectFull = ExhaustiveReport()
     /// Random schedules of the toy per second, on this machine and build.
     package var schedulesPerSecond = 0.0
 
@@ -343,6 +333,7 @@ extension Explorer {
         // Random.
         let clock = ContinuousClock()
         var found: RunReport?
+        var runsToFind = 0
         let started = clock.now
         var runs = 0
         while runs < 2_000 {
@@ -350,7 +341,7 @@ extension Explorer {
             runs += 1
             if found == nil && !run.outcome.isPassed {
                 found = run
-                report.randomRunsToFind = runs
+                runsToFind = runs
             }
         }
         let elapsed = clock.now - started
@@ -371,7 +362,7 @@ extension Explorer {
             !Explorer.run(.replay($0), Toy.program(racy: true)).outcome.isPassed
         }
         report.checks.append(
-            "random finds the toy race in \(report.randomRunsToFind) runs; its schedule \(found.schedule) replays "
+            "random finds the toy race in \(runsToFind) runs; its schedule \(found.schedule) replays "
                 + "exactly and shrinks to \(shrunk) (\(shrunk.deviations) deviations, from "
                 + "\(found.schedule.deviations))")
         // PCT.
@@ -386,7 +377,6 @@ extension Explorer {
         guard pctFound > 0 else {
             throw ExplorerError("toy self-test: 2,000 PCT (depth 2) runs never overdrew the racy toy")
         }
-        report.pctRunsToFind = pctFound
         report.checks.append("PCT (depth 2, k = \(fifo.choicePoints)) finds the toy race in \(pctFound) runs")
         // Exhaustive.
         let racy = Explorer.explore(bound: 2, maxSchedules: 100_000) { Toy.program(racy: true) }
@@ -395,7 +385,6 @@ extension Explorer {
                 "toy self-test: the exhaustive search (bound 2) of the racy toy found \(racy.failureCount) "
                     + "failures in \(racy.schedules) schedules (complete: \(racy.complete))")
         }
-        report.exhaustiveRacy = racy
         let correct = Explorer.explore(bound: 3, maxSchedules: 100_000) { Toy.program(racy: false) }
         guard correct.complete, correct.failureCount == 0 else {
             throw ExplorerError(
@@ -446,14 +435,13 @@ extension Explorer {
             "reduction is sound on a task group's result order (bound 3): \(groupReduced.outcomes.count) orders in "
                 + "\(groupReduced.schedules) schedules with it, the same \(groupFull.outcomes.count) in "
                 + "\(groupFull.schedules) without")
-        report.exhaustiveCorrectReduced = correct
-        report.exhaustiveCorrectFull = Explorer.explore(bound: 3, maxSchedules: 100_000, reduction: false) {
+        let correctFull = Explorer.explore(bound: 3, maxSchedules: 100_000, reduction: false) {
             Toy.program(racy: false)
         }
         report.checks.append(
             "exhaustive (bound 2) finds the toy race: \(racy.failureCount) failing of \(racy.schedules) schedules "
                 + "(\(racy.pruned) pruned); the correct toy passes all \(correct.schedules) schedules within bound 3 "
-                + "(\(report.exhaustiveCorrectFull.schedules) without reduction)")
+                + "(\(correctFull.schedules) without reduction)")
         report.checks.append(
             "reduction is sound on the toy: \(reduced.outcomes.count) final states in \(reduced.schedules) "
                 + "schedules with it, the same \(full.outcomes.count) in \(full.schedules) without")

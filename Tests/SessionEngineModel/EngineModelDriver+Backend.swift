@@ -158,7 +158,7 @@ package final class ModelBackend: Sendable {
         let (clock, pinned) = state.withLock { state in
             (state.clock, state.epoch == request.epoch && state.account == request.account ? state.pinnedEmail : nil)
         }
-        let email = pinned ?? EngineModelDriver.email(for: request.account)
+        let email = pinned ?? exampleEmail(for: request.account)
         func issued(_ lifetime: Int, for email: String = email) -> Result<FetchedCredential, any Error> {
             let credential = credential(for: email, lifetime: lifetime)
             probe.noteOrigin(of: credential, epoch: request.epoch)
@@ -174,7 +174,7 @@ package final class ModelBackend: Sendable {
         case .failTerminally:
             return .failure(SessionError.backendSessionEnded())
         case .otherAccountEmail:
-            return issued(300, for: EngineOperation.accounts.map(EngineModelDriver.email(for:)).first { $0 != email }!)
+            return issued(300, for: EngineOperation.accounts.map(exampleEmail(for:)).first { $0 != email }!)
         case .alreadyExpired:
             return issued(-30)
         case .lifetimeOver24Hours(let extra):

@@ -65,13 +65,13 @@ extension EngineModelDriver {
             if steps > Self.teardownSteps { throw Violation("invariant 8: shutdown never returned: \(activity)") }
         }
         await owner.waitUntilIdle()
-        if probe.outstanding > 0 { throw Violation("invariant 8: calls wait after shutdown: \(activity)") }
-        await probe.waitUntilCallsFinished()
+        if probe.calls.outstanding > 0 { throw Violation("invariant 8: calls wait after shutdown: \(activity)") }
+        await probe.calls.waitUntilNone()
         for subscriber in subscribers { await subscriber.log.waitUntilFinished() }
         if let violation = probe.firstViolation ?? fetcher.violation { throw Violation(violation) }
         let metrics = engine.metrics
         guard metrics.liveTasks == 0, metrics.subscribers == 0, metrics.waiters == 0, metrics.scopedWork == 0,
-            probe.outstanding == 0
+            probe.calls.outstanding == 0
         else {
             throw Violation("invariant 8: after shutdown: \(activity)")
         }

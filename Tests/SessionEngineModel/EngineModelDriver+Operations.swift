@@ -12,16 +12,16 @@ extension EngineModelDriver {
         let current = model.account
         let target =
             kind == .otherAccount || current == nil ? EngineOperation.accounts.first { $0 != current }! : current!
-        let ownEmail = model.pinnedEmail ?? Self.email(for: target)
+        let ownEmail = model.pinnedEmail ?? exampleEmail(for: target)
         let credential: IdentityCredential
         switch kind {
         case .valid(let lifetime): credential = backend.credential(for: ownEmail, lifetime: lifetime)
         case .expired: credential = backend.credential(for: ownEmail, lifetime: -30)
         case .tooLong: credential = backend.credential(for: ownEmail, lifetime: 86_400 + 7200)
         case .otherUser:
-            let other = EngineOperation.accounts.map(Self.email(for:)).first { $0 != ownEmail }!
+            let other = EngineOperation.accounts.map(exampleEmail(for:)).first { $0 != ownEmail }!
             credential = backend.credential(for: other, lifetime: 300)
-        case .otherAccount: credential = backend.credential(for: Self.email(for: target), lifetime: 300)
+        case .otherAccount: credential = backend.credential(for: exampleEmail(for: target), lifetime: 300)
         }
         probe.noteOrigin(of: credential, epoch: model.epoch)
         let accepted = target == current && model.acceptsPush(credential, pinned: model.pinnedEmail, at: clock.now)
@@ -60,7 +60,7 @@ extension EngineModelDriver {
     func signIn(_ account: AccountID, pushing: Bool = false, cancelled: Bool = false) async throws {
         if pushing {
             guard account != model.account else { return try await push(.valid(lifetime: 300)) }
-            let credential = backend.credential(for: Self.email(for: account), lifetime: 300)
+            let credential = backend.credential(for: exampleEmail(for: account), lifetime: 300)
             probe.noteOrigin(of: credential, epoch: model.epoch + 1)
             guard model.acceptsPush(credential, pinned: nil, at: clock.now) else {
                 // Refused as the new account's first credential: nothing changes, and the call says why.
@@ -83,7 +83,7 @@ extension EngineModelDriver {
         let task = await beginChange(to: account, cancelled: flag)
         await owner.waitUntilIdle()
         // Still waiting when nothing can run: it waits for the first credential (or for work to drain).
-        guard probe.callsInProgress.contains("switchAccount(to: \(account))"), cancelled else { return }
+        guard probe.calls.inProgress.contains("switchAccount(to: \(account))"), cancelled else { return }
         try await cancelWhileWaiting(task, flag: flag, name: "switchAccount(to: \(account))")
     }
 
@@ -93,9 +93,9 @@ extension EngineModelDriver {
         let flag = Locked(false)
         let engine = self.engine
         let probe = self.probe
-        let call = probe.callStarted("cancelled renew()")
+        let call = probe.calls.started("cancelled renew()")
         let task = await enter {
-            defer { probe.callFinished(call) }
+            defer { probe.calls.finished(call) }
             do {
                 _ = try await engine.renew()
                 if flag.withLock({ $0 }) {
@@ -114,7 +114,7 @@ extension EngineModelDriver {
         }
         await owner.waitUntilIdle()
         // A call that has left the engine finishes first; one still in progress then waits inside it.
-        guard probe.callsInProgress.contains("cancelled renew()") else { return }
+        guard probe.calls.inProgress.contains("cancelled renew()") else { return }
         try await cancelWhileWaiting(task, flag: flag, name: "renew()")
     }
 
@@ -126,9 +126,9 @@ extension EngineModelDriver {
         let runs = Locked(0)
         let engine = self.engine
         let probe = self.probe
-        let call = probe.callStarted("cancelled withIdentity")
+        let call = probe.calls.started("cancelled withIdentity")
         let task = await enter {
-            defer { probe.callFinished(call) }
+            defer { probe.calls.finished(call) }
             do {
                 _ = try await engine.withIdentity { _ -> Bool in
                     let first = runs.withLock { runs in
@@ -155,7 +155,7 @@ extension EngineModelDriver {
         await owner.waitUntilIdle()
         // The work ran, so its rejection was reported with the credential it received, the installed one.
         if runs.withLock({ $0 }) > 0, model.installed == installed { model.rejected = installed.signature }
-        guard probe.callsInProgress.contains("cancelled withIdentity") else { return }
+        guard probe.calls.inProgress.contains("cancelled withIdentity") else { return }
         try await cancelWhileWaiting(task, flag: flag, name: "withIdentity")
     }
 
@@ -202,14 +202,14 @@ extension EngineModelDriver {
         let engine = self.engine
         let probe = self.probe
         let done = Gate()
-        let call = probe.callStarted("shutdown(gracePeriod:)")
+        let call = probe.calls.started("shutdown(gracePeriod:)")
         await enter {
             await engine.shutdown(gracePeriod: grace)
             if probe.runningWork > 0 || engine.metrics.scopedWork > 0 {
                 probe.violation("invariant 8: shutdown(gracePeriod:) returned while scoped work ran")
             }
             done.open()
-            probe.callFinished(call)
+            probe.calls.finished(call)
         }
         try await settle()
         let ended = { done.isOpen || probe.recentEpoch > epoch }

@@ -72,17 +72,11 @@ package final class EngineModelDriver {
     /// - Parameters:
     ///   - seed: The engine's random seed.
     ///   - log: The engine's log hook; the driver never reads it.
-    ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor.
-    ///   - inParallel: Whether, on the clock's executor, the engine's and the program's tasks run on real threads at
-    ///     the same time, beside the engine's actor; `false` runs every job on one queue, in order.
-    package init(
-        seed: UInt64,
-        log: (@Sendable (SessionLogRecord) -> Void)? = nil,
-        explorer: WorkOwner? = nil,
-        inParallel: Bool = true
-    ) {
+    ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor,
+    ///     where the engine's and the program's tasks run on real threads at the same time, beside the engine's actor.
+    package init(seed: UInt64, log: (@Sendable (SessionLogRecord) -> Void)? = nil, explorer: WorkOwner? = nil) {
         let probe = self.probe
-        let clock = ManualClock(executor: ManualExecutor(tasksRunInParallel: explorer == nil && inParallel))
+        let clock = ManualClock(executor: ManualExecutor(tasksRunInParallel: explorer == nil))
         self.clock = clock
         let owner = explorer ?? WorkOwner(clock: clock)
         var configuration = Self.configuration
@@ -129,7 +123,7 @@ package final class EngineModelDriver {
     /// Runs the program, then lets the backend succeed and checks liveness, then shuts down and checks for leaks.
     ///
     /// - Returns: The first broken invariant, or `nil`.
-    package func run(_ program: [EngineOperation]) async -> PropertyFailure? {
+    package func run(_ program: [EngineOperation]) async -> Violation? {
         await start()
         trace("program \(program)")
         var step = 0
@@ -151,7 +145,7 @@ package final class EngineModelDriver {
             let events = probe.recentEvents.map { "\n      \($0)" }.joined()
             await tearDown()
             let place = step <= program.count ? "step \(step) \(program[step - 1])" : "after the program"
-            return PropertyFailure("\(place): \(error)\n    the engine's last events:\(events)")
+            return Violation("\(place): \(error)\n    the engine's last events:\(events)")
         }
     }
 
@@ -265,13 +259,13 @@ package final class EngineModelDriver {
         let engine = self.engine
         let probe = self.probe
         let name = target.map { "switchAccount(to: \($0))" } ?? "signOut()"
-        let call = probe.callStarted(name)
+        let call = probe.calls.started(name)
         // A sign-out that finds one under way waits for it, so it is held by the same work.
         let change = began != nil || target == nil ? probe.changeStarted(epoch: epoch) : nil
         return await enter {
             defer {
                 if let change { probe.changeFinished(change) }
-                probe.callFinished(call)
+                probe.calls.finished(call)
             }
             do {
                 if let target {
@@ -307,11 +301,11 @@ package final class EngineModelDriver {
         let clock = self.clock
         let verifier = self.verifier
         let epochs: Set<UInt64> = [model.epoch, laterEpoch ?? model.epoch]
-        let call = probe.callStarted("withIdentity(\(kind))")
+        let call = probe.calls.started("withIdentity(\(kind))")
         // Set when a `.rejectedWhenCancelled` body was cancelled: only the engine cancels bodies here.
         let cancelledByEngine = Locked(false)
         await enter {
-            defer { probe.callFinished(call) }
+            defer { probe.calls.finished(call) }
             do {
                 _ = try await engine.withIdentity { credential -> String in
                     probe.resumed(
@@ -329,8 +323,8 @@ package final class EngineModelDriver {
                     case .long(let seconds):
                         try await clock.sleep(for: .seconds(seconds))
                     case .stubborn(let seconds):
-                        probe.bodySleeps(1, stubborn: true)
-                        defer { probe.bodySleeps(-1, stubborn: true) }
+                        probe.stubbornBodySleeps(1)
+                        defer { probe.stubbornBodySleeps(-1) }
                         await clock.sleepIgnoringCancellation(for: .seconds(seconds))
                         try Task.checkCancellation()
                     case .rejectedWhenCancelled(let seconds):
@@ -366,9 +360,9 @@ package final class EngineModelDriver {
         let probe = self.probe
         let clock = self.clock
         let epoch = model.epoch
-        let call = probe.callStarted("renew()")
+        let call = probe.calls.started("renew()")
         await enter {
-            defer { probe.callFinished(call) }
+            defer { probe.calls.finished(call) }
             do {
                 let credential = try await engine.renew()
                 probe.resumed(
@@ -540,10 +534,10 @@ package final class EngineModelDriver {
     package var activity: String {
         let metrics = engine.metrics
         return "tasks \(metrics.liveTasks), sleepers \(clock.sleeperCount), "
-            + "fetches \(fetcher.pendingCount), calls \(probe.outstanding), waiters \(metrics.waiters), "
+            + "fetches \(fetcher.pendingCount), calls \(probe.calls.outstanding), waiters \(metrics.waiters), "
             + "scoped work \(metrics.scopedWork), changes held by work \(probe.changesHeldByWork), "
             + "subscribers \(metrics.subscribers), states \(probe.stateCount), state \(engine.state), "
-            + "calls in progress \(probe.callsInProgress)"
+            + "calls in progress \(probe.calls.inProgress)"
     }
 
     /// Moves the clocks forward by `total`, stopping at every timer and every due answer to let the engine react,

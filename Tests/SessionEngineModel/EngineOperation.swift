@@ -40,12 +40,6 @@ package enum FetchBehaviour: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Whether the fetcher answers by itself instead of waiting for the driver.
-    package var answersOnItsOwn: Bool {
-        if case .onItsOwn = self { return true }
-        return false
-    }
-
     package var ignoresCancellation: Bool {
         if case .lateSuccess = self { return true }
         return false

@@ -51,14 +51,6 @@ package struct Gen<Value: Sendable>: Sendable {
         Gen<[Value]> { random in (0..<count).map { _ in generate(&random) } }
     }
 
-    /// An array whose length is drawn from `counts`.
-    package func array(counts: ClosedRange<Int>) -> Gen<[Value]> {
-        Gen<[Value]> { random in
-            let count = Int.random(in: counts, using: &random)
-            return (0..<count).map { _ in generate(&random) }
-        }
-    }
-
     package static func constant(_ value: Value) -> Gen<Value> {
         Gen { _ in value }
     }
@@ -93,11 +85,5 @@ extension Gen where Value == Int {
 extension Gen where Value == Bool {
     package static var bool: Gen<Bool> {
         Gen { random in Bool.random(using: &random) }
-    }
-}
-
-extension Gen where Value == UInt64 {
-    package static var uint64: Gen<UInt64> {
-        Gen { random in random.next() }
     }
 }

@@ -2,7 +2,8 @@ package import SessionEngine
 package import SessionEngineTestKit
 import Synchronization
 
-/// A broken invariant, thrown out of a step of a program.
+/// A broken invariant, rule or property, in words that name the step and the rule: thrown out of a step of a model
+/// program or a race program, or returned by a property.
 package struct Violation: Error, CustomStringConvertible {
     package let message: String
 
@@ -12,6 +13,9 @@ package struct Violation: Error, CustomStringConvertible {
 
     package var description: String { message }
 }
+
+/// The address the test backends sign an account's credentials for: the account's name at example.com.
+package func exampleEmail(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
 
 /// A backend whose every fetch waits for the program's driver, which answers it as the program scripted, or answers
 /// by itself from a task of its own (``FetchBehaviour/onItsOwn(yields:answer:)``).

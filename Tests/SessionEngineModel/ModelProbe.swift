@@ -11,14 +11,7 @@ import Synchronization
 package final class ModelProbe: Sendable {
     private struct State {
         package var violations: [String] = []
-        /// Calls to the engine started and not yet returned.
-        package var outstanding = 0
-        /// Resumed once at most `count` calls are outstanding.
-        package var callWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
-        package var calls: [Int: String] = [:]
-        package var nextCall = 0
-        /// Scoped work bodies sleeping on the clock; each blocks exactly one outstanding call.
-        package var sleepingBodies = 0
+        /// Scoped work bodies sleeping through their cancellation; each blocks exactly one outstanding call.
         package var stubbornBodies = 0
         /// Running scoped work: the epoch of the credential each body received.
         package var work: [Int: UInt64] = [:]
@@ -101,6 +94,8 @@ package final class ModelProbe: Sendable {
     }
 
     private let state = SanitizedMutex(State())
+    /// The program's calls to the engine that have begun and not finished.
+    package let calls = CallTracker()
 
     /// Creates a probe that has observed nothing.
     package init() {}
@@ -217,54 +212,6 @@ package final class ModelProbe: Sendable {
 
     // MARK: Calls
 
-    /// A call to the engine began; returns its ticket for ``callFinished(_:)``.
-    package func callStarted(_ name: String) -> Int {
-        state.withLock { state in
-            state.outstanding += 1
-            state.nextCall += 1
-            state.calls[state.nextCall] = name
-            return state.nextCall
-        }
-    }
-
-    package func callFinished(_ ticket: Int) {
-        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.outstanding -= 1
-            state.calls.removeValue(forKey: ticket)
-            var ready: [CheckedContinuation<Void, Never>] = []
-            state.callWaiters.removeAll { waiter in
-                guard state.outstanding <= waiter.count else { return false }
-                ready.append(waiter.continuation)
-                return true
-            }
-            return ready
-        }
-        for continuation in ready { continuation.resume() }
-    }
-
-    /// Waits until at most `count` calls of the program are outstanding.
-    ///
-    /// A call that has left the engine is still outstanding until the program's code after it (its checks) has run.
-    /// Waiting with `count` set to the calls still inside an idle engine lets those checks run before the program
-    /// moves the clock on; they are on their way, so the wait ends.
-    package func waitUntilCallsFinished(leaving count: Int = 0) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { state -> Bool in
-                if state.outstanding <= count { return true }
-                state.callWaiters.append((count, continuation))
-                return false
-            }
-            if now { continuation.resume() }
-        }
-    }
-
-    /// The calls that have not returned, oldest first.
-    package var callsInProgress: [String] { state.withLock { $0.calls.sorted { $0.key < $1.key }.map(\.value) } }
-
-    package var outstanding: Int { state.withLock { $0.outstanding } }
-
-    package var sleepingBodies: Int { state.withLock { $0.sleepingBodies } }
-
     /// Records what a call to the engine threw; codes outside `allowed` break the contract.
     package func callFailed(_ call: String, _ error: any Error, allowed: Set<SessionError.Code>) {
         guard let error = error as? SessionError else {
@@ -300,11 +247,9 @@ package final class ModelProbe: Sendable {
         state.withLock { _ = $0.work.removeValue(forKey: id) }
     }
 
-    package func bodySleeps(_ delta: Int, stubborn: Bool = false) {
-        state.withLock { state in
-            state.sleepingBodies += delta
-            if stubborn { state.stubbornBodies += delta }
-        }
+    /// A body that sleeps through its cancellation began (`delta` 1) or ended (-1).
+    package func stubbornBodySleeps(_ delta: Int) {
+        state.withLock { $0.stubbornBodies += delta }
     }
 
     /// Work sleeping through its cancellation.

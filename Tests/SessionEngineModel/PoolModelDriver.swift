@@ -83,7 +83,7 @@ package final class PoolModelDriver {
     /// checks that nothing is left.
     ///
     /// - Returns: The first broken rule, or `nil`.
-    package func run(_ program: [PoolOperation]) async -> PropertyFailure? {
+    package func run(_ program: [PoolOperation]) async -> Violation? {
         let log = self.log
         await pool.addAccountChangeHook { change in
             // A member acts for one account: its changes enter it or leave it, never another account.
@@ -94,14 +94,14 @@ package final class PoolModelDriver {
         for (step, operation) in program.enumerated() {
             let idle = await perform(operation, step: step)
             if let failure = idle.failure ?? checkPool() ?? log.violations.withLock({ $0.first }) {
-                return PropertyFailure("step \(step) \(operation): \(failure)")
+                return Violation("step \(step) \(operation): \(failure)")
             }
             if idle.isIdle, let failure = checkAccounts() {
-                return PropertyFailure("step \(step) \(operation): \(failure)")
+                return Violation("step \(step) \(operation): \(failure)")
             }
         }
-        if let failure = await recover() { return PropertyFailure("after the program: \(failure)") }
-        return await shutDownAndCheck().map { PropertyFailure("after the shutdown: \($0)") }
+        if let failure = await recover() { return Violation("after the program: \(failure)") }
+        return await shutDownAndCheck().map { Violation("after the shutdown: \($0)") }
     }
 
     /// Performs one operation; returns whether it left the pool idle, or what it found broken.

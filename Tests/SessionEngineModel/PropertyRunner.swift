@@ -6,17 +6,6 @@ import Foundation
     import Darwin
 #endif
 
-/// Why a program broke a property, in words that name the step and the invariant.
-package struct PropertyFailure: Error, CustomStringConvertible {
-    package let message: String
-
-    package init(_ message: String) {
-        self.message = message
-    }
-
-    package var description: String { message }
-}
-
 /// How many programs a property runs and from which seed, read from the environment.
 ///
 /// - `SESSIONENGINE_PROPERTY_SEED`: the run's seed, decimal or `0x` hexadecimal, or `random` for a fresh one. The
@@ -86,6 +75,9 @@ package struct PropertyReport: CustomStringConvertible {
 /// It reports failures as values (``PropertyReport/failureReport``), so it runs in a test, which records them as
 /// issues, and in an executable alike.
 package enum PropertyRunner {
+    /// How many candidate programs shrinking a failure may run.
+    static let shrinkBudget = 300
+
     /// Runs `property` on `settings.iterations` programs drawn from `program`.
     ///
     /// Program `i` is generated from its own seed, which is also handed to `property` (for the engine's jitter), so
@@ -97,7 +89,6 @@ package enum PropertyRunner {
     ///   - name: The property's name, for the summary line and the failure.
     ///   - settings: The seed and the number of programs.
     ///   - program: Generates a program from its seed.
-    ///   - shrinkBudget: How many candidate programs shrinking may run.
     ///   - testName: The test that runs the property, for the replay command.
     ///   - property: Runs a program with its seed; returns why it failed, or `nil`.
     /// - Returns: The run's report.
@@ -106,9 +97,8 @@ package enum PropertyRunner {
         _ name: String,
         settings: PropertySettings,
         program: Gen<[Operation]>,
-        shrinkBudget: Int = 300,
         testName: String,
-        property: ([Operation], UInt64) async -> PropertyFailure?
+        property: ([Operation], UInt64) async -> Violation?
     ) async -> PropertyReport {
         var programs = 0
         var operations = 0
@@ -121,12 +111,12 @@ package enum PropertyRunner {
             operations += operationList.count
             guard let failure = await property(operationList, seed) else { continue }
             failures += 1
-            let shrunk = await Shrinker.shrink(operationList, budget: shrinkBudget) { candidate in
+            let shrunk = await Shrinker.shrink(operationList, budget: Self.shrinkBudget) { candidate in
                 await property(candidate, seed) != nil
             }
             // A failure that depends on scheduling may not recur on every run: rerun the shrunk program a few times
             // for its own message, and say so when it does not fail again.
-            var shrunkFailure: PropertyFailure?
+            var shrunkFailure: Violation?
             var reruns = 0
             while shrunkFailure == nil && reruns < 5 {
                 reruns += 1
@@ -140,7 +130,7 @@ package enum PropertyRunner {
                 failure: failure,
                 shrunk: shrunk,
                 shrunkFailure: shrunkFailure
-                    ?? PropertyFailure(
+                    ?? Violation(
                         "(the shrunk program did not fail again in \(reruns) runs: it depends on scheduling)")
             )
             break
@@ -162,9 +152,9 @@ package enum PropertyRunner {
         filter: String,
         seed: UInt64,
         original: [Operation],
-        failure: PropertyFailure,
+        failure: Violation,
         shrunk: Shrinker.Result<Operation>,
-        shrunkFailure: PropertyFailure
+        shrunkFailure: Violation
     ) -> String {
         let listing = shrunk.operations.map { "    \($0)," }.joined(separator: "\n")
         return """

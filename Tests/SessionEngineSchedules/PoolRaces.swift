@@ -2,6 +2,7 @@ import Foundation
 import SessionEngine
 import SessionEngineBackend
 import SessionEngineExplorer
+import SessionEngineModel
 import SessionEngineTestKit
 import Synchronization
 
@@ -15,7 +16,6 @@ final class PoolRaceFetcher: CredentialFetcher {
     private struct State {
         var inFlight = 0
         var maximum = 0
-        var requests: [AccountID] = []
     }
 
     private let signer: IdentitySigner
@@ -27,14 +27,11 @@ final class PoolRaceFetcher: CredentialFetcher {
 
     /// The most fetches that were in flight at once.
     var maximumInFlight: Int { state.withLock { $0.maximum } }
-    /// The accounts fetched for, in order.
-    var requests: [AccountID] { state.withLock { $0.requests } }
 
     func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
         state.withLock { state in
             state.inFlight += 1
             state.maximum = max(state.maximum, state.inFlight)
-            state.requests.append(account)
         }
         let claim = Claim()
         let leave: @Sendable () -> Void = { [self] in
@@ -45,7 +42,7 @@ final class PoolRaceFetcher: CredentialFetcher {
             // One scheduling point while the fetch is in flight, so that other accounts' fetches may overlap it.
             await Waypoint.pass()
             try Task.checkCancellation()
-            return try signer.sign(email: RaceRig.email(for: account))
+            return try signer.sign(email: exampleEmail(for: account))
         } onCancel: {
             leave()
         }
@@ -121,8 +118,8 @@ final class PoolRaceRig: Sendable {
     func checkHeaders(of account: AccountID) throws {
         guard let headers = try? pool.identityHeaders(for: account) else { return }
         let email = try headers.credential().email
-        if email != RaceRig.email(for: account) {
-            throw RaceViolation("\(account)'s headers hold \(email)'s credential")
+        if email != exampleEmail(for: account) {
+            throw Violation("\(account)'s headers hold \(email)'s credential")
         }
     }
 
@@ -131,11 +128,11 @@ final class PoolRaceRig: Sendable {
     func checkBudget(maximumInFlight: Int) async throws {
         await Explorer.waitUntilIdle()
         if fetcher.maximumInFlight > maximumInFlight {
-            throw RaceViolation("\(fetcher.maximumInFlight) fetches were in flight at once, at most \(maximumInFlight)")
+            throw Violation("\(fetcher.maximumInFlight) fetches were in flight at once, at most \(maximumInFlight)")
         }
         let metrics = pool.metrics
         if metrics.fetchesInFlight != 0 || metrics.queuedNeeded != 0 || metrics.queuedProactive != 0 {
-            throw RaceViolation("the budget holds fetches after the race: \(metrics)")
+            throw Violation("the budget holds fetches after the race: \(metrics)")
         }
     }
 }
@@ -164,12 +161,12 @@ enum PoolRaces {
             }
             let outcomes = await rig.outcomes()
             if outcomes != ["identified", "identified", "identified", "read"] {
-                throw RaceViolation("outcomes \(outcomes)")
+                throw Violation("outcomes \(outcomes)")
             }
             for account in accounts {
                 try rig.checkHeaders(of: account)
                 guard rig.pool.state(of: account).isIdentified else {
-                    throw RaceViolation("\(account) is \(rig.pool.state(of: account)) after its sign-in returned")
+                    throw Violation("\(account) is \(rig.pool.state(of: account)) after its sign-in returned")
                 }
             }
             try await rig.checkBudget(maximumInFlight: 1)
@@ -193,15 +190,15 @@ enum PoolRaces {
             let outcomes = await rig.outcomes()
             try rig.checkHeaders(of: "alice")
             guard rig.pool.state(of: "alice").isIdentified else {
-                throw RaceViolation("alice is \(rig.pool.state(of: "alice")); outcomes \(outcomes)")
+                throw Violation("alice is \(rig.pool.state(of: "alice")); outcomes \(outcomes)")
             }
             // The sign-out came first (bob then signs in), ended bob's sign-in, or came after it returned.
             if !["identified", "ACCOUNT_CHANGED"].contains(outcomes[1]) {
-                throw RaceViolation("bob's sign-in ended \(outcomes[1])")
+                throw Violation("bob's sign-in ended \(outcomes[1])")
             }
             let bobIdentified = rig.pool.state(of: "bob").isIdentified
             if rig.pool.accounts.contains("bob") && (outcomes[1] != "identified" || !bobIdentified) {
-                throw RaceViolation("bob is held as \(rig.pool.state(of: "bob")) but his sign-in ended \(outcomes[1])")
+                throw Violation("bob is held as \(rig.pool.state(of: "bob")) but his sign-in ended \(outcomes[1])")
             }
             try await rig.checkBudget(maximumInFlight: 1)
             await rig.pool.shutdown()
@@ -221,8 +218,8 @@ enum PoolRaces {
             rig.launch { pool in
                 try await pool.withIdentity(for: "alice") { credential in
                     bodyRan.withLock { $0 = true }
-                    if credential.email != RaceRig.email(for: "alice") {
-                        throw RaceViolation("alice's work got \(credential.email)'s credential")
+                    if credential.email != exampleEmail(for: "alice") {
+                        throw Violation("alice's work got \(credential.email)'s credential")
                     }
                     await Waypoint.pass()
                     // An eviction that cancelled the running work would show here.
@@ -239,11 +236,11 @@ enum PoolRaces {
             let outcomes = await rig.outcomes()
             // Work whose body ran is never cancelled by an eviction: it finishes.
             if bodyRan.withLock({ $0 }) && outcomes[0] != "finished" {
-                throw RaceViolation("alice's running work ended \(outcomes[0]): an eviction cancelled it")
+                throw Violation("alice's running work ended \(outcomes[0]): an eviction cancelled it")
             }
-            if outcomes[1] != "identified" { throw RaceViolation("carol's sign-in ended \(outcomes[1])") }
+            if outcomes[1] != "identified" { throw Violation("carol's sign-in ended \(outcomes[1])") }
             if rig.pool.accounts.count != 2 || !rig.pool.accounts.contains("carol") {
-                throw RaceViolation("the pool holds \(rig.pool.accounts) after carol's sign-in")
+                throw Violation("the pool holds \(rig.pool.accounts) after carol's sign-in")
             }
             try await rig.checkBudget(maximumInFlight: 2)
             await rig.pool.shutdown()
@@ -276,21 +273,21 @@ enum PoolRaces {
                 return "read"
             }
             let outcomes = await rig.outcomes()
-            if outcomes != ["advanced", "signed out", "read"] { throw RaceViolation("outcomes \(outcomes)") }
+            if outcomes != ["advanced", "signed out", "read"] { throw Violation("outcomes \(outcomes)") }
             await Explorer.waitUntilIdle()
-            if rig.pool.accounts != ["bob"] { throw RaceViolation("the pool holds \(rig.pool.accounts)") }
+            if rig.pool.accounts != ["bob"] { throw Violation("the pool holds \(rig.pool.accounts)") }
             guard rig.pool.state(of: "bob").isIdentified else {
-                throw RaceViolation("bob is \(rig.pool.state(of: "bob")) after his renewal")
+                throw Violation("bob is \(rig.pool.state(of: "bob")) after his renewal")
             }
             try rig.checkHeaders(of: "bob")
             if rig.pool.metrics(for: "bob")?.renewals != 1 {
-                throw RaceViolation("bob renewed \(rig.pool.metrics(for: "bob")?.renewals ?? 0) times, not once")
+                throw Violation("bob renewed \(rig.pool.metrics(for: "bob")?.renewals ?? 0) times, not once")
             }
             // Alice's timer left with her; bob's next renewal is the one timer left.
-            if rig.pool.metrics.timers != 1 { throw RaceViolation("\(rig.pool.metrics.timers) timers after the race") }
+            if rig.pool.metrics.timers != 1 { throw Violation("\(rig.pool.metrics.timers) timers after the race") }
             try await rig.checkBudget(maximumInFlight: 2)
             await rig.pool.shutdown()
-            if rig.pool.metrics.timers != 0 { throw RaceViolation("\(rig.pool.metrics.timers) timers after shutdown") }
+            if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
         }
     }
 }

@@ -6,17 +6,6 @@ import SessionEngineModel
 import SessionEngineTestKit
 import Synchronization
 
-/// A broken rule of the engine, thrown out of a race program.
-struct RaceViolation: Error, CustomStringConvertible {
-    let message: String
-
-    init(_ message: String) {
-        self.message = message
-    }
-
-    var description: String { message }
-}
-
 /// What the race backend answers to one fetch.
 enum RaceAnswer: Sendable, CustomStringConvertible {
     /// A credential for the account asked for, living `lifetime` seconds.
@@ -146,7 +135,7 @@ final class RaceFetcher: CredentialFetcher {
     private func issue(for request: FetchRequest, lifetime: Int) -> IdentityCredential {
         let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
         let credential = try! signer.sign(
-            email: RaceRig.email(for: request.account),
+            email: exampleEmail(for: request.account),
             properties: nil,
             expiresAt: now + Int64(lifetime)
         )
@@ -196,8 +185,6 @@ final class RaceProbe: Sendable {
         /// Hooks that have begun and not returned.
         var hooksRunning = 0
         var origins: [String: Origin] = [:]
-        var outstanding = 0
-        var callWaiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
         var outcomes: [String] = []
     }
 
@@ -252,38 +239,8 @@ final class RaceProbe: Sendable {
         state.withLock { $0.outcomes.append(text) }
     }
 
-    func callStarted() {
-        state.withLock { $0.outstanding += 1 }
-    }
-
-    func callFinished() {
-        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
-            state.outstanding -= 1
-            var ready: [CheckedContinuation<Void, Never>] = []
-            state.callWaiters.removeAll { waiter in
-                guard state.outstanding <= waiter.count else { return false }
-                ready.append(waiter.continuation)
-                return true
-            }
-            return ready
-        }
-        for continuation in ready { continuation.resume() }
-    }
-
-    var outstanding: Int { state.withLock { $0.outstanding } }
-
-    /// Waits until at most `count` of the program's calls are outstanding: calls that have left the engine finish
-    /// their checks.
-    func waitUntilCallsFinished(leaving count: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { state -> Bool in
-                if state.outstanding <= count { return true }
-                state.callWaiters.append((count, continuation))
-                return false
-            }
-            if now { continuation.resume() }
-        }
-    }
+    /// The program's calls that have begun and not finished.
+    let calls = CallTracker()
 }
 
 /// One race program's engine: a manual clock, the race backend, the probe, a subscriber, and the checks every race
@@ -339,8 +296,6 @@ final class RaceRig: Sendable {
         diagnostics.value = self
     }
 
-    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
-
     /// Registers the hook recorder; call once, before the first change.
     func start() async {
         let probe = self.probe
@@ -369,9 +324,9 @@ final class RaceRig: Sendable {
         priority: TaskPriority? = nil,
         _ call: @escaping @Sendable (RaceRig) async throws -> String
     ) -> Task<Void, Never> {
-        probe.callStarted()
+        let ticket = probe.calls.started(name)
         let body: @Sendable () async -> Void = {
-            defer { self.probe.callFinished() }
+            defer { self.probe.calls.finished(ticket) }
             do {
                 let value = try await call(self)
                 self.probe.outcome("\(name): \(value)")
@@ -379,7 +334,7 @@ final class RaceRig: Sendable {
                 self.probe.outcome("\(name): \(error.code)")
             } catch is CancellationError {
                 self.probe.outcome("\(name): cancelled")
-            } catch let violation as RaceViolation {
+            } catch let violation as Violation {
                 self.probe.violation("\(name): \(violation)")
             } catch {
                 self.probe.violation("\(name) threw \(type(of: error)), not a SessionError")
@@ -468,18 +423,18 @@ final class RaceRig: Sendable {
         validAt time: Date? = nil
     ) throws {
         guard let origin = probe.origin(of: credential) else {
-            throw RaceViolation("\(call) handed out a credential the backend never issued")
+            throw Violation("\(call) handed out a credential the backend never issued")
         }
         if origin.epoch < before {
-            throw RaceViolation(
+            throw Violation(
                 "\(call) began in epoch \(before) and received a credential of epoch \(origin.epoch) (\(origin.account))"
             )
         }
-        if credential.email != Self.email(for: origin.account) {
-            throw RaceViolation("\(call) received \(credential.email)'s credential for \(origin.account)")
+        if credential.email != exampleEmail(for: origin.account) {
+            throw Violation("\(call) received \(credential.email)'s credential for \(origin.account)")
         }
         if !credential.isValid(at: time ?? clock.now) {
-            throw RaceViolation("\(call) received a credential that expired at \(credential.expiresAt)")
+            throw Violation("\(call) received a credential that expired at \(credential.expiresAt)")
         }
     }
 
@@ -487,7 +442,7 @@ final class RaceRig: Sendable {
     func checkCurrent(_ credential: IdentityCredential, by call: String) throws {
         let epoch = probe.epoch
         guard let origin = probe.origin(of: credential), origin.epoch == epoch else {
-            throw RaceViolation(
+            throw Violation(
                 "\(call) holds a credential of epoch \(probe.origin(of: credential)?.epoch ?? 0) in epoch \(epoch) "
                     + "(\(engine.state))"
             )
@@ -498,15 +453,15 @@ final class RaceRig: Sendable {
     func checkFastPath(by call: String = "identityHeaders()") throws {
         guard let headers = try? engine.identityHeaders() else { return }
         guard let credential = try? headers.credential() else {
-            throw RaceViolation("\(call): the fast path handed out headers that are not a credential")
+            throw Violation("\(call): the fast path handed out headers that are not a credential")
         }
         let state = engine.state
         if !(state.isIdentified || state.isRenewing) {
-            throw RaceViolation("\(call): the fast path handed out a credential in \(state)")
+            throw Violation("\(call): the fast path handed out a credential in \(state)")
         }
         try checkCurrent(credential, by: call)
         if !credential.isValid(at: clock.now) {
-            throw RaceViolation("\(call): the fast path handed out an expired credential")
+            throw Violation("\(call): the fast path handed out an expired credential")
         }
     }
 
@@ -530,7 +485,7 @@ final class RaceRig: Sendable {
         // A later change to another account may have begun since; a change to this account must be done.
         guard state.account == account else { return }
         guard state.isIdentified || state.isRenewing, let headers = try? engine.identityHeaders() else {
-            throw RaceViolation("\(call) returned with the engine \(state), its credential not handed out")
+            throw Violation("\(call) returned with the engine \(state), its credential not handed out")
         }
         try checkCurrent(try headers.credential(), by: call)
     }
@@ -552,21 +507,21 @@ final class RaceRig: Sendable {
             // The explorer runs every job, so nothing can run now: every launched call has returned or waits.
             await Explorer.waitUntilIdle()
             phase.withLock { $0 = "settling" }
-            if probe.outstanding == 0 { return }
+            if probe.calls.outstanding == 0 { return }
             if engine.state.isIdentified && engine.metrics.waiters > 0 {
-                throw RaceViolation(
+                throw Violation(
                     "\(engine.metrics.waiters) callers wait in identified for an outcome that never comes: \(activity)"
                 )
             }
             steps += 1
             guard steps <= Self.clockSteps else {
-                throw RaceViolation("calls still wait after \(steps) timers: \(activity); outcomes \(probe.outcomes)")
+                throw Violation("calls still wait after \(steps) timers: \(activity); outcomes \(probe.outcomes)")
             }
             guard clock.nextDeadline != nil else {
                 // No timer can wake them: the calls must finish on their own, or the explorer reports the deadlock
                 // with what is parked.
                 phase.withLock { $0 = "settling: waiting for calls no timer can wake" }
-                await probe.waitUntilCallsFinished(leaving: 0)
+                await probe.calls.waitUntilNone()
                 return
             }
             _ = clock.advanceToNextDeadline()
@@ -589,7 +544,7 @@ final class RaceRig: Sendable {
         let metrics = engine.metrics
         return
             "\(phase.withLock { $0 }); state \(engine.state), tasks \(metrics.liveTasks), waiters \(metrics.waiters), "
-            + "scoped work \(metrics.scopedWork), fetches pending \(fetcher.pending), calls \(probe.outstanding), "
+            + "scoped work \(metrics.scopedWork), fetches pending \(fetcher.pending), calls \(probe.calls.outstanding), "
             + "sleepers \(clock.sleeperCount)"
     }
 
@@ -603,21 +558,21 @@ final class RaceRig: Sendable {
     ///   - hooksEndAt: The accounts the last hook may enter, when it is not `finalAccount`.
     func finish(changes: Int, finalAccount: AccountID??, hooksEndAt: [AccountID?]? = nil) async throws {
         try await settle()
-        if let first = probe.violations.first { throw RaceViolation(first) }
+        if let first = probe.violations.first { throw Violation(first) }
         try checkFastPath()
         let states = [SessionState.signedOut] + probe.states
         for (previous, next) in zip(states, states.dropFirst()) where !StateEdges.isLegal(from: previous, to: next) {
-            throw RaceViolation("illegal transition \(previous) → \(next)")
+            throw Violation("illegal transition \(previous) → \(next)")
         }
-        for case .identified(let identity) in states where identity.email != Self.email(for: identity.account) {
-            throw RaceViolation("\(identity.account) was identified with \(identity.email)'s credential")
+        for case .identified(let identity) in states where identity.email != exampleEmail(for: identity.account) {
+            throw Violation("\(identity.account) was identified with \(identity.email)'s credential")
         }
         let finalAccount = finalAccount ?? engine.state.account
         if engine.state.account != finalAccount || engine.state.isSwitching {
-            throw RaceViolation("the engine ended in \(engine.state), not at \(finalAccount?.rawValue ?? "nil")")
+            throw Violation("the engine ended in \(engine.state), not at \(finalAccount?.rawValue ?? "nil")")
         }
         if !engine.state.isRenewing && !engine.state.isExpired && engine.metrics.waiters > 0 {
-            throw RaceViolation(
+            throw Violation(
                 "\(engine.metrics.waiters) callers wait in \(engine.state) for an outcome that never comes")
         }
         try checkHooks(changes: changes, endingAt: hooksEndAt ?? [finalAccount])
@@ -625,20 +580,20 @@ final class RaceRig: Sendable {
         await Explorer.waitUntilIdle()
         let streamed = await subscriber.value
         if Array(streamed.dropFirst()) != probe.states || streamed.first != .signedOut {
-            throw RaceViolation(
+            throw Violation(
                 "the subscriber saw \(streamed.count) states, the engine published \(probe.states.count)")
         }
         let metrics = engine.metrics
         if metrics.liveTasks != 0 || metrics.waiters != 0 || metrics.scopedWork != 0 || metrics.subscribers != 0
             || fetcher.pending != 0 || clock.sleeperCount != 0
         {
-            throw RaceViolation("after shutdown: \(activity), subscribers \(metrics.subscribers)")
+            throw Violation("after shutdown: \(activity), subscribers \(metrics.subscribers)")
         }
         if metrics.fetchesStarted != fetcher.total {
-            throw RaceViolation(
+            throw Violation(
                 "the engine counted \(metrics.fetchesStarted) fetches, the backend saw \(fetcher.total)")
         }
-        if let first = probe.violations.first { throw RaceViolation(first) }
+        if let first = probe.violations.first { throw Violation(first) }
     }
 
     /// Hooks once per change that took effect, in order, each from the previous hook's account, never more than the
@@ -647,18 +602,18 @@ final class RaceRig: Sendable {
         let hooks = probe.hooks
         let described = hooks.map(\.description)
         if hooks.count > changes {
-            throw RaceViolation("\(hooks.count) hooks ran for \(changes) account changes: \(described)")
+            throw Violation("\(hooks.count) hooks ran for \(changes) account changes: \(described)")
         }
         var previous: AccountID?
         for hook in hooks {
             if hook.from != previous || hook.from == hook.to {
-                throw RaceViolation("the hooks ran as \(described)")
+                throw Violation("the hooks ran as \(described)")
             }
             previous = hook.to
         }
         if !finalAccounts.contains(previous) {
             let accounts = finalAccounts.map { $0?.rawValue ?? "nil" }.joined(separator: " or ")
-            throw RaceViolation("the hooks ran as \(described), and must end at \(accounts)")
+            throw Violation("the hooks ran as \(described), and must end at \(accounts)")
         }
     }
 }

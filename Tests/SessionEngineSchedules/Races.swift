@@ -1,6 +1,7 @@
 import Foundation
 import SessionEngine
 import SessionEngineExplorer
+import SessionEngineModel
 import SessionEngineTestKit
 
 /// A program whose every interleaving is explored: a setup, then two or three calls that race, then the checks.
@@ -125,7 +126,7 @@ enum Races {
             }
             try await rig.settle()
             if rig.fetcher.total - fetches > 1 {
-                throw RaceViolation("the callers at expiry shared no fetch: \(rig.fetcher.total - fetches) fetches")
+                throw Violation("the callers at expiry shared no fetch: \(rig.fetcher.total - fetches) fetches")
             }
             try await rig.finish(changes: 1, finalAccount: "alice")
         }
@@ -146,10 +147,10 @@ enum Races {
             }
             try await rig.settle()
             if rig.fetcher.cancelled > 0 {
-                throw RaceViolation("cancelling one waiter cancelled the fetch the other waits for")
+                throw Violation("cancelling one waiter cancelled the fetch the other waits for")
             }
             if !rig.probe.outcomes.contains(where: { $0.hasPrefix("renew: credential") }) {
-                throw RaceViolation("the caller that was not cancelled got no credential: \(rig.probe.outcomes)")
+                throw Violation("the caller that was not cancelled got no credential: \(rig.probe.outcomes)")
             }
             try await rig.finish(changes: 1, finalAccount: "alice")
         }
@@ -191,13 +192,13 @@ enum Races {
                     allowed: [.accountChanged, .credentialRejected, .switching, .invalidIdentity]
                 ) { credential in
                     await Waypoint.pass()
-                    if credential.email == RaceRig.email(for: "alice") { throw SessionError.credentialRejected }
+                    if credential.email == exampleEmail(for: "alice") { throw SessionError.credentialRejected }
                 }
             }
             rig.launch("switch") { try await $0.change(to: "bob") }
             try await rig.finish(changes: 2, finalAccount: "bob")
             if rig.fetcher.requests.contains(where: { $0.epoch > 1 && $0.account != "bob" }) {
-                throw RaceViolation("a fetch for another account ran in bob's session: \(rig.fetcher.requests)")
+                throw Violation("a fetch for another account ran in bob's session: \(rig.fetcher.requests)")
             }
         }
     }
@@ -219,7 +220,7 @@ enum Races {
                 await rig.engine.shutdown()
                 let metrics = rig.engine.metrics
                 if metrics.scopedWork > 0 || metrics.waiters > 0 {
-                    throw RaceViolation("shutdown() returned with work or waiters left: \(rig.activity)")
+                    throw Violation("shutdown() returned with work or waiters left: \(rig.activity)")
                 }
                 return "returned"
             }

@@ -54,13 +54,13 @@ struct ClockSkewPropertyTests {
         var machine = SessionStateMachine(configuration: configuration, seed: 7)
         var now = SessionInstant(wall: host, uptime: .seconds(1000))
         guard case .began(let epoch, _) = machine.changeAccount(to: "alice", at: now) else {
-            throw PropertyFailure("\(label): the sign-in did not begin")
+            throw Violation("\(label): the sign-in did not begin")
         }
         _ = machine.hooksDue(epoch: epoch)
         var actions = machine.changePrepared(epoch: epoch, at: now)
         for round in 1...3 {
             guard let request = actions.lazy.compactMap(Self.fetchStarted).first else {
-                throw PropertyFailure("\(label), round \(round): no fetch started")
+                throw Violation("\(label), round \(round): no fetch started")
             }
             let signerClock = ManualClock(now: now.wall.addingTimeInterval(TimeInterval(signerOffset)))
             let signer = try IdentitySigner(projectID: "proj_clocks", secret: "clock-secret", clock: signerClock)
@@ -77,18 +77,18 @@ struct ClockSkewPropertyTests {
             if onDate || onHost {
                 // Installed, on a clock that makes it plausible.
                 guard machine.usableCredential == credential else {
-                    throw PropertyFailure("\(label), round \(round): a plausible credential was refused")
+                    throw Violation("\(label), round \(round): a plausible credential was refused")
                 }
                 let applied = machine.serverClockOffset
                 // Of the plausible clocks, the one whose time is latest says the credential expires soonest.
                 let onDateDecides = onDate && (effectiveDate >= 0 || !onHost)
                 if onDateDecides {
                     guard applied == .seconds(effectiveDate) else {
-                        throw PropertyFailure("\(label): applied \(applied) instead of the Date header's offset")
+                        throw Violation("\(label): applied \(applied) instead of the Date header's offset")
                     }
                 } else {
                     guard applied == .zero, reports.contains(where: { $0.finding == .dateHeaderIgnored }) else {
-                        throw PropertyFailure("\(label): the Date offset was not kept out and reported")
+                        throw Violation("\(label): the Date offset was not kept out and reported")
                     }
                 }
                 // Handed out only while every plausible clock says the credential has not expired: from the first
@@ -99,38 +99,38 @@ struct ClockSkewPropertyTests {
                     wall: Date(timeIntervalSince1970: TimeInterval(soonest)),
                     uptime: now.uptime + .seconds(max(0, soonest - hostNow)))
                 guard !machine.isValid(credential, at: expiredSomewhere) else {
-                    throw PropertyFailure(
+                    throw Violation(
                         "\(label): handed out at \(soonest), after a plausible clock says it expired")
                 }
                 if onDate && onHost && effectiveDate != 0 {
                     // The clocks disagree beyond the tolerance: reported, whichever decided.
                     guard !reports.isEmpty || round > 1 else {
-                        throw PropertyFailure("\(label): two plausible clocks disagree and nothing says so")
+                        throw Violation("\(label): two plausible clocks disagree and nothing says so")
                     }
                 }
                 return onDateDecides ? "date" : "host"
             }
             // Refused: reported with the clocks that disagree, as a misconfiguration retried on the slow schedule.
             guard machine.usableCredential == nil else {
-                throw PropertyFailure("\(label): an implausible credential was installed")
+                throw Violation("\(label): an implausible credential was installed")
             }
             guard let report = reports.first(where: { $0.finding == .noClockPlausible }) else {
-                throw PropertyFailure("\(label), round \(round): refused without saying which clocks disagree")
+                throw Violation("\(label), round \(round): refused without saying which clocks disagree")
             }
             guard report.lifetimeOnHostClock == .seconds(credential.expiresAt - hostNow),
                 report.dateHeaderOffset == .seconds(dateOffset)
             else {
-                throw PropertyFailure("\(label): the report's clocks are wrong: \(report)")
+                throw Violation("\(label): the report's clocks are wrong: \(report)")
             }
             guard let failure = actions.lazy.compactMap(Self.fetchFailure).first,
                 failure.error.failureClass == .misconfiguration, let retryIn = failure.retryIn,
                 retryIn >= configuration.misconfigurationRetry.initial / 2,
                 failure.error.reason.contains("no clock makes the credential plausible")
             else {
-                throw PropertyFailure("\(label), round \(round): the refusal is not a slow-retried misconfiguration")
+                throw Violation("\(label), round \(round): the refusal is not a slow-retried misconfiguration")
             }
             guard let timer = machine.timer, let deadline = timer.uptimeDeadline else {
-                throw PropertyFailure("\(label), round \(round): no retry planned")
+                throw Violation("\(label), round \(round): no retry planned")
             }
             // The retry comes: the clocks move on together.
             now = SessionInstant(

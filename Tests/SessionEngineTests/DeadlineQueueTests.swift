@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Testing
 
@@ -194,7 +195,7 @@ import Testing
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_queue", secret: "queue-secret", clock: clock)
         let fetcher = ScriptedCredentialFetcher(responder: { account in
-            try signer.sign(email: EngineHarness.email(for: account))
+            try signer.sign(email: exampleEmail(for: account))
         })
         var engine: SessionEngine? = SessionEngine(fetcher: fetcher, clock: clock)
         try await engine?.signIn("alice")
@@ -216,7 +217,7 @@ import Testing
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_queue", secret: "queue-secret", clock: clock)
         let fetcher = ScriptedCredentialFetcher(responder: { account in
-            try signer.sign(email: EngineHarness.email(for: account))
+            try signer.sign(email: exampleEmail(for: account))
         })
         var engine = SessionEngine(fetcher: fetcher, clock: clock)
         let queue = engine.shard.timers

@@ -1,4 +1,5 @@
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Testing
 
@@ -184,7 +185,7 @@ import Testing
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_pool", secret: "pool-secret", clock: clock)
         let fetcher = ScriptedCredentialFetcher(responder: { account in
-            try signer.sign(email: PoolHarness.email(for: account))
+            try signer.sign(email: exampleEmail(for: account))
         })
         var pool: SessionPool? = SessionPool(fetcher: fetcher, clock: clock)
         try await pool?.signIn("alice")

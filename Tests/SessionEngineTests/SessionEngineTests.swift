@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Synchronization
 import Testing
@@ -756,7 +757,7 @@ struct SessionEngineTests {
     @Test func aLateFirstSubscriberStartsFromTheLatestStateChange() async throws {
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
-        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: EngineHarness.email(for: $0)) })
+        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: exampleEmail(for: $0)) })
         let published = Recorder<SessionEvent>()
         let engine = SessionEngine(
             fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 3), clock: clock,
@@ -789,7 +790,7 @@ struct SessionEngineTests {
     @Test func aFirstSubscriberRacingTheEnginesEventsLosesNoneAndRepeatsNone() async throws {
         let clock = SystemClock()
         let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
-        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: EngineHarness.email(for: $0)) })
+        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: exampleEmail(for: $0)) })
         func engine(seed: Int) -> (SessionEngine, Recorder<SessionEvent>) {
             let published = Recorder<SessionEvent>()
             let engine = SessionEngine(

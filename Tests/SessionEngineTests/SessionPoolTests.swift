@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Synchronization
 import Testing
@@ -23,7 +24,7 @@ struct PoolHarness {
         let signer = try! IdentitySigner(projectID: "proj_pool", secret: "pool-secret", clock: clock)
         self.signer = signer
         let responder: (@Sendable (AccountID) throws -> IdentityCredential)? = { account in
-            try signer.sign(email: Self.email(for: account))
+            try signer.sign(email: exampleEmail(for: account))
         }
         fetcher = ScriptedCredentialFetcher(responder: answersAtOnce ? responder : nil)
         pool = SessionPool(
@@ -38,12 +39,10 @@ struct PoolHarness {
         )
     }
 
-    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
-
     static func accounts(_ count: Int) -> [AccountID] { (0..<count).map { AccountID("user-\($0)") } }
 
     func credential(for account: AccountID) -> IdentityCredential {
-        try! signer.sign(email: Self.email(for: account))
+        try! signer.sign(email: exampleEmail(for: account))
     }
 
     /// Starts a sign-in of every account at once; returns once all have entered the pool and it is idle.
@@ -80,7 +79,7 @@ struct PoolHarness {
         for call in calls { try await call.value }
         for account in accounts {
             let headers = try harness.pool.identityHeaders(for: account)
-            #expect(try headers.credential().email == PoolHarness.email(for: account))
+            #expect(try headers.credential().email == exampleEmail(for: account))
             #expect(harness.pool.state(of: account).isIdentified)
         }
         #expect(throws: SessionError.self) { try harness.pool.identityHeaders(for: "dave") }
@@ -250,9 +249,9 @@ struct PoolHarness {
         await #expect(throws: SessionError.self) { try await work[0].value }
         #expect(harness.pool.state(of: "alice") == .signedOut)
         #expect(harness.pool.metrics(for: "bob")?.scopedWork == 1)
-        #expect(try harness.pool.identityHeaders(for: "bob").credential().email == PoolHarness.email(for: "bob"))
+        #expect(try harness.pool.identityHeaders(for: "bob").credential().email == exampleEmail(for: "bob"))
         clock.advance(by: .seconds(60))
-        #expect(try await work[1].value == PoolHarness.email(for: "bob"))
+        #expect(try await work[1].value == exampleEmail(for: "bob"))
         await harness.pool.shutdown()
     }
 
@@ -327,7 +326,7 @@ struct PoolHarness {
         #expect(slot.closeToWorkIfIdle())
         // Closed, still a member: new work gets no identity; the account's reads go on until it leaves.
         await #expect(throws: SessionError.self) { try await harness.pool.withIdentity(for: "alice") { _ in } }
-        #expect(try harness.pool.identityHeaders(for: "alice").credential().email == PoolHarness.email(for: "alice"))
+        #expect(try harness.pool.identityHeaders(for: "alice").credential().email == exampleEmail(for: "alice"))
         await harness.pool.shutdown()
     }
 

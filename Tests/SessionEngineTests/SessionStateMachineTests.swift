@@ -72,9 +72,9 @@ import Testing
             var harness = MachineHarness(seed: seed)
             for (index, input) in inputs.enumerated() {
                 guard let problems = harness.apply(input), !problems.isEmpty else { continue }
-                return PropertyFailure("step \(index + 1) \(input): \(problems.joined(separator: "; "))")
+                return Violation("step \(index + 1) \(input): \(problems.joined(separator: "; "))")
             }
-            if let problem = harness.recover() { return PropertyFailure("liveness: \(problem)") }
+            if let problem = harness.recover() { return Violation("liveness: \(problem)") }
             return nil
         }
         #expect(report.failures == 0)

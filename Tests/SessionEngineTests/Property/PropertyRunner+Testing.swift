@@ -9,7 +9,6 @@ extension PropertyRunner {
     ///   - name: The property's name, for the summary line and the failure.
     ///   - settings: The seed and the number of programs.
     ///   - program: Generates a program from its seed.
-    ///   - shrinkBudget: How many candidate programs shrinking may run.
     ///   - testName: The test that runs the property, for the replay command.
     ///   - sourceLocation: Where the failure is recorded.
     ///   - property: Runs a program with its seed; returns why it failed, or `nil`.
@@ -19,16 +18,14 @@ extension PropertyRunner {
         _ name: String,
         settings: PropertySettings,
         program: Gen<[Operation]>,
-        shrinkBudget: Int = 300,
         testName: String = #function,
         sourceLocation: SourceLocation = #_sourceLocation,
-        property: ([Operation], UInt64) async -> PropertyFailure?
+        property: ([Operation], UInt64) async -> Violation?
     ) async -> PropertyReport {
         let report = await run(
             name,
             settings: settings,
             program: program,
-            shrinkBudget: shrinkBudget,
             testName: testName,
             property: property
         )

@@ -8,12 +8,7 @@ import Testing
 /// or waits for its exit, and each of those waits is bounded.
 final class PythonServer: Sendable {
     /// `python3` on `PATH`, if any.
-    static let python: URL? = {
-        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        return path.split(separator: ":").lazy
-            .map { URL(fileURLWithPath: String($0)).appendingPathComponent("python3") }
-            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
-    }()
+    static let python = Executable.find("python3")
 
     /// The directory of the fixture servers.
     static let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

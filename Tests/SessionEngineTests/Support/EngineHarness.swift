@@ -28,13 +28,11 @@ struct EngineHarness {
     }
 
     /// The email the backend signs for an account.
-    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
-
     /// A credential for the account that expires `lifetime` seconds from the clock's now.
     func credential(for account: AccountID, lifetime: Int64 = 900, email: String? = nil) -> IdentityCredential {
         let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
         return try! signer.sign(
-            email: email ?? Self.email(for: account),
+            email: email ?? exampleEmail(for: account),
             properties: nil,
             expiresAt: now + lifetime
         )
@@ -46,7 +44,7 @@ struct EngineHarness {
         let clock = self.clock
         return { account in
             let now = Int64(clock.now.timeIntervalSince1970.rounded(.down))
-            return try signer.sign(email: Self.email(for: account), properties: nil, expiresAt: now + lifetime)
+            return try signer.sign(email: exampleEmail(for: account), properties: nil, expiresAt: now + lifetime)
         }
     }
 

@@ -49,8 +49,6 @@ struct MachineHarness {
         machine = Machine(configuration: Self.configuration, seed: seed)
     }
 
-    static func email(for account: AccountID) -> String { "\(account.rawValue)@example.com" }
-
     var session: Machine.AccountSession? { machine.state.session }
 
     private var wallSeconds: Int64 { Int64(now.wall.timeIntervalSince1970.rounded(.down)) }
@@ -82,7 +80,7 @@ struct MachineHarness {
     /// A credential for the current or target account that lives `lifetime` seconds on the backend's clock.
     mutating func goodCredential(lifetime: Int) -> IdentityCredential? {
         guard let account = machine.currentAccount else { return nil }
-        let email = session?.pinnedEmail ?? Self.email(for: account)
+        let email = session?.pinnedEmail ?? exampleEmail(for: account)
         return credential(email: email, expiresAt: backendSeconds + Int64(lifetime))
     }
 
@@ -128,7 +126,8 @@ struct MachineHarness {
             actions = machine.fetchSucceeded(id, credential: credential, at: now)
         case .succeedExpired, .succeedTooLong, .succeedOtherEmail:
             guard runningFetch != nil, let account = machine.currentAccount else { return nil }
-            let email = input == .succeedOtherEmail ? Self.otherEmail : session?.pinnedEmail ?? Self.email(for: account)
+            let email =
+                input == .succeedOtherEmail ? Self.otherEmail : session?.pinnedEmail ?? exampleEmail(for: account)
             let expiresAt =
                 switch input {
                 case .succeedExpired: wallSeconds - 60
@@ -190,7 +189,7 @@ struct MachineHarness {
             actions = machine.fetchFailed(id, error: error, at: now)
         case .succeedSkewed(let offset):
             guard runningFetch != nil, let account = machine.currentAccount else { return nil }
-            let email = session?.pinnedEmail ?? Self.email(for: account)
+            let email = session?.pinnedEmail ?? exampleEmail(for: account)
             let credential = credential(email: email, expiresAt: wallSeconds + Int64(offset) + 900)
             actions = machine.fetchSucceeded(
                 deliver()!, credential: credential, serverClockOffset: .seconds(offset), at: now)
@@ -204,7 +203,7 @@ struct MachineHarness {
             }
         case .pushExpired:
             guard let account = machine.currentAccount else { return nil }
-            let email = session?.pinnedEmail ?? Self.email(for: account)
+            let email = session?.pinnedEmail ?? exampleEmail(for: account)
             let credential = credential(email: email, expiresAt: backendSeconds - 60)
             pushedCredential = credential
             if case .installed(let installed) = machine.credentialPushed(credential, for: account, at: now) {
@@ -217,7 +216,7 @@ struct MachineHarness {
                 actions = installed
             }
         case .signInWith(let account):
-            let credential = credential(email: Self.email(for: account), expiresAt: backendSeconds + 900)
+            let credential = credential(email: exampleEmail(for: account), expiresAt: backendSeconds + 900)
             switch machine.changeAccount(to: account, pushing: credential, at: now) {
             case .began(let epoch, let began):
                 actions = began
