@@ -1,6 +1,7 @@
 import SessionEngine
 
-/// The calls of a program that have begun and not finished, by name, and the tasks that wait until none is left.
+/// The calls of a program that have begun and not finished, by name, and the tasks that wait until none is left, parked
+/// in the package's `WaiterQueue` as the test kit's executor parks its idle waiters.
 ///
 /// A call that has left the engine is still outstanding until the program's code after it (its checks) has run, so a
 /// driver that waits here before it moves the clock on, or before it checks what a shutdown left, lets those checks
@@ -9,7 +10,7 @@ package final class CallTracker: Sendable {
     private struct State {
         var calls: [Int: String] = [:]
         var nextTicket = 0
-        var waiters: [CheckedContinuation<Void, Never>] = []
+        var waiters = WaiterQueue<Void, Void>()
     }
 
     private let state = SanitizedMutex(State())
@@ -27,13 +28,12 @@ package final class CallTracker: Sendable {
 
     /// The call of `ticket` has returned and run its checks.
     package func finished(_ ticket: Int) {
-        let ready = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+        state.withLock { state in
+            var ready = WaiterQueue<Void, Void>.Wakeups()
             state.calls.removeValue(forKey: ticket)
-            guard state.calls.isEmpty else { return [] }
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for continuation in ready { continuation.resume() }
+            if state.calls.isEmpty { state.waiters.resolveAll(with: (), into: &ready) }
+            return ready
+        }.resume()
     }
 
     /// How many calls have begun and not finished.
@@ -44,10 +44,10 @@ package final class CallTracker: Sendable {
 
     /// Returns once no call is outstanding.
     package func waitUntilNone() async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 if state.calls.isEmpty { return true }
-                state.waiters.append(continuation)
+                state.waiters.park((), continuation)
                 return false
             }
             if now { continuation.resume() }

@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Testing
 
@@ -91,7 +92,7 @@ import Testing
                 return count <= 2
             }
             if failed { throw SessionError.fetchFailed("the backend is down") }
-            return .credential(try signer.sign(email: "\(request.account.rawValue)@example.com"))
+            return .credential(try signer.sign(email: exampleEmail(for: request.account)))
         }
         var configuration = SessionPoolConfiguration()
         configuration.budget.startsPerSecond = 0

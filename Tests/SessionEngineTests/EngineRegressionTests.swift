@@ -24,7 +24,7 @@ import Testing
     @Test func aSignInReachingAnEngineThatSignsOutAndShutsDownFailsInsteadOfReenteringTheAccount() async throws {
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_leave", secret: "leave-secret", clock: clock)
-        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: "\($0.rawValue)@example.com") })
+        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: exampleEmail(for: $0)) })
         let engine = SessionEngine(fetcher: fetcher, clock: clock)
         let gate = Gate(clock: clock)
         let changes = Locked<[String]>([])
