@@ -70,12 +70,25 @@ extension SessionPool {
     }
 
     /// Signs an account out of the pool: cancels and drains its scoped work, clears its credential, runs the hooks
-    /// and removes it. Other accounts are not touched. Returns once the account has left.
+    /// and removes it. Other accounts are not touched. Returns once the account has left; an account already
+    /// leaving (evicted, or signed out by another call) is waited for as it leaves.
     ///
     /// - Parameter account: The account to sign out; nothing happens for one the pool does not hold.
     public func signOut(_ account: AccountID) async {
-        guard let member = member(account) else { return }
-        await remove(member, because: nil)
+        // Found and taken out in one lock step, as an eviction chooses and takes out its member: a member looked up
+        // in one step could be taken out by an eviction before the next, and leave twice.
+        let found = members.withLock { members -> (leaving: Member?, removed: OneShot<Void>?) in
+            if let member = table.member(account) {
+                members.leave(member, from: table)
+                return (member, nil)
+            }
+            return (nil, members.leaving.values.first { $0.member.account == account }?.removed)
+        }
+        if let member = found.leaving {
+            await remove(member, because: nil)
+        } else if let removed = found.removed {
+            await removed.value()
+        }
     }
 
     /// Registers a hook that runs during every account change of every account, as
@@ -248,16 +261,13 @@ extension SessionPool {
         }
     }
 
-    /// Removes the member, signs it out (hooks run) and shuts it down, which ends its life in its shard, reporting an
-    /// eviction's reason.
+    /// Signs out and shuts down a member that has left the table (``Members/leave(_:from:)``, in the lock step that
+    /// chose it), which ends its life in its shard, reporting an eviction's reason; then ends its leaving.
     ///
     /// From the removal on, reads for the account fail with `SIGNED_OUT` and a sign-in makes a new member; a call
     /// that reached the old member first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
     func remove(_ member: Member, because reason: SessionPoolEvent.EvictionReason?) async {
-        members.withLock { members in
-            // An eviction took the member out already, in the step that chose it; a sign-out takes it out now.
-            if reason == nil { members.leave(member, from: table) } else { members.evictions += 1 }
-        }
+        if reason != nil { members.withLock { $0.evictions += 1 } }
         await member.shard.signOutAndShutDown(member.slot)
         if let reason {
             let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))

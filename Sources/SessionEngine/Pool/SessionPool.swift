@@ -47,10 +47,12 @@ public final class SessionPool: Sendable {
         var closing = false
 
         /// Takes `member` out of the table and counts it as leaving, in the lock step that chose it, so that no
-        /// shutdown can miss it in between.
+        /// shutdown can miss it in between; only a member still in the table is chosen, so each leaves once, and
+        /// the one ``SessionPool/remove(_:because:)`` that follows ends its leaving.
         mutating func leave(_ member: Member, from table: AccountTable) {
             table.remove(member)
-            if leaving[member.id] == nil { leaving[member.id] = (member, OneShot()) }
+            assert(leaving[member.id] == nil, "a member left the pool twice")
+            leaving[member.id] = (member, OneShot())
         }
 
         /// Whether a sign-in is under way on `member`.
