@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Applies each race mutant in Tests/Mutants/ to a fresh clone of the current HEAD and reports which check catches it:
-# the random model test (`swift test --filter EngineModelTests`, fresh seed) and the schedule explorer
-# (`SessionEngineSchedules`, release build, fresh seed).
+# the random model test (`swift test --filter EngineModelTests`, fresh seed), the schedule explorer
+# (`SessionEngineSchedules`, release build, fresh seed) and, for a mutant whose patch names one on a `Stress: FILTER`
+# line, the real-thread stress test `swift test --filter FILTER` (debug build, where the package's assertions hold):
+# the net for a window between two lock steps of one job, which lies inside one job of the explorer.
 #
 # usage: Scripts/check-mutants.sh [--only NN] [--minutes M] [--baseline] [--keep]
-#   --only NN     only the mutant whose file name starts with NN (01 … 07); may be repeated
+#   --only NN     only the mutant whose file name starts with NN (01 … 08); may be repeated
 #   --minutes M   the explorer's budget per mutant (default 3, about its CI budget; regressions, then races run first)
-#   --baseline    first run both checks on the unmodified engine: both must pass, or every "caught" would be noise
+#   --baseline    first run every check on the unmodified engine: all must pass, or every "caught" would be noise
 #   --keep        keep the clone (its path is printed) instead of deleting it
 #
 # Prints one line per mutant,
-#   NN name: model test caught|missed, explorer caught|missed (first failure: ...)
-# and a summary line, and exits non-zero when the explorer misses any mutant (a mutant that does not apply or does not
+#   NN name: model test caught|missed, explorer caught|missed, stress test caught|missed|none (first failure: ...)
+# and a summary line, and exits non-zero when no check catches a mutant (a mutant that does not apply or does not
 # build, or an explorer run that hangs past its time limit, counts as missed: nothing proved it caught).
 #
 # Time: the clone reuses one build directory, kept between runs in $MUTANTS_WORKDIR (default
 # ${TMPDIR:-/tmp}/sessionengine-mutants/build), so after the first run only the engine and its dependents rebuild. Each
-# mutant is bounded: debug build 20 min, model test 6 min, release build 20 min, explorer M minutes plus 4. Measured on
-# 2 cores with warm builds and other work running: 1.5-4.5 min per mutant with --minutes 1, 3-4.5 min with the default
-# 3, so about 25-35 min for all seven; the bounds cap it at about 53 min per mutant, 6 h 10 min for seven.
+# mutant is bounded: debug build 20 min, model test 6 min, stress test 10 min, release build 20 min, explorer M minutes
+# plus 4. Measured on 2 cores with warm builds and other work running: 1.5-4.5 min per mutant with --minutes 1, 3-4.5
+# min with the default 3, so about 30-40 min for all eight; the bounds cap it at about 63 min per mutant, 8 h 24 min
+# for eight.
 set -uo pipefail
 
 root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
@@ -32,7 +35,7 @@ while [ $# -gt 0 ]; do
         --minutes) minutes="$2"; shift 2 ;;
         --baseline) baseline=true; shift ;;
         --keep) keep=true; shift ;;
-        -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -80,17 +83,28 @@ bounded() { # bounded SECONDS LOG COMMAND...
     return "$result"
 }
 
-# Runs the model test and the explorer on the clone as it is; sets model_verdict, explorer_verdict and first_failure.
+# Runs the model test, the stress test named by `stress_filter` (if any) and the explorer on the clone as it is; sets
+# model_verdict, stress_verdict, explorer_verdict and first_failure.
 check() {
     local log="$logs/$1"
     model_verdict=missed
     explorer_verdict=missed
+    stress_verdict=none
     first_failure=""
     if ! bounded 1200 "$log.debug-build" swift build --package-path "$clone" --build-tests; then
         model_verdict="not built"
         explorer_verdict="not built"
         first_failure="the debug build failed, see $log.debug-build"
         return
+    fi
+    if [ -n "$stress_filter" ]; then
+        stress_verdict=missed
+        bounded 600 "$log.stress" swift test --package-path "$clone" --skip-build --filter "$stress_filter"
+        case $? in
+            0) ;;
+            124) stress_verdict="caught (hung past 10 min)" ;;
+            *) stress_verdict=caught ;;
+        esac
     fi
     local model_seed
     model_seed=$(seed)
@@ -130,12 +144,16 @@ check() {
 status=0
 caught=0
 model_caught=0
+stress_caught=0
+any_caught=0
 total=0
 if [ "$baseline" = true ]; then
+    # Every mutant's stress test at once.
+    stress_filter=$(sed -n 's/^Stress: //p' "$root"/Tests/Mutants/*.patch | paste -sd'|')
     check baseline
-    echo "baseline (HEAD $head, no mutant): model test $model_verdict, explorer $explorer_verdict" \
-        "(first failure: $first_failure)"
-    case "$model_verdict $explorer_verdict" in
+    echo "baseline (HEAD $head, no mutant): model test $model_verdict, explorer $explorer_verdict," \
+        "stress tests $stress_verdict (first failure: $first_failure)"
+    case "$model_verdict $explorer_verdict $stress_verdict" in
         *caught* | *"not built"* | *hung*)
             echo "the unmodified engine does not pass both checks: no verdict on the mutants would mean anything"
             exit 1
@@ -159,17 +177,21 @@ for patch in "$root"/Tests/Mutants/*.patch; do
         status=1
         continue
     fi
+    stress_filter=$(sed -n 's/^Stress: //p' "$patch" | head -n1)
     check "$file"
     elapsed=$(($(date +%s) - started))
-    echo "$number ${file#*-}: model test $model_verdict, explorer $explorer_verdict (first failure: $first_failure)" \
-        "[${elapsed}s]"
-    case "$model_verdict" in caught*) model_caught=$((model_caught + 1)) ;; esac
-    if [ "$explorer_verdict" = caught ]; then caught=$((caught + 1)); else status=1; fi
+    echo "$number ${file#*-}: model test $model_verdict, explorer $explorer_verdict, stress test $stress_verdict" \
+        "(first failure: $first_failure) [${elapsed}s]"
+    any=false
+    case "$model_verdict" in caught*) model_caught=$((model_caught + 1)) any=true ;; esac
+    case "$stress_verdict" in caught*) stress_caught=$((stress_caught + 1)) any=true ;; esac
+    if [ "$explorer_verdict" = caught ]; then caught=$((caught + 1)) any=true; fi
+    if [ "$any" = true ]; then any_caught=$((any_caught + 1)); else status=1; fi
 done
 restore
 
-echo "mutants: $total checked on HEAD $head, explorer caught $caught, model test caught $model_caught" \
-    "(logs in $logs)"
+echo "mutants: $total checked on HEAD $head, caught by some check $any_caught: explorer $caught, model test" \
+    "$model_caught, stress test $stress_caught (logs in $logs)"
 if [ "$total" -eq 0 ]; then
     echo "no mutant matched" >&2
     exit 2
