@@ -672,6 +672,60 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
         #expect(budget.snapshot.outages == 0 && !budget.snapshot.holdsForOutage, "a pause is no outage")
     }
 
+    /// Fetches of both urgencies take tickets, are promoted, ask to start, are cancelled and end on real threads, round
+    /// after round: the budget never holds more in flight than its bound, admits or cancels every fetch that asked
+    /// (none waits for ever), and ends each round with nothing in flight or queued. A fetch that read its task's
+    /// cancellation before the lock step that queues it could queue after its cancellation handler found nothing to
+    /// cancel, and wait for ever.
+    @Test func realThreadsRacingTheBudgetAdmitEveryFetchWithinItsBound() async {
+        let fetches = 6
+        let bound = 2
+        let overBound = InFlight()
+        let unbalanced = Atomic<Int>(0)
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { round in
+            let clock = ManualClock()
+            // A bucket no round empties: only the in-flight bound makes fetches wait, so no time need pass.
+            let budget = budget(inFlight: bound, rate: 1000, burst: 1_000_000, clock: clock)
+            let inFlight = InFlight()
+            await withTaskGroup(of: Void.self) { group in
+                for index in 0..<fetches {
+                    let urgency: FetchUrgency = (round + index) % 2 == 0 ? .needed : .proactive
+                    let ticket = budget.ticket(
+                        urgency: urgency, deadline: .seconds(index), account: AccountID("fetch-\(index)"))
+                    let fetch = Task.detached(executorPreference: RealThreadRounds.threads) {
+                        guard await budget.acquire(ticket) else { return }
+                        if inFlight.count.add(1, ordering: .relaxed).newValue > bound {
+                            overBound.count.add(1, ordering: .relaxed)
+                        }
+                        await Task.yield()
+                        inFlight.count.subtract(1, ordering: .relaxed)
+                        budget.release(ticket, outcome: .neither)
+                    }
+                    group.addTask(executorPreference: RealThreadRounds.threads) {
+                        switch index % 3 {
+                        case 0: fetch.cancel()
+                        case 1: budget.promote(ticket)
+                        default: break
+                        }
+                        await fetch.value
+                    }
+                }
+            }
+            let snapshot = budget.snapshot
+            if snapshot.inFlight != 0 || snapshot.queuedNeeded != 0 || snapshot.queuedProactive != 0 {
+                unbalanced.add(1, ordering: .relaxed)
+            }
+        }
+        #expect(stuck == nil, "a fetch waited for ever in round \(stuck ?? -1)")
+        #expect(overBound.count.load(ordering: .relaxed) == 0, "fetches admitted over the bound")
+        #expect(unbalanced.load(ordering: .relaxed) == 0, "rounds that ended with fetches in flight or queued")
+    }
+
+    /// A count shared by a round's tasks.
+    private final class InFlight: Sendable {
+        let count = Atomic<Int>(0)
+    }
+
     @Test func theHeapYieldsItsElementsInOrder() {
         var random = SplitMix64(seed: 11)
         var heap = Heap<Int>()
