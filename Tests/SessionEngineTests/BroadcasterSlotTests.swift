@@ -43,6 +43,45 @@ import Testing
         #expect(mismatches.load(ordering: .relaxed) == 0, "rounds whose subscriber lost or repeated an event")
     }
 
+    /// Subscribers come, wait for events, and some are cancelled, while another thread publishes and then finishes,
+    /// round after round: every subscriber that is not cancelled receives, from the state it started from, every later
+    /// event once and in order, to the end; a cancelled one's stream ends. No wake-up is lost between a subscriber's
+    /// check for an event and its parking, nor between a publish or the finish and the subscriber it must wake.
+    @Test func realThreadsRacingSubscribersPublishingAndTheFinishLoseNoEventAndNoSubscriber() async {
+        let all = Self.events
+        let mismatches = Atomic<Int>(0)
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { round in
+            let broadcaster = EventBroadcaster(initial: all[0], bufferLimit: 100)
+            let subscribers = (0..<3).map { index in
+                Task.detached(executorPreference: RealThreadRounds.threads) { () -> [SessionEvent] in
+                    var received: [SessionEvent] = []
+                    for await event in SessionEvents(broadcaster: broadcaster, limit: .max) {
+                        received.append(event)
+                    }
+                    return received
+                }
+            }
+            async let published: Void = Task.detached(executorPreference: RealThreadRounds.threads) {
+                for event in all.dropFirst() { broadcaster.publish(event) }
+                broadcaster.finish()
+            }.value
+            // One subscriber in turn is cancelled, at some point of its stream.
+            let cancelled = round % subscribers.count
+            async let cancelling: Void = Task.detached(executorPreference: RealThreadRounds.threads) {
+                subscribers[cancelled].cancel()
+            }.value
+            _ = await (published, cancelling)
+            for (index, subscriber) in subscribers.enumerated() {
+                let received = await subscriber.value
+                if index != cancelled, subscriberMissedOrRepeated(received, of: all) != nil {
+                    mismatches.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        #expect(stuck == nil, "a subscriber never saw its stream end in round \(stuck ?? -1)")
+        #expect(mismatches.load(ordering: .relaxed) == 0, "subscribers that lost or repeated an event")
+    }
+
     /// Holds the slot, which cannot be copied, for the round's two threads.
     private final class Box: Sendable {
         let value: BroadcasterSlot

@@ -1,0 +1,75 @@
+import Foundation
+import SessionEngineTestKit
+import Synchronization
+import Testing
+
+@testable import SessionEngine
+
+/// The store that hands out an account's credential to scoped work (``SessionStore``), raced on real threads as an
+/// account change races the work: the work it cancels and the drain that waits for it.
+@Suite struct SessionStoreTests {
+    /// Scoped work starts and ends on real threads while an account change installs the next session, cancels the
+    /// earlier session's work and drains it, round after round: the drain returns (no wake-up is lost between its
+    /// check and its parking, or between a piece of work's end and the drain it ends), and when it returns no work of
+    /// the earlier session runs, none having started after the cancellation.
+    @Test func realThreadsRacingWorkAndAnAccountChangeDrainEveryPieceOfTheEarlierSession() async {
+        let harness = EngineHarness()
+        let first = harness.credential(for: "alice")
+        let second = harness.credential(for: "bob")
+        let leftRunning = Count()
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { _ in
+            let store = Box(SessionStore(wallClock: SharedWallClockCheck(harness.clock)))
+            store.install(first, of: "alice", epoch: 1)
+            let earlierRunning = Count()
+            await withTaskGroup(of: Void.self) { group in
+                for _ in 0..<4 {
+                    group.addTask(executorPreference: RealThreadRounds.threads) {
+                        // The work's task only hands back its slot; the test plays the work's body here.
+                        guard
+                            let (_, task, ticket) = try? store.value.startWork({ _, slot in
+                                Task { () throws -> Int in slot }
+                            })
+                        else { return }
+                        if ticket.epoch == 1 { earlierRunning.value.add(1, ordering: .relaxed) }
+                        await Task.yield()
+                        if ticket.epoch == 1 { earlierRunning.value.subtract(1, ordering: .relaxed) }
+                        store.value.finishWork(try! await task.value)
+                    }
+                }
+                group.addTask(executorPreference: RealThreadRounds.threads) {
+                    store.install(second, of: "bob", epoch: 2)
+                    store.value.cancelWork(before: 2)
+                    await store.value.drain(before: 2)
+                    if earlierRunning.value.load(ordering: .relaxed) != 0 {
+                        leftRunning.value.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+        }
+        #expect(stuck == nil, "a drain was never woken in round \(stuck ?? -1)")
+        #expect(leftRunning.value.load(ordering: .relaxed) == 0, "rounds whose drain returned while earlier work ran")
+    }
+
+    /// Holds the store, which cannot be copied, for the round's threads.
+    private final class Box: Sendable {
+        let value: SessionStore
+
+        init(_ value: consuming SessionStore) {
+            self.value = value
+        }
+
+        /// Installs `credential` as the identified credential of `account` in account session `epoch`.
+        func install(_ credential: IdentityCredential, of account: AccountID, epoch: UInt64) {
+            let identity = SessionIdentity(account: account, credential: credential, epoch: epoch)
+            value.install(
+                SessionStore.Snapshot(
+                    state: .identified(identity), epoch: epoch, credential: credential, shutDown: false,
+                    clockOffset: .zero))
+        }
+    }
+
+    /// A count shared by a round's threads.
+    private final class Count: Sendable {
+        let value = Atomic<Int>(0)
+    }
+}
