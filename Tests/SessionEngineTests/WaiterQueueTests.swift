@@ -219,6 +219,23 @@ enum RealThreadRounds {
     /// The executor every task of the rounds prefers.
     static let threads = Threads()
 
+    /// Releases a round's threads together, so that a window of a few instructions in one of them meets the others'
+    /// steps far more often than threads that start a task's creation apart: each thread arrives and spins until all
+    /// have, or for a few hundred microseconds (a thread still missing then has no core to race on anyway).
+    final class StartLine: Sendable {
+        private let parties: Int
+        private let arrived = Atomic(0)
+
+        init(parties: Int) {
+            self.parties = parties
+        }
+
+        func arriveAndWait() {
+            arrived.add(1, ordering: .acquiringAndReleasing)
+            for _ in 0..<200_000 where arrived.load(ordering: .acquiring) < parties {}
+        }
+    }
+
     /// `rounds`, or a tenth of them under the thread sanitizer, which is there to see races on the accesses, not to
     /// repeat them.
     static func scaled(_ rounds: Int) -> Int { sanitized ? rounds / 10 : rounds }
