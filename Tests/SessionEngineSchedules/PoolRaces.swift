@@ -138,9 +138,11 @@ final class PoolRaceRig: Sendable {
 }
 
 /// The pool's races: accounts sharing one budget, an account leaving while its fetch waits, an eviction racing work,
-/// the pool's shared timers firing while an account leaves.
+/// the pool's shared timers firing while an account leaves, calls racing the pool's shutdown.
 enum PoolRaces {
-    static let all: [RaceProgram] = [signInsShareTheBudget, signOutWhileQueued, evictionRacesWork, renewalRacesSignOut]
+    static let all: [RaceProgram] = [
+        signInsShareTheBudget, signOutWhileQueued, evictionRacesWork, renewalRacesSignOut, callsRaceShutdown,
+    ]
 
     static let signInsShareTheBudget = RaceProgram(
         name: "pool-sign-ins",
@@ -288,6 +290,50 @@ enum PoolRaces {
             try await rig.checkBudget(maximumInFlight: 2)
             await rig.pool.shutdown()
             if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
+        }
+    }
+
+    static let callsRaceShutdown = RaceProgram(
+        name: "pool-calls-race-shutdown",
+        summary: "bob signs in, alice's work starts and alice signs out while the pool shuts down",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 2)
+            try await rig.pool.signIn("alice")
+            rig.launchSignIn("bob")
+            rig.launch { pool in
+                try await pool.withIdentity(for: "alice") { _ in await Waypoint.pass() }
+                return "worked"
+            }
+            rig.launch { pool in
+                await pool.signOut("alice")
+                return "signed out"
+            }
+            rig.launch { pool in
+                await pool.shutdown()
+                // Nothing the racing calls began outlives the shutdown: no account is held or identified.
+                if !pool.accounts.isEmpty { return "shut down, holding \(pool.accounts)" }
+                for account: AccountID in ["alice", "bob"] where pool.state(of: account) != .signedOut {
+                    return "shut down, with \(account) \(pool.state(of: account))"
+                }
+                return "shut down"
+            }
+            let outcomes = await rig.outcomes()
+            // A sign-in either returned before the shutdown began and was then shut down, or was refused.
+            if !["identified", "SHUT_DOWN", "ACCOUNT_CHANGED"].contains(outcomes[0]) {
+                throw Violation("bob's sign-in ended \(outcomes[0])")
+            }
+            if !["worked", "SHUT_DOWN", "SIGNED_OUT", "ACCOUNT_CHANGED", "CancellationError"].contains(outcomes[1]) {
+                throw Violation("alice's work ended \(outcomes[1])")
+            }
+            if outcomes[3] != "shut down" { throw Violation("the shutdown returned: \(outcomes[3])") }
+            if (try? rig.pool.identityHeaders(for: "bob")) != nil {
+                throw Violation("bob's headers read after shutdown")
+            }
+            await Explorer.waitUntilIdle()
+            if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
+            if rig.pool.metrics.fetchesInFlight != 0 { throw Violation("a fetch is in flight after shutdown") }
         }
     }
 }

@@ -21,7 +21,8 @@ enum Races {
     static let all: [RaceProgram] = [
         renewAnsweredAtOnce, signOutDuringRenewal, switchDuringFetch, lateResultFromEarlierEpoch, manyCallersAtExpiry,
         cancelledWaiter, joinedSwitch,
-        rejectionDuringSwitch, shutdownDuringFetch, twoSwitches, lateResultThenShutdown,
+        rejectionDuringSwitch, shutdownDuringFetch, twoSwitches, lateResultThenShutdown, joinedSignInDeadline,
+        joinedSwitchDeadline,
     ]
 
     /// Signs in as alice and moves past the minimum fetch interval, so a renewal really fetches.
@@ -265,6 +266,63 @@ enum Races {
             // shutdown() runs no hooks: the last hook entered bob when the switch was prepared before the shutdown
             // began, alice when the shutdown superseded it (a superseded change runs no hooks).
             try await rig.finish(changes: 3, finalAccount: .some(nil), hooksEndAt: ["bob", "alice"])
+        }
+    }
+
+    static let joinedSignInDeadline = RaceProgram(
+        name: "joined-sign-in-deadline",
+        summary:
+            "signIn(alice, timeout: 5 s) and signIn(alice) join one sign-in whose first fetch hangs past the deadline",
+        bound: 2
+    ) {
+        {
+            let rig = RaceRig(latency: 1)
+            await rig.start()
+            rig.fetcher.script(.hang)
+            rig.launch("signIn (5 s)") { rig in
+                try await rig.engine.signIn("alice", timeout: .seconds(5))
+                return "returned"
+            }
+            rig.launch("signIn") { rig in
+                try await rig.engine.signIn("alice")
+                try rig.checkEstablished("alice", by: "signIn(alice)")
+                return "returned"
+            }
+            try await rig.settle()
+            try checkDeadlineFailedOnlyItsCaller(rig, deadline: "signIn (5 s)", other: "signIn")
+            try await rig.finish(changes: 1, finalAccount: "alice")
+        }
+    }
+
+    static let joinedSwitchDeadline = RaceProgram(
+        name: "joined-switch-deadline",
+        summary: "switchAccount(bob, timeout: 5 s) and switchAccount(bob) join one switch whose first fetch hangs past "
+            + "the deadline",
+        bound: 2
+    ) {
+        {
+            let rig = try await signedIn()
+            rig.fetcher.script(.hang)
+            rig.launch("switch (5 s)") { rig in
+                try await rig.engine.switchAccount(to: "bob", timeout: .seconds(5))
+                return "returned"
+            }
+            rig.launch("switch") { try await $0.change(to: "bob") }
+            try await rig.settle()
+            try checkDeadlineFailedOnlyItsCaller(rig, deadline: "switch (5 s)", other: "switch")
+            try await rig.finish(changes: 2, finalAccount: "bob")
+        }
+    }
+
+    /// A caller's deadline ends that caller's wait alone: it times out (the fetch hangs past it), and the caller that
+    /// joined without one returns once the account's credential is installed.
+    static func checkDeadlineFailedOnlyItsCaller(_ rig: RaceRig, deadline: String, other: String) throws {
+        let outcomes = rig.probe.outcomes
+        if !outcomes.contains("\(deadline): \(SessionError.Code.signInTimedOut)") {
+            throw Violation("the caller with a deadline did not time out: \(outcomes)")
+        }
+        if !outcomes.contains("\(other): returned") {
+            throw Violation("the caller without a deadline did not return once identified: \(outcomes)")
         }
     }
 }

@@ -139,7 +139,8 @@ extension SessionPool {
             members.shutDown = true
             guard !members.closing else { return ([], [], false) }
             members.closing = true
-            return (table.removeAll(), members.leaving.values.map(\.removed), true)
+            let leaving = members.leaving.values.sorted { $0.member.serial < $1.member.serial }.map(\.removed)
+            return (table.removeAll(), leaving, true)
         }
         guard first else {
             // Another call shuts the pool down: this one returns when it has.
@@ -247,12 +248,18 @@ extension SessionPool {
     static func closeLeastRecentlyUsedIdle(
         _ candidates: [(member: Member, used: Int64)], sparing members: Members
     ) -> Member? {
-        // One scan finds the oldest; a busy one is skipped and the scan repeated, which is rare.
+        // One scan finds the oldest; a busy one is skipped and the scan repeated, which is rare. Of members last used
+        // together (two reads with no other use between share a stamp) the one made first goes, whatever the order
+        // of the table's rows, whose hash seed differs between pools.
         var busy: Set<AccountID> = []
         while true {
             var oldest: (member: Member, used: Int64)?
             for (member, used) in candidates where !busy.contains(member.account) {
-                if let current = oldest, current.used <= used { continue }
+                if let current = oldest,
+                    current.used < used || (current.used == used && current.member.serial < member.serial)
+                {
+                    continue
+                }
                 oldest = (member, used)
             }
             guard let candidate = oldest?.member else { return nil }
@@ -318,9 +325,10 @@ extension SessionPool {
             if let old { members.checkpoints.removeFirst(old) }
             members.checkpoints.append(Self.checkpoint(table, clock))
             guard let horizon else { return [] }
+            // Oldest first, as the table's members are (``AccountTable/members``).
             let idle = table.lastUses().compactMap { member, used in
                 used < horizon && !members.isSigningIn(member) && member.slot.closeToWorkIfIdle() ? member : nil
-            }
+            }.sorted { $0.serial < $1.serial }
             for member in idle { members.leave(member, from: table) }
             return idle
         }
