@@ -324,7 +324,12 @@ enum PoolRaces {
             if !["identified", "SHUT_DOWN", "ACCOUNT_CHANGED"].contains(outcomes[0]) {
                 throw Violation("bob's sign-in ended \(outcomes[0])")
             }
-            if !["worked", "SHUT_DOWN", "SIGNED_OUT", "ACCOUNT_CHANGED", "CancellationError"].contains(outcomes[1]) {
+            // The work came before the sign-out and the shutdown, found alice leaving (an account change under way),
+            // found her gone, or was cancelled by either.
+            let workOutcomes = [
+                "worked", "SWITCHING", "SHUT_DOWN", "SIGNED_OUT", "ACCOUNT_CHANGED", "CancellationError",
+            ]
+            if !workOutcomes.contains(outcomes[1]) {
                 throw Violation("alice's work ended \(outcomes[1])")
             }
             if outcomes[3] != "shut down" { throw Violation("the shutdown returned: \(outcomes[3])") }

@@ -362,7 +362,7 @@ final class AccountTable: @unchecked Sendable {
         return removed != nil
     }
 
-    /// Removes every member and returns them, oldest first (as ``members``).
+    /// Removes every member and returns them, in the order of their rows.
     func removeAll() -> [SessionPool.Member] {
         allShards.flatMap { shard in
             shard.pointee.rows.withLock { shard -> [SessionPool.Member] in
@@ -370,7 +370,7 @@ final class AccountTable: @unchecked Sendable {
                 shard = Rows()
                 return members
             }
-        }.sorted { $0.serial < $1.serial }
+        }
     }
 
     /// How many members the table holds.
@@ -387,8 +387,7 @@ final class AccountTable: @unchecked Sendable {
         }
     }
 
-    /// Every member, oldest first: the order of the members' serials, not of their rows, whose hash seed differs
-    /// between pools, so that a pool's shutdown and a hook's registration visit its members in an order its calls
-    /// decide.
-    var members: [SessionPool.Member] { lastUses().map(\.member).sorted { $0.serial < $1.serial } }
+    /// Every member, in the order of their rows (``SessionPool/oldestFirst(_:)`` puts them in an order the pool's
+    /// calls decide).
+    var members: [SessionPool.Member] { lastUses().map(\.member) }
 }

@@ -102,7 +102,7 @@ extension SessionPool {
             members.hooks.append(hook)
             return table.members
         }
-        for member in current { await member.shard.addAccountChangeHook(member.slot, hook) }
+        for member in Self.oldestFirst(current) { await member.shard.addAccountChangeHook(member.slot, hook) }
     }
 
     /// Shuts every account down gracefully, as ``SessionEngine/shutdown(gracePeriod:)`` does for its account: lets
@@ -116,10 +116,11 @@ extension SessionPool {
     ///
     /// - Parameter gracePeriod: How long running work may take to finish before it is cancelled, on the pool's clock.
     public func shutdown(gracePeriod: Duration) async {
-        let all = members.withLock { members -> [Member] in
-            members.shutDown = true
-            return table.members
-        }
+        let all = Self.oldestFirst(
+            members.withLock { members -> [Member] in
+                members.shutDown = true
+                return table.members
+            })
         // Every account's grace period begins now; then the pool waits for each.
         await Self.forEach(all) { await $0.shard.requestShutdown($0.slot, gracePeriod: gracePeriod) }
         await Self.forEach(all) { await $0.shard.waitUntilStopped($0.slot) }
@@ -135,12 +136,12 @@ extension SessionPool {
     /// once the pool has shut down. A hook, or scoped work, must not wait for the pool's shutdown: the shutdown waits
     /// for them.
     public func shutdown() async {
-        let (all, leaving, first) = members.withLock { members -> ([Member], [OneShot<Void>], Bool) in
+        let (held, leaving, first) = members.withLock {
+            members -> ([Member], [(member: Member, removed: OneShot<Void>)], Bool) in
             members.shutDown = true
             guard !members.closing else { return ([], [], false) }
             members.closing = true
-            let leaving = members.leaving.values.sorted { $0.member.serial < $1.member.serial }.map(\.removed)
-            return (table.removeAll(), leaving, true)
+            return (table.removeAll(), Array(members.leaving.values), true)
         }
         guard first else {
             // Another call shuts the pool down: this one returns when it has.
@@ -148,9 +149,10 @@ extension SessionPool {
             return
         }
         if let sweeperSlot { timers.cancel(for: sweeperSlot) }
+        let all = Self.oldestFirst(held)
         await Self.forEach(all) { await $0.shard.requestShutdown($0.slot) }
         await Self.forEach(all) { await $0.shard.waitUntilStopped($0.slot) }
-        for removed in leaving { await removed.value() }
+        for (_, removed) in leaving.sorted(by: { $0.member.serial < $1.member.serial }) { await removed.value() }
         broadcaster.finish()
         stopped.open()
     }
@@ -174,6 +176,13 @@ extension SessionPool {
                 if let member = next.next() { group.addTask { await body(member) } }
             }
         }
+    }
+
+    /// `members` oldest first, by serial: the order a pool visits its members in wherever it visits them all, so
+    /// that its calls decide it, not its table's rows, whose hash seed each pool draws at random. Sorted after the
+    /// lock step that took them, never inside it.
+    static func oldestFirst(_ members: [Member]) -> [Member] {
+        members.sorted { $0.serial < $1.serial }
     }
 
     // MARK: - Joining and leaving
@@ -325,15 +334,14 @@ extension SessionPool {
             if let old { members.checkpoints.removeFirst(old) }
             members.checkpoints.append(Self.checkpoint(table, clock))
             guard let horizon else { return [] }
-            // Oldest first, as the table's members are (``AccountTable/members``).
             let idle = table.lastUses().compactMap { member, used in
                 used < horizon && !members.isSigningIn(member) && member.slot.closeToWorkIfIdle() ? member : nil
-            }.sorted { $0.serial < $1.serial }
+            }
             for member in idle { members.leave(member, from: table) }
             return idle
         }
         guard let idle else { return }
-        for member in idle { await remove(member, because: .idle) }
+        for member in Self.oldestFirst(idle) { await remove(member, because: .idle) }
         // A shutdown meanwhile cancelled the deadline; the sweep that would follow would only stop.
         guard !isShutDown else { return }
         AccountShard.scheduleDeadline(sweeperSlot, in: timers, on: clock, after: timeout / 2)
