@@ -216,9 +216,9 @@ import Testing
     /// after round: every eviction the pool counts reaches its stream before the stream ends. A sign-out that looked
     /// its member up in one lock step and took it out in another could take out a member an eviction had already
     /// taken out, and end the member's leaving before the eviction was reported, so the shutdown finished the stream
-    /// first. The window is the few instructions between the two steps: that sign-out lost the eviction in 11 rounds
-    /// of 40,000 in one run and 1 of 36,000 in another, so these rounds catch it in some runs, not every run
-    /// (Design/testing.md, *Limits*).
+    /// first. The window is the few instructions between the two steps: without the members' assertion that a
+    /// member leaves once, that sign-out lost the eviction in 11 rounds of 40,000 in one run and 1 of 36,000 in
+    /// another; with it (a debug build) these rounds fail in every run (Design/testing.md, *Limits*).
     @Test func realThreadsRacingASignOutAnEvictionAndAShutdownLoseNoEviction() async {
         let lost = Atomic<Int>(0)
         let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(4_000)) { _ in

@@ -27,7 +27,7 @@ import Testing
                         // The work's task only hands back its slot; the test plays the work's body here.
                         guard
                             let (_, task, ticket) = try? store.value.startWork({ _, slot in
-                                Task { () throws -> Int in slot }
+                                Task(executorPreference: RealThreadRounds.threads) { () throws -> Int in slot }
                             })
                         else { return }
                         if ticket.epoch == 1 { earlierRunning.value.add(1, ordering: .relaxed) }

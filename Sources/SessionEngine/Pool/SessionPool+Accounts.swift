@@ -71,30 +71,33 @@ extension SessionPool {
 
     /// Signs an account out of the pool: cancels and drains its scoped work, clears its credential, runs the hooks
     /// and removes it. Other accounts are not touched. Returns once the account has left; an account already
-    /// leaving (evicted, or signed out by another call) is waited for as it leaves.
+    /// leaving (evicted, or signed out by another call) is waited for as it leaves. The account's hooks and scoped
+    /// work must not call it for their own account: the sign-out waits for them. Once ``shutdown()`` has begun, the
+    /// shutdown takes the account out, and this returns at once.
     ///
     /// - Parameter account: The account to sign out; nothing happens for one the pool does not hold.
     public func signOut(_ account: AccountID) async {
         // Found and taken out in one lock step, as an eviction chooses and takes out its member: a member looked up
         // in one step could be taken out by an eviction before the next, and leave twice.
-        let found = members.withLock { members -> (leaving: Member?, removed: OneShot<Void>?) in
+        let found = members.withLock { members -> (leaving: Member?, removed: [OneShot<Void>]) in
             if let member = table.member(account) {
                 members.leave(member, from: table)
-                return (member, nil)
+                return (member, [])
             }
-            return (nil, members.leaving.values.first { $0.member.account == account }?.removed)
+            // Every earlier member of the account still leaving (evicted, then signed in again and signed out).
+            return (nil, members.leaving.values.filter { $0.member.account == account }.map(\.removed))
         }
         if let member = found.leaving {
             await remove(member, because: nil)
-        } else if let removed = found.removed {
-            await removed.value()
+        } else {
+            for removed in found.removed { await removed.value() }
         }
     }
 
     /// Registers a hook that runs during every account change of every account, as
     /// ``SessionEngine/addAccountChangeHook(_:)`` does for one engine: after the account's work has drained and its
-    /// credential was cleared, before the next credential is installed. A hook must not wait for the pool's shutdown,
-    /// which waits for the hook.
+    /// credential was cleared, before the next credential is installed. A hook must not wait for the change it runs
+    /// in (nor sign its account out, which is that change) or for the pool's shutdown: both wait for the hook.
     ///
     /// - Parameter hook: Receives the account being left and the account being entered.
     public func addAccountChangeHook(_ hook: @escaping @Sendable (AccountChange) async -> Void) async {
