@@ -107,6 +107,14 @@ final class PoolRaceRig: Sendable {
         }
     }
 
+    /// Starts a sign-out of `account`; its outcome is `signed out`.
+    func launchSignOut(_ account: AccountID) {
+        launch { pool in
+            await pool.signOut(account)
+            return "signed out"
+        }
+    }
+
     /// Waits for every launched call and returns their outcomes in launch order.
     func outcomes() async -> [String] {
         var outcomes: [String] = []
@@ -185,10 +193,7 @@ enum PoolRaces {
             let rig = PoolRaceRig(maximumInFlight: 1)
             rig.launchSignIn("alice")
             rig.launchSignIn("bob")
-            rig.launch { pool in
-                await pool.signOut("bob")
-                return "signed out"
-            }
+            rig.launchSignOut("bob")
             let outcomes = await rig.outcomes()
             try rig.checkHeaders(of: "alice")
             guard rig.pool.state(of: "alice").isIdentified else {
@@ -264,10 +269,7 @@ enum PoolRaces {
                 rig.clock.advance(by: .seconds(890))
                 return "advanced"
             }
-            rig.launch { pool in
-                await pool.signOut("alice")
-                return "signed out"
-            }
+            rig.launchSignOut("alice")
             rig.launch { _ in
                 try rig.checkHeaders(of: "bob")
                 await Waypoint.pass()
@@ -306,10 +308,7 @@ enum PoolRaces {
                 try await pool.withIdentity(for: "alice") { _ in await Waypoint.pass() }
                 return "worked"
             }
-            rig.launch { pool in
-                await pool.signOut("alice")
-                return "signed out"
-            }
+            rig.launchSignOut("alice")
             rig.launch { pool in
                 await pool.shutdown()
                 // Nothing the racing calls began outlives the shutdown: no account is held or identified.
