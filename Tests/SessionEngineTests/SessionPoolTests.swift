@@ -680,13 +680,13 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
     @Test func realThreadsRacingTheBudgetAdmitEveryFetchWithinItsBound() async {
         let fetches = 6
         let bound = 2
-        let overBound = InFlight()
+        let overBound = Count()
         let unbalanced = Atomic<Int>(0)
         let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { round in
             let clock = ManualClock()
             // A bucket no round empties: only the in-flight bound makes fetches wait, so no time need pass.
             let budget = budget(inFlight: bound, rate: 1000, burst: 1_000_000, clock: clock)
-            let inFlight = InFlight()
+            let inFlight = Count()
             await withTaskGroup(of: Void.self) { group in
                 for index in 0..<fetches {
                     let urgency: FetchUrgency = (round + index) % 2 == 0 ? .needed : .proactive
@@ -694,11 +694,11 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
                         urgency: urgency, deadline: .seconds(index), account: AccountID("fetch-\(index)"))
                     let fetch = Task.detached(executorPreference: RealThreadRounds.threads) {
                         guard await budget.acquire(ticket) else { return }
-                        if inFlight.count.add(1, ordering: .relaxed).newValue > bound {
-                            overBound.count.add(1, ordering: .relaxed)
+                        if inFlight.value.add(1, ordering: .relaxed).newValue > bound {
+                            overBound.value.add(1, ordering: .relaxed)
                         }
                         await Task.yield()
-                        inFlight.count.subtract(1, ordering: .relaxed)
+                        inFlight.value.subtract(1, ordering: .relaxed)
                         budget.release(ticket, outcome: .neither)
                     }
                     group.addTask(executorPreference: RealThreadRounds.threads) {
@@ -717,13 +717,13 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
             }
         }
         #expect(stuck == nil, "a fetch waited for ever in round \(stuck ?? -1)")
-        #expect(overBound.count.load(ordering: .relaxed) == 0, "fetches admitted over the bound")
+        #expect(overBound.value.load(ordering: .relaxed) == 0, "fetches admitted over the bound")
         #expect(unbalanced.load(ordering: .relaxed) == 0, "rounds that ended with fetches in flight or queued")
     }
 
     /// A count shared by a round's tasks.
-    private final class InFlight: Sendable {
-        let count = Atomic<Int>(0)
+    private final class Count: Sendable {
+        let value = Atomic<Int>(0)
     }
 
     @Test func theHeapYieldsItsElementsInOrder() {
