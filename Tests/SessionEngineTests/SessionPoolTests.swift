@@ -680,13 +680,13 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
     @Test func realThreadsRacingTheBudgetAdmitEveryFetchWithinItsBound() async {
         let fetches = 6
         let bound = 2
-        let overBound = Count()
+        let overBound = RealThreadRounds.Count()
         let unbalanced = Atomic<Int>(0)
         let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { round in
             let clock = ManualClock()
             // A bucket no round empties: only the in-flight bound makes fetches wait, so no time need pass.
             let budget = budget(inFlight: bound, rate: 1000, burst: 1_000_000, clock: clock)
-            let inFlight = Count()
+            let inFlight = RealThreadRounds.Count()
             await withTaskGroup(of: Void.self) { group in
                 for index in 0..<fetches {
                     let urgency: FetchUrgency = (round + index) % 2 == 0 ? .needed : .proactive
@@ -719,11 +719,6 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
         #expect(stuck == nil, "a fetch waited for ever in round \(stuck ?? -1)")
         #expect(overBound.value.load(ordering: .relaxed) == 0, "fetches admitted over the bound")
         #expect(unbalanced.load(ordering: .relaxed) == 0, "rounds that ended with fetches in flight or queued")
-    }
-
-    /// A count shared by a round's tasks.
-    private final class Count: Sendable {
-        let value = Atomic<Int>(0)
     }
 
     @Test func theHeapYieldsItsElementsInOrder() {

@@ -16,11 +16,11 @@ import Testing
         let harness = EngineHarness()
         let first = harness.credential(for: "alice")
         let second = harness.credential(for: "bob")
-        let leftRunning = Count()
+        let leftRunning = RealThreadRounds.Count()
         let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { _ in
             let store = Box(SessionStore(wallClock: SharedWallClockCheck(harness.clock)))
             store.install(first, of: "alice", epoch: 1)
-            let earlierRunning = Count()
+            let earlierRunning = RealThreadRounds.Count()
             await withTaskGroup(of: Void.self) { group in
                 for _ in 0..<4 {
                     group.addTask(executorPreference: RealThreadRounds.threads) {
@@ -66,10 +66,5 @@ import Testing
                     state: .identified(identity), epoch: epoch, credential: credential, shutDown: false,
                     clockOffset: .zero))
         }
-    }
-
-    /// A count shared by a round's threads.
-    private final class Count: Sendable {
-        let value = Atomic<Int>(0)
     }
 }

@@ -219,6 +219,11 @@ enum RealThreadRounds {
     /// The executor every task of the rounds prefers.
     static let threads = Threads()
 
+    /// A count a round's tasks share (an `Atomic` cannot be captured by the tasks themselves).
+    final class Count: Sendable {
+        let value = Atomic<Int>(0)
+    }
+
     /// Releases a round's threads together, so that a window of a few instructions in one of them meets the others'
     /// steps far more often than threads that start a task's creation apart: each thread arrives and spins until all
     /// have, or for a few hundred microseconds (a thread still missing then has no core to race on anyway).
