@@ -240,7 +240,7 @@ extension SessionPool {
                 while table.count >= cap,
                     let idle = Self.closeLeastRecentlyUsedIdle(table.lastUses(), sparing: members)
                 {
-                    members.leave(idle, from: table)
+                    members.evict(idle, from: table)
                     evicted.append(idle)
                 }
             }
@@ -280,13 +280,13 @@ extension SessionPool {
         }
     }
 
-    /// Signs out and shuts down a member that has left the table (``Members/leave(_:from:)``, in the lock step that
-    /// chose it), which ends its life in its shard, reporting an eviction's reason; then ends its leaving.
+    /// Signs out and shuts down a member that has left the table (``Members/leave(_:from:)``, or
+    /// ``Members/evict(_:from:)``, which counts the eviction, in the lock step that chose it), which ends its life in
+    /// its shard, reporting an eviction's reason; then ends its leaving.
     ///
     /// From the removal on, reads for the account fail with `SIGNED_OUT` and a sign-in makes a new member; a call
     /// that reached the old member first fails with `SHUT_DOWN` and ``withMember(_:_:)`` retries it on the new one.
     func remove(_ member: Member, because reason: SessionPoolEvent.EvictionReason?) async {
-        if reason != nil { members.withLock { $0.evictions += 1 } }
         await member.shard.signOutAndShutDown(member.slot)
         if let reason {
             let event = SessionPoolEvent(account: member.account, kind: .evicted(reason))
@@ -340,7 +340,7 @@ extension SessionPool {
             let idle = table.lastUses().compactMap { member, used in
                 used < horizon && !members.isSigningIn(member) && member.slot.closeToWorkIfIdle() ? member : nil
             }
-            for member in idle { members.leave(member, from: table) }
+            for member in idle { members.evict(member, from: table) }
             return idle
         }
         guard let idle else { return }

@@ -55,6 +55,12 @@ public final class SessionPool: Sendable {
             leaving[member.id] = (member, OneShot())
         }
 
+        /// ``leave(_:from:)`` for an eviction, counted in the same lock step.
+        mutating func evict(_ member: Member, from table: AccountTable) {
+            leave(member, from: table)
+            evictions += 1
+        }
+
         /// Whether a sign-in is under way on `member`.
         func isSigningIn(_ member: Member) -> Bool {
             signingIn[member.id] != nil
