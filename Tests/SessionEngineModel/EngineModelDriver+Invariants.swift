@@ -148,6 +148,7 @@ extension EngineModelDriver {
             let ran = hooks.map { "\($0.from?.rawValue ?? "nil") → \($0.to?.rawValue ?? "nil")" }
             throw Violation("invariant 5: the hooks ran as \(ran), the changes were \(expected)")
         }
+        if let failure = probe.checkHookOrder(final: final) { throw Violation("invariant 5: \(failure)") }
         for (previous, hook) in zip([nil] + hooks.map(\.to), hooks) where hook.from != previous {
             throw Violation(
                 "invariant 5: a hook ran from \(hook.from?.rawValue ?? "nil"), not from \(previous?.rawValue ?? "nil")")

@@ -66,6 +66,7 @@ extension EngineModelDriver {
         }
         await owner.waitUntilIdle()
         if probe.calls.outstanding > 0 { throw Violation("invariant 8: calls wait after shutdown: \(activity)") }
+        if let running, !running.returned.isOpen { throw Violation("run() has not returned after shutdown") }
         await probe.calls.waitUntilNone()
         for subscriber in subscribers { await subscriber.log.waitUntilFinished() }
         if let violation = probe.firstViolation ?? fetcher.violation { throw Violation(violation) }
@@ -83,11 +84,24 @@ extension EngineModelDriver {
         try checkHooks(final: true)
     }
 
-    /// Calls `shutdown()` and returns once the call has done all it can, with a gate that opens when it returns.
+    /// Calls `shutdown()`, or cancels `run()` when the program stopped it, and returns once the call has done all it
+    /// can, with a gate that opens when it returns.
     private func startShutdown() async -> Gate {
         let engine = self.engine
         let probe = self.probe
         let done = Gate()
+        if stoppedRunning, let running {
+            running.task.cancel()
+            owner.start {
+                await running.task.value
+                if probe.runningWork > 0 || engine.metrics.scopedWork > 0 {
+                    probe.violation("invariant 8: run() returned, once cancelled, while scoped work ran")
+                }
+                done.open()
+            }
+            await owner.waitUntilIdle()
+            return done
+        }
         owner.start {
             await engine.shutdown()
             if probe.runningWork > 0 || engine.metrics.scopedWork > 0 {

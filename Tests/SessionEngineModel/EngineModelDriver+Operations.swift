@@ -87,6 +87,34 @@ extension EngineModelDriver {
         try await cancelWhileWaiting(task, flag: flag, name: "switchAccount(to: \(account))")
     }
 
+    /// Signs in expecting the account's user, spelled as a host might: a change pins the new account session to the
+    /// user at once; the account that is current checks it against the user it is pinned to, or else against the
+    /// credential handed over and kept for its first (refused with `IDENTITY_MISMATCH`, nothing changing, when
+    /// another), or pins it when none is pinned yet.
+    func signIn(_ account: AccountID, expectingItsUserWithin timeout: Duration?) async throws {
+        let spelled = "  \(exampleEmail(for: account).uppercased()) "
+        if account == model.account, let pinned = model.pinnedEmail ?? model.deferredPush?.email,
+            pinned != IdentityEmail.normalize(spelled)
+        {
+            let before = engine.state
+            do {
+                try await engine.signIn(account, expecting: spelled, timeout: timeout)
+                throw Violation("signIn(expecting:) of \(account), pinned to \(pinned), returned")
+            } catch let error as SessionError where error.code == .identityMismatch {}
+            if engine.state != before { throw Violation("a refused expectation changed \(before) to \(engine.state)") }
+            return
+        }
+        await beginChange(to: account, via: .signInExpecting(spelled, timeout: timeout))
+    }
+
+    /// Registers one more account-change hook. The hooks of one change run one at a time in registration order, so
+    /// each entry of a later hook follows the previous hook's entry for the same change (checked with the hooks).
+    func addHook() async {
+        let probe = self.probe
+        let index = probe.hookRegistered()
+        await engine.addAccountChangeHook { change in probe.hookRan(index, change) }
+    }
+
     /// Calls `renew()` and cancels it once it waits for the fetch: it fails with cancellation and nothing else
     /// changes; the fetch goes on.
     func cancelledRenew() async throws {

@@ -66,6 +66,12 @@ package final class EngineModelDriver {
     package var recovering = false
     /// The program shut the engine down gracefully: the operations after it are not run.
     package var shutDownGracefully = false
+    /// The program cancelled the task that runs `run()`: the operations after it are not run, and the engine shuts
+    /// down through that cancellation instead of ``SessionEngine/shutdown()``.
+    package var stoppedRunning = false
+    /// The task that runs ``SessionEngine/run()`` from the program's start, and the gate it opens once `run()`
+    /// returns, which it must once the engine has shut down, however that came about.
+    package var running: (task: Task<Void, Never>, returned: Gate)?
 
     /// Creates a driver.
     ///
@@ -132,12 +138,12 @@ package final class EngineModelDriver {
                 step += 1
                 trace("step \(step) \(operation) | \(activity)")
                 try await perform(operation)
-                if shutDownGracefully { break }
+                if shutDownGracefully || stoppedRunning { break }
                 try await settle()
                 try check()
             }
             step = program.count + 1
-            if !shutDownGracefully { try await checkLiveness() }
+            if !shutDownGracefully && !stoppedRunning { try await checkLiveness() }
             try await shutDownAndCheckLeaks()
             return nil
         } catch {
@@ -154,13 +160,30 @@ package final class EngineModelDriver {
         await engine.addAccountChangeHook { [weak engine] change in
             await probe.hook(change, scopedWork: engine?.metrics.scopedWork ?? 0)
         }
+        let (engine, returned) = (self.engine, Gate())
+        let run = owner.start {
+            try? await engine.run()
+            if !probe.shuttingDown && !probe.gracefulShutdown { probe.violation("run() returned before any shutdown") }
+            returned.open()
+        }
+        running = (run, returned)
         subscribe()
     }
 
     private func perform(_ operation: EngineOperation) async throws {
         switch operation {
-        case .signIn(let account), .switchAccount(let account):
+        case .signIn(let account):
+            await beginChange(to: account, via: .signIn(timeout: nil))
+        case .switchAccount(let account):
             await beginChange(to: account)
+        case .signInWithin(let account, let seconds):
+            await beginChange(to: account, via: .signIn(timeout: .seconds(seconds)))
+        case .switchWithin(let account, let seconds):
+            await beginChange(to: account, via: .switchAccount(timeout: .seconds(seconds)))
+        case .signInExpecting(let account, let seconds):
+            try await signIn(account, expectingItsUserWithin: seconds.map { .seconds($0) })
+        case .addHook:
+            await addHook()
         case .signOut:
             await beginChange(to: nil)
         case .advance(let seconds):
@@ -222,6 +245,8 @@ package final class EngineModelDriver {
             try await cancelledRejectedWork()
         case .gracefulShutdown(let grace):
             try await shutDownGracefully(grace: .seconds(grace))
+        case .stopRunning:
+            stoppedRunning = true
         }
     }
 
@@ -236,9 +261,47 @@ package final class EngineModelDriver {
         return task
     }
 
+    /// Which public call begins an account change, with its deadline.
+    enum ChangeCall {
+        case switchAccount(timeout: Duration?)
+        case signIn(timeout: Duration?)
+        /// ``SessionEngine/signIn(_:expecting:timeout:)`` with the user as the host spells it.
+        case signInExpecting(String, timeout: Duration?)
+
+        var timeout: Duration? {
+            switch self {
+            case .switchAccount(let timeout), .signIn(let timeout), .signInExpecting(_, let timeout): timeout
+            }
+        }
+
+        func name(_ target: AccountID) -> String {
+            let deadline = timeout.map { ", timeout: \($0)" } ?? ""
+            return switch self {
+            case .switchAccount: "switchAccount(to: \(target)\(deadline))"
+            case .signIn: "signIn(\(target)\(deadline))"
+            case .signInExpecting(let email, _): "signIn(\(target), expecting: \"\(email)\"\(deadline))"
+            }
+        }
+
+        func perform(on engine: SessionEngine, _ target: AccountID) async throws {
+            switch self {
+            case .switchAccount(nil): try await engine.switchAccount(to: target)
+            case .switchAccount(let timeout?): try await engine.switchAccount(to: target, timeout: timeout)
+            case .signIn(nil): try await engine.signIn(target)
+            case .signIn(let timeout?): try await engine.signIn(target, timeout: timeout)
+            case .signInExpecting(let email, let timeout):
+                try await engine.signIn(target, expecting: email, timeout: timeout)
+            }
+        }
+    }
+
     /// Begins an account change in the model and calls the engine; the call runs on in its own task.
     ///
+    /// A call with a deadline that fails with `SIGN_IN_TIMED_OUT` must do so at its deadline or later; the change
+    /// goes on without it, so the model goes on as if the call still waited.
+    ///
     /// - Parameters:
+    ///   - call: The public call that begins it.
     ///   - racing: The change follows another one that may not have run its hooks yet.
     ///   - pushed: A credential the host hands over with the sign-in (``SessionEngine/signIn(_:with:)``).
     ///   - cancelled: Set once the program cancels the call: it must then fail with cancellation.
@@ -246,6 +309,7 @@ package final class EngineModelDriver {
     @discardableResult
     func beginChange(
         to target: AccountID?,
+        via call: ChangeCall = .switchAccount(timeout: nil),
         racing: Bool = false,
         pushing pushed: IdentityCredential? = nil,
         cancelled: Locked<Bool>? = nil
@@ -253,26 +317,32 @@ package final class EngineModelDriver {
         // Work of an earlier epoch that the racing change's predecessor cancelled may be ending right now, so only a
         // change that follows an idle engine knows which predecessors are still held.
         let began = model.beginChange(to: target, superseded: racing ? [] : probe.heldEpochs, racing: racing)
+        if case .signInExpecting(let email, _) = call, began != nil || model.pinnedEmail == nil {
+            // The expectation pins the account session to the user from the start, or pins one not pinned yet.
+            model.pinnedEmail = IdentityEmail.normalize(email)
+        }
         if began != nil, let pushed { model.deferredPush = pushed }
         syncBackend()
         let epoch = began ?? model.epoch
         let engine = self.engine
         let probe = self.probe
-        let name = target.map { "switchAccount(to: \($0))" } ?? "signOut()"
-        let call = probe.calls.started(name)
+        let name = target.map { call.name($0) } ?? "signOut()"
+        let ticket = probe.calls.started(name)
         // A sign-out that finds one under way waits for it, so it is held by the same work.
         let change = began != nil || target == nil ? probe.changeStarted(epoch: epoch) : nil
+        let (clock, deadline) = (self.clock, call.timeout.map { self.clock.uptime + $0 })
         return await enter {
+            var timedOut = false
             defer {
-                if let change { probe.changeFinished(change) }
-                probe.calls.finished(call)
+                if let change { timedOut ? probe.changeOutlivedItsCall(change) : probe.changeFinished(change) }
+                probe.calls.finished(ticket)
             }
             do {
                 if let target {
                     if let pushed {
                         try await engine.signIn(target, with: pushed)
                     } else {
-                        try await engine.switchAccount(to: target)
+                        try await call.perform(on: engine, target)
                     }
                     probe.resumed(name, promised: .installedIn(epoch), engine: engine)
                     if !probe.wasInstalled(in: epoch) {
@@ -286,6 +356,12 @@ package final class EngineModelDriver {
                 }
             } catch is CancellationError where cancelled?.withLock({ $0 }) == true {
                 // The program cancelled the call while it waited: the sign-in goes on without it.
+            } catch let error as SessionError where error.code == .signInTimedOut && deadline != nil {
+                timedOut = true
+                if let deadline, clock.uptime < deadline {
+                    probe.violation("\(name) timed out at \(clock.uptime), before its deadline \(deadline)")
+                }
+                return
             } catch {
                 probe.callFailed(name, error, allowed: [.accountChanged, .backendSessionEnded])
             }

@@ -289,9 +289,23 @@ package enum Partner: Hashable, Sendable, CustomStringConvertible {
 
 /// One step of a program run against the engine.
 package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrinkable {
+    /// Signs in (``SessionEngine/signIn(_:)``).
     case signIn(AccountID)
+    /// Switches accounts (``SessionEngine/switchAccount(to:)``).
     case switchAccount(AccountID)
+    /// Signs in with a deadline (``SessionEngine/signIn(_:timeout:)``): the call returns once the account's credential
+    /// is installed, or fails with `SIGN_IN_TIMED_OUT` once the deadline has passed while the sign-in goes on.
+    case signInWithin(AccountID, seconds: Int)
+    /// Switches accounts with a deadline (``SessionEngine/switchAccount(to:timeout:)``), as ``signInWithin(_:seconds:)``.
+    case switchWithin(AccountID, seconds: Int)
+    /// Signs in expecting the account's user, spelled as a host might (upper case, spaces around), with a deadline
+    /// or without (``SessionEngine/signIn(_:expecting:timeout:)``): the account session is pinned to that user from
+    /// the start, so a first credential naming another user is refused.
+    case signInExpecting(AccountID, seconds: Int?)
     case signOut
+    /// Registers one more account-change hook (``SessionEngine/addAccountChangeHook(_:)``): every later change runs
+    /// every hook once, one at a time, in registration order.
+    case addHook
     /// Moves the monotonic and the wall clock forward, stepping through every timer on the way.
     case advance(seconds: Int)
     /// Moves the clocks to `seconds` past the installed credential's expiry.
@@ -328,14 +342,18 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
     /// Starts long scoped work, then shuts the engine down gracefully (``SessionEngine/shutdown(gracePeriod:)``) and
     /// lets the grace period run out or the work finish; the program ends there.
     case gracefulShutdown(grace: Int)
+    /// Cancels the task that runs ``SessionEngine/run()`` from the program's start, which shuts the engine down as
+    /// ``SessionEngine/shutdown()`` does and makes `run()` return; the program ends there.
+    case stopRunning
 
     package static let accounts: [AccountID] = ["alice", "bob", "carol"]
 
-    /// One operation of a program: mostly ``ordinary``'s, and now and then a graceful shutdown, which ends the
-    /// program (about one program in six has one).
+    /// One operation of a program: mostly ``ordinary``'s, and now and then a graceful shutdown or the end of `run()`,
+    /// which end the program (about one program in six has one of each).
     package static let generator: Gen<EngineOperation> = .frequency([
-        (199, ordinary),
+        (198, ordinary),
         (1, Gen.element(of: [0, 5, 60, 900]).map { .gracefulShutdown(grace: $0) }),
+        (1, .constant(.stopRunning)),
     ])
 
     /// Every operation but the graceful shutdown.
@@ -346,6 +364,7 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
             (3, target.map { .change($0) }), (2, .constant(.renew)), (1, .constant(.work)),
             (1, .constant(.readHeaders)),
         ])
+        let deadline = Gen.element(of: [1, 10, 120])
         let work = Gen<WorkKind>.frequency([
             (2, .constant(.quick)), (2, .constant(.verifying)),
             (2, Gen.element(of: [5, 60, 600]).map { .long(seconds: $0) }),
@@ -355,7 +374,18 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
         return .frequency([
             (6, account.map { .signIn($0) }),
             (4, account.map { .switchAccount($0) }),
+            (2, account.flatMap { account in deadline.map { .signInWithin(account, seconds: $0) } }),
+            (2, account.flatMap { account in deadline.map { .switchWithin(account, seconds: $0) } }),
+            (
+                2,
+                account.flatMap { account in
+                    Gen<Int?>.frequency([(1, .constant(nil)), (1, deadline.map { $0 })]).map {
+                        .signInExpecting(account, seconds: $0)
+                    }
+                }
+            ),
             (2, .constant(.signOut)),
+            (1, .constant(.addHook)),
             (8, Gen.element(of: [1, 3, 10, 30, 60]).map { .advance(seconds: $0) }),
             (3, Gen.element(of: [0, 1, 20]).map { .advancePastExpiry(seconds: $0) }),
             (2, Gen.element(of: [-7200, -300, -10, 10, 300, 7200]).map { .jumpWallClock(seconds: $0) }),
@@ -389,6 +419,10 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
             account == "alice" ? [] : [[.signIn("alice")]]
         case .switchAccount(let account):
             [[.signIn(account)]]
+        case .signInWithin(let account, _), .signInExpecting(let account, _):
+            [[.signIn(account)]]
+        case .switchWithin(let account, _):
+            [[.switchAccount(account)]]
         case .advance(let seconds):
             seconds > 1 ? [[.advance(seconds: seconds / 2)]] : []
         case .advancePastExpiry(let seconds):
@@ -427,7 +461,7 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
             [[.cancelled(.renew)], [.reportRejection(older: false)]]
         case .gracefulShutdown(let grace):
             grace > 0 ? [[.gracefulShutdown(grace: 0)]] : []
-        case .signOut, .renew, .rotateSecret, .subscribe:
+        case .signOut, .renew, .rotateSecret, .subscribe, .addHook, .stopRunning:
             []
         }
     }
@@ -437,7 +471,13 @@ package enum EngineOperation: Hashable, Sendable, CustomStringConvertible, Shrin
         switch self {
         case .signIn(let account): return ".signIn(\(quoted(account)))"
         case .switchAccount(let account): return ".switchAccount(\(quoted(account)))"
+        case .signInWithin(let account, let seconds): return ".signInWithin(\(quoted(account)), seconds: \(seconds))"
+        case .switchWithin(let account, let seconds): return ".switchWithin(\(quoted(account)), seconds: \(seconds))"
+        case .signInExpecting(let account, let seconds):
+            return ".signInExpecting(\(quoted(account)), seconds: \(seconds.map(String.init) ?? "nil"))"
         case .signOut: return ".signOut"
+        case .addHook: return ".addHook"
+        case .stopRunning: return ".stopRunning"
         case .advance(let seconds): return ".advance(seconds: \(seconds))"
         case .advancePastExpiry(let seconds): return ".advancePastExpiry(seconds: \(seconds))"
         case .jumpWallClock(let seconds): return ".jumpWallClock(seconds: \(seconds))"

@@ -21,6 +21,10 @@ package final class ModelProbe: Sendable {
         package var changes: [Int: (epoch: UInt64, isCall: Bool)] = [:]
         package var nextChange = 0
         package var hooks: [AccountChange] = []
+        /// Every hook's runs in the order they began: the hook's index (0 is the one above) and its change.
+        var hookRuns: [(hook: Int, change: AccountChange)] = []
+        /// For each hook the program added, how many changes the first hook had run when it was registered.
+        var hooksAdded: [Int] = []
         /// The gate the next hook waits at, when the program holds it.
         package var nextHookGate: Gate?
         package var heldHook: Gate?
@@ -284,6 +288,14 @@ package final class ModelProbe: Sendable {
         state.withLock { _ = $0.changes.removeValue(forKey: id) }
     }
 
+    /// A call's deadline passed while its change waits: the change goes on as the engine's own, as far as
+    /// ``changesHeldByWork`` is concerned.
+    package func changeOutlivedItsCall(_ id: Int) {
+        state.withLock { state in
+            if let change = state.changes[id] { state.changes[id] = (change.epoch, false) }
+        }
+    }
+
     /// Account changes the engine has begun that cannot go on yet because work of an earlier epoch still runs: they
     /// wait for the work to drain, not for anything the engine decides.
     package var changesHeldByWork: (calls: Int, tasks: Int) {
@@ -428,6 +440,7 @@ package final class ModelProbe: Sendable {
     package func hook(_ change: AccountChange, scopedWork: Int) async {
         let gate = state.withLock { state -> Gate? in
             state.hooks.append(change)
+            state.hookRuns.append((0, change))
             if !state.work.isEmpty || scopedWork != 0 {
                 state.violations.append(
                     "invariant 5: hooks of \(change.from?.rawValue ?? "nil") → \(change.to?.rawValue ?? "nil") ran "
@@ -442,6 +455,46 @@ package final class ModelProbe: Sendable {
     }
 
     package var hooks: [AccountChange] { state.withLock { $0.hooks } }
+
+    /// A hook is about to be registered; returns its index for ``hookRan(_:_:)``.
+    package func hookRegistered() -> Int {
+        state.withLock { state in
+            state.hooksAdded.append(state.hooks.count)
+            return state.hooksAdded.count
+        }
+    }
+
+    /// The hook of `index` runs for `change`.
+    package func hookRan(_ index: Int, _ change: AccountChange) {
+        state.withLock { $0.hookRuns.append((index, change)) }
+    }
+
+    /// The order of hooks: a change runs its hooks one at a time in registration order, so every run of an added
+    /// hook directly follows the previous hook's run for the same change; once nothing can run, every hook added
+    /// before a change began has run for it. Returns what broke it.
+    package func checkHookOrder(final: Bool) -> String? {
+        state.withLock { state in
+            let runs = state.hookRuns
+            for (position, run) in runs.enumerated() where run.hook > 0 {
+                let previous = position > 0 ? runs[position - 1] : nil
+                if previous?.hook != run.hook - 1 || previous?.change != run.change {
+                    let order = runs.map {
+                        "hook \($0.hook): \($0.change.from?.rawValue ?? "nil") → \($0.change.to?.rawValue ?? "nil")"
+                    }
+                    return "hook \(run.hook) ran out of registration order: \(order)"
+                }
+            }
+            guard final else { return nil }
+            for (offset, before) in state.hooksAdded.enumerated() {
+                let ran = runs.count { $0.hook == offset + 1 }
+                if ran != state.hooks.count - before {
+                    return
+                        "hook \(offset + 1), added before \(state.hooks.count - before) changes ran their hooks, ran \(ran) times"
+                }
+            }
+            return nil
+        }
+    }
 
     /// Holds the next hook at a gate of `clock`'s.
     package func stallNextHook(clock: ManualClock) {

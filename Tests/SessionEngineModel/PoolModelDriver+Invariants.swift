@@ -84,6 +84,7 @@ extension PoolModelDriver {
     /// The pool's own rules: never more fetches in flight than the budget, never more starts in any second than rate
     /// plus bucket, no fetch still at the backend for an account that left.
     func checkPool() -> String? {
+        if let failure = checkHookOrder(final: false) { return failure }
         let budget = Self.budget
         if fetcher.script.pendingCount > budget.maximumInFlight || pool.metrics.fetchesInFlight > budget.maximumInFlight
         {

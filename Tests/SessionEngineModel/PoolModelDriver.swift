@@ -36,12 +36,21 @@ package final class PoolModelDriver {
     /// What the program's tasks saw.
     let log = ProgramLog()
 
+    /// The task that runs ``SessionPool/run()`` from the program's start, and the gate it opens once `run()` returns.
+    private var running: (task: Task<Void, Never>, returned: Gate)?
+
     /// What the program's tasks see while they run, shared with them.
     final class ProgramLog: Sendable {
         let violations = SanitizedMutex<[String]>([])
         /// Scoped work the pool cancelled, with the step that started it.
         let cancelledWork = SanitizedMutex<[(account: AccountID, started: Int)]>([])
         let shuttingDown = Atomic<Bool>(false)
+        /// Every hook's runs in the order they began: the hook's index (0 registered first) and its change.
+        let hookRuns = SanitizedMutex<[(hook: Int, change: AccountChange)]>([])
+        /// For each hook the program added, how many runs the first hook had made when it was registered.
+        let hooksAdded = SanitizedMutex<[Int]>([])
+
+        func violation(_ text: String) { violations.withLock { $0.append(text) } }
     }
 
     /// Creates a driver.
@@ -49,7 +58,19 @@ package final class PoolModelDriver {
     /// - Parameters:
     ///   - seed: The accounts' random seed (each account mixes it with its name).
     ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor.
-    package init(seed: UInt64, explorer: WorkOwner? = nil) {
+    /// How long a program of `seed` lets an account go unused before the pool signs it out: 15 minutes for one
+    /// seed in four, so that the idle sweep runs among the program's calls; never for the others.
+    package static func idleTimeout(seed: UInt64) -> Duration? {
+        seed % 4 == 0 ? .seconds(900) : nil
+    }
+
+    /// Creates a driver.
+    ///
+    /// - Parameters:
+    ///   - seed: The accounts' random seed (each account mixes it with its name).
+    ///   - idleTimeout: The pool's ``SessionPoolConfiguration/idleTimeout``.
+    ///   - explorer: The schedule explorer's owner of the program's work; `nil` runs it on the clock's executor.
+    package init(seed: UInt64, idleTimeout: Duration?, explorer: WorkOwner? = nil) {
         let clock = ManualClock(executor: ManualExecutor(tasksRunInParallel: explorer == nil))
         self.clock = clock
         let probes = self.probes
@@ -62,7 +83,8 @@ package final class PoolModelDriver {
         pool = SessionPool(
             fetcher: fetcher,
             configuration: SessionPoolConfiguration(
-                session: session, budget: Self.budget, maximumAccounts: Self.maximumAccounts),
+                session: session, budget: Self.budget, maximumAccounts: Self.maximumAccounts,
+                idleTimeout: idleTimeout),
             clock: clock,
             observer: { probes.observe(member: $0, event: $1) }
         )
@@ -86,12 +108,25 @@ package final class PoolModelDriver {
     package func run(_ program: [PoolOperation]) async -> Violation? {
         let log = self.log
         await pool.addAccountChangeHook { change in
+            log.hookRuns.withLock { $0.append((0, change)) }
             // A member acts for one account: its changes enter it or leave it, never another account.
             if let from = change.from, let to = change.to {
                 log.violations.withLock { $0.append("a hook ran from \(from) to \(to)") }
             }
         }
+        let (pool, returned) = (self.pool, Gate())
+        let run = owner.start {
+            try? await pool.run()
+            if !log.shuttingDown.load(ordering: .relaxed) { log.violation("run() returned before any shutdown") }
+            returned.open()
+        }
+        running = (run, returned)
         for (step, operation) in program.enumerated() {
+            if operation.endsTheProgram {
+                return await shutDownAndCheck(by: operation, step: step).map {
+                    Violation("step \(step) \(operation): \($0)")
+                }
+            }
             let idle = await perform(operation, step: step)
             if let failure = idle.failure ?? checkPool() ?? log.violations.withLock({ $0.first }) {
                 return Violation("step \(step) \(operation): \(failure)")
@@ -112,8 +147,17 @@ package final class PoolModelDriver {
             return (false, nil)
         }
         switch operation {
-        case .signIn, .signOut, .work, .renew:
+        case .signIn, .signInWithin, .signInExpecting, .signInWith, .signOut, .work, .renew:
             preconditionFailure("a call is started above")
+        case .gracefulShutdown, .stopRunning:
+            preconditionFailure("a program's shutdown is performed by shutDownAndCheck")
+        case .addHook:
+            let log = self.log
+            let index = log.hooksAdded.withLock { added in
+                added.append(log.hookRuns.withLock { runs in runs.count { $0.hook == 0 } })
+                return added.count
+            }
+            await pool.addAccountChangeHook { change in log.hookRuns.withLock { $0.append((index, change)) } }
         case .together(let first, let second):
             startCall(first, step: step)
             startCall(second, step: step)
@@ -168,8 +212,17 @@ package final class PoolModelDriver {
     private func startCall(_ operation: PoolOperation, step: Int) {
         switch operation {
         case .signIn(let index):
-            let account = names[index]
-            start { try await $0.signIn(account) }
+            startSignIn(names[index], "signIn") { try await $0.signIn($1) }
+        case .signInWithin(let index, let seconds):
+            startSignIn(names[index], "signIn(timeout: \(seconds) s)", timeout: .seconds(seconds)) {
+                try await $0.signIn($1, timeout: .seconds(seconds))
+            }
+        case .signInExpecting(let index):
+            let spelled = " \(Self.email(names[index]).uppercased())  "
+            startSignIn(names[index], "signIn(expecting:)") { try await $0.signIn($1, expecting: spelled) }
+        case .signInWith(let index):
+            let credential = try! signer.sign(email: Self.email(names[index]))
+            startSignIn(names[index], "signIn(with:)") { try await $0.signIn($1, with: credential) }
         case .signOut(let index):
             let account = names[index]
             signedOutAt[account, default: []].append(step)
@@ -200,11 +253,77 @@ package final class PoolModelDriver {
         }
     }
 
+    /// Starts one of the pool's sign-ins of `account`. It returns, or fails because the account left or the pool shut
+    /// down meanwhile; with a deadline, it may fail with `SIGN_IN_TIMED_OUT`, never before the deadline. Any other
+    /// outcome breaks a rule.
+    private func startSignIn(
+        _ account: AccountID,
+        _ name: String,
+        timeout: Duration? = nil,
+        _ call: @escaping @Sendable (SessionPool, AccountID) async throws -> Void
+    ) {
+        let (clock, log) = (clock, log)
+        let deadline = timeout.map { clock.uptime + $0 }
+        start { pool in
+            do {
+                try await call(pool, account)
+            } catch let error as SessionError {
+                switch error.code {
+                case .accountChanged, .shutDown:
+                    break
+                case .signInTimedOut where deadline != nil:
+                    if let deadline, clock.uptime < deadline {
+                        log.violation("\(name) of \(account) timed out at \(clock.uptime), before \(deadline)")
+                    }
+                default:
+                    log.violation("\(name) of \(account) failed with \(error.code)")
+                }
+            }
+        }
+    }
+
     /// Starts `call` in a task of its own on the program's executor, without waiting for it: the caller waits until
     /// the pool is idle, when the call has done all it can (returned, or waits inside an account's engine).
     private func start(_ call: @escaping @Sendable (SessionPool) async throws -> Void) {
         let pool = pool
         tasks.append(owner.start { try? await call(pool) })
+    }
+
+    /// Starts a sign-in once the pool's shutdown has begun: it must be refused with `SHUT_DOWN`.
+    private func startSignInAfterTheShutdownBegan(step: Int) {
+        let (account, log) = (names[step % names.count], log)
+        start { pool in
+            do {
+                try await pool.signIn(account)
+                log.violation("a sign-in of \(account) returned after the pool's shutdown began")
+            } catch let error as SessionError where error.code == .shutDown {
+            } catch {
+                log.violation("a sign-in of \(account) after the pool's shutdown began failed with \(error)")
+            }
+        }
+    }
+
+    /// The order of hooks: a change runs its hooks in registration order, so at every point of the runs, for every
+    /// change (an account entered or left), each added hook has run no more often than the hook before it; `final`,
+    /// once nothing can run, every hook added before a change ran its hooks has run for it. (Members of one account
+    /// may leave while another enters it, so runs of different changes interleave.)
+    func checkHookOrder(final: Bool) -> String? {
+        let runs = log.hookRuns.withLock { $0 }
+        var counts: [AccountChange: [Int: Int]] = [:]
+        for run in runs {
+            counts[run.change, default: [:]][run.hook, default: 0] += 1
+            if run.hook > 0, counts[run.change]![run.hook]! > counts[run.change]![run.hook - 1, default: 0] {
+                let order = runs.map { "\($0.hook): \($0.change)" }
+                return "hook \(run.hook) ran for \(run.change) before hook \(run.hook - 1) did: \(order)"
+            }
+        }
+        guard final else { return nil }
+        for (offset, before) in log.hooksAdded.withLock({ $0 }).enumerated() {
+            let first = runs.count { $0.hook == 0 } - before
+            let ran = runs.count { $0.hook == offset + 1 }
+            if ran != first { return "hook \(offset + 1) ran \(ran) times for the \(first) changes after it was added" }
+        }
+        return nil
     }
 
     /// Answers up to `count` of the fetches waiting at the backend, oldest first.
@@ -236,12 +355,53 @@ package final class PoolModelDriver {
         return "the backend answered every fetch for \(Self.recoveryRounds) minutes, and \(stuck) are not identified"
     }
 
-    /// Shuts the pool down: nothing may be left, and work cancelled before the shutdown must follow a sign-out of its
-    /// account, never an eviction.
-    private func shutDownAndCheck() async -> String? {
+    /// Shuts the pool down, with ``SessionPool/shutdown()`` after the program or by the operation that ends it: nothing
+    /// may be left, `run()` has returned, the hooks ran in order, and work cancelled before the shutdown must follow a
+    /// sign-out of its account, never an eviction. A graceful shutdown signs every account out with its hooks, and a
+    /// sign-in that reaches a pool whose shutdown has begun is refused.
+    private func shutDownAndCheck(by ending: PoolOperation? = nil, step: Int = 0) async -> String? {
         log.shuttingDown.store(true, ordering: .relaxed)
-        await pool.shutdown()
+        let held = Set(pool.accounts)
+        let hookRunsBefore = log.hookRuns.withLock { $0.count }
+        let pool = pool
+        switch ending {
+        case .gracefulShutdown(let grace)?:
+            let done = Gate()
+            owner.start {
+                await pool.shutdown(gracePeriod: .seconds(grace))
+                done.open()
+            }
+            await owner.waitUntilIdle()
+            startSignInAfterTheShutdownBegan(step: step)
+            var steps = 0
+            while true {
+                await owner.waitUntilIdle()
+                if done.isOpen { break }
+                guard let deadline = clock.nextDeadline, steps < 10_000 else {
+                    return "shutdown(gracePeriod: \(grace) s) never returned: \(activity)"
+                }
+                clock.advance(by: max(.zero, deadline - clock.uptime))
+                steps += 1
+            }
+            let signedOut = log.hookRuns.withLock { runs in
+                Set(runs[hookRunsBefore...].filter { $0.hook == 0 && $0.change.to == nil }.compactMap(\.change.from))
+            }
+            if !held.isSubset(of: signedOut) {
+                return
+                    "a graceful shutdown left \(held.subtracting(signedOut).map(\.rawValue).sorted()) without their hooks"
+            }
+        case .stopRunning?:
+            running?.task.cancel()
+            await owner.waitUntilIdle()
+            startSignInAfterTheShutdownBegan(step: step)
+            await running?.task.value
+        default:
+            await pool.shutdown()
+        }
         for task in tasks { await task.value }
+        await owner.waitUntilIdle()
+        if let running, !running.returned.isOpen { return "run() has not returned after the shutdown" }
+        if let failure = log.violations.withLock({ $0.first }) ?? checkHookOrder(final: true) { return failure }
         fetcher.lookUpMembers(with: nil)
         let metrics = pool.metrics
         if metrics.accounts != 0 || metrics.fetchesInFlight != 0 || metrics.timers != 0

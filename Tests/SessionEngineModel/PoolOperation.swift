@@ -1,6 +1,13 @@
 /// One operation of a pool program, over the accounts `member-0` … `member-n`, named by index.
 package enum PoolOperation: Sendable, CustomStringConvertible {
+    /// ``SessionPool/signIn(_:)``.
     case signIn(Int)
+    /// ``SessionPool/signIn(_:timeout:)``: returns, or fails with `SIGN_IN_TIMED_OUT` once the deadline has passed.
+    case signInWithin(Int, seconds: Int)
+    /// ``SessionPool/signIn(_:expecting:timeout:)`` expecting the account's own user, spelled as a host might.
+    case signInExpecting(Int)
+    /// ``SessionPool/signIn(_:with:)`` with a credential the host's backend issued for the account.
+    case signInWith(Int)
     case signOut(Int)
     case read(Int)
     case work(Int, seconds: Int)
@@ -19,12 +26,27 @@ package enum PoolOperation: Sendable, CustomStringConvertible {
     /// This host's wall clock jumps (an NTP step, a suspended VM resuming); the monotonic clock does not.
     case jumpWallClock(seconds: Int)
     case advance(seconds: Int)
+    /// Registers one more account-change hook (``SessionPool/addAccountChangeHook(_:)``): each account's changes run
+    /// every hook once, one at a time, in registration order.
+    case addHook
+    /// Shuts the pool down gracefully (``SessionPool/shutdown(gracePeriod:)``) while a sign-in races it; the program
+    /// ends here.
+    case gracefulShutdown(grace: Int)
+    /// Cancels the task that runs ``SessionPool/run()`` from the program's start, which shuts the pool down, while a
+    /// sign-in races it; the program ends here.
+    case stopRunning
     /// Two calls (sign-ins, sign-outs, work, renewals) that enter the pool together, racing each other.
     indirect case together(PoolOperation, PoolOperation)
 
     package var description: String {
         switch self {
         case .signIn(let account): "signIn(\(account))"
+        case .signInWithin(let account, let seconds): "signIn(\(account), timeout: \(seconds) s)"
+        case .signInExpecting(let account): "signIn(\(account), expecting:)"
+        case .signInWith(let account): "signIn(\(account), with:)"
+        case .addHook: "addHook"
+        case .gracefulShutdown(let grace): "shutdown(gracePeriod: \(grace) s)"
+        case .stopRunning: "stopRunning"
         case .signOut(let account): "signOut(\(account))"
         case .read(let account): "read(\(account))"
         case .work(let account, let seconds): "work(\(account), \(seconds) s)"
@@ -45,7 +67,15 @@ package enum PoolOperation: Sendable, CustomStringConvertible {
     /// Whether the operation is one call that enters the pool, which can race another (``together(_:_:)``).
     package var isCall: Bool {
         switch self {
-        case .signIn, .signOut, .work, .renew: true
+        case .signIn, .signInWithin, .signInExpecting, .signInWith, .signOut, .work, .renew: true
+        default: false
+        }
+    }
+
+    /// Whether the program ends with this operation (a shutdown of its own).
+    package var endsTheProgram: Bool {
+        switch self {
+        case .gracefulShutdown, .stopRunning: true
         default: false
         }
     }
@@ -53,7 +83,12 @@ package enum PoolOperation: Sendable, CustomStringConvertible {
     /// A random operation over `accounts` accounts.
     package static func random(_ random: inout PropertyRandom, accounts: Int) -> PoolOperation {
         let account = Int(random.next() % UInt64(accounts))
-        switch random.next() % 30 {
+        // About one program of 40 operations in six ends with a shutdown of its own.
+        if random.next() % 200 == 0 {
+            return random.next() % 2 == 0
+                ? .gracefulShutdown(grace: [0, 30, 600][Int(random.next() % 3)]) : .stopRunning
+        }
+        switch random.next() % 34 {
         case 0...3: return .signIn(account)
         case 4: return .signOut(account)
         case 5...6: return .read(account)
@@ -74,6 +109,10 @@ package enum PoolOperation: Sendable, CustomStringConvertible {
                 if call.isCall { calls.append(call) }
             }
             return .together(calls[0], calls[1])
+        case 24: return .signInWithin(account, seconds: [1, 10, 120][Int(random.next() % 3)])
+        case 25: return .signInExpecting(account)
+        case 26: return .signInWith(account)
+        case 27: return .addHook
         default: return .advance(seconds: [1, 1, 5, 30, 300, 700][Int(random.next() % 6)])
         }
     }
@@ -94,6 +133,9 @@ extension PoolOperation: Shrinkable {
         case .answer(let count) where count > 1: [[.answer(1)]]
         case .outage(let count) where count > 1: [[.outage(1)]]
         case .together(let first, let second): [[first, second], [first], [second]]
+        case .signInWithin(let account, _), .signInExpecting(let account), .signInWith(let account):
+            [[.signIn(account)]]
+        case .gracefulShutdown(let grace) where grace > 0: [[.gracefulShutdown(grace: 0)]]
         default: []
         }
     }

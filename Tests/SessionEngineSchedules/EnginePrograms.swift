@@ -47,7 +47,8 @@ enum PoolPrograms {
     /// A run of `operations` under the pool model's driver; it throws the first broken rule.
     static func program(_ operations: [PoolOperation], seed: UInt64) -> @Sendable () async throws -> Void {
         {
-            let driver = PoolModelDriver(seed: seed, explorer: .explorer)
+            let driver = PoolModelDriver(
+                seed: seed, idleTimeout: PoolModelDriver.idleTimeout(seed: seed), explorer: .explorer)
             Diagnostics.current = { driver.activity }
             if let failure = await driver.run(operations) { throw failure }
         }

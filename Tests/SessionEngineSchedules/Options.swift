@@ -20,6 +20,8 @@ struct Options {
     /// Overrides every exhaustive exploration's delay bound.
     var bound: Int?
     var list = false
+    /// The symbol graph to check the public calls against (``PublicCalls``), instead of exploring.
+    var publicCalls: String?
     var quiet = false
     var help = false
 
@@ -46,6 +48,10 @@ struct Options {
           --programs             only generated programs (random and PCT), no races or regression programs
           --bound N              explore the races and regression programs with delay bound N instead of theirs
           --list                 list the races and regression programs
+          --public-calls GRAPH   check that every public awaited method of SessionEngine and SessionPool is an
+                                 operation of the generated programs and of a named race, against the module's
+                                 symbol graph (.build/docs/symbol-graphs/SessionEngine/SessionEngine.symbols.json
+                                 after Scripts/build-docs.sh); run from the package's root
           --quiet                print only failures and the summary line
           --help                 this text
         """
@@ -92,6 +98,8 @@ struct Options {
                 options.programsOnly = true
             case "--list":
                 options.list = true
+            case "--public-calls":
+                options.publicCalls = try value(argument)
             case "--quiet":
                 options.quiet = true
             case "--help", "-h":

@@ -16,6 +16,10 @@ final class PoolRaceFetcher: CredentialFetcher {
     private struct State {
         var inFlight = 0
         var maximum = 0
+        /// The accounts whose fetches started, in order.
+        var starts: [AccountID] = []
+        /// The account whose fetches wait at the gate until it opens.
+        var held: (account: AccountID, gate: Gate)?
     }
 
     private let signer: IdentitySigner
@@ -28,10 +32,20 @@ final class PoolRaceFetcher: CredentialFetcher {
     /// The most fetches that were in flight at once.
     var maximumInFlight: Int { state.withLock { $0.maximum } }
 
+    /// The accounts whose fetches started, in order.
+    var starts: [AccountID] { state.withLock { $0.starts } }
+
+    /// Holds `account`'s fetches, from now on, until `gate` opens.
+    func hold(_ account: AccountID, until gate: Gate) {
+        state.withLock { $0.held = (account, gate) }
+    }
+
     func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-        state.withLock { state in
+        let gate = state.withLock { state -> Gate? in
             state.inFlight += 1
             state.maximum = max(state.maximum, state.inFlight)
+            state.starts.append(account)
+            return state.held?.account == account ? state.held?.gate : nil
         }
         let claim = Claim()
         let leave: @Sendable () -> Void = { [self] in
@@ -41,6 +55,7 @@ final class PoolRaceFetcher: CredentialFetcher {
         return try await withTaskCancellationHandler {
             // One scheduling point while the fetch is in flight, so that other accounts' fetches may overlap it.
             await Waypoint.pass()
+            await gate?.wait()
             try Task.checkCancellation()
             return try signer.sign(email: exampleEmail(for: account))
         } onCancel: {
@@ -57,15 +72,17 @@ private final class Claim: Sendable {
 /// One pool race: a pool on a manual clock whose tasks all take the explorer's executor, its calls, and the checks.
 final class PoolRaceRig: Sendable {
     let clock = ManualClock()
+    let signer: IdentitySigner
     let fetcher: PoolRaceFetcher
     let pool: SessionPool
     private let tasks = Mutex<[Task<String, Never>]>([])
 
-    init(maximumInFlight: Int = 1, maximumAccounts: Int? = nil) {
-        let signer = try! IdentitySigner(projectID: RaceRig.projectID, secret: "race-secret", clock: clock)
+    init(maximumInFlight: Int = 1, maximumAccounts: Int? = nil, fetchTimeout: Duration? = nil) {
+        signer = try! IdentitySigner(projectID: RaceRig.projectID, secret: "race-secret", clock: clock)
         fetcher = PoolRaceFetcher(signer: signer)
         var session = RaceRig.configuration
         session.taskExecutor = Explorer.taskExecutor
+        if let fetchTimeout { session.fetchTimeout = fetchTimeout }
         pool = SessionPool(
             fetcher: fetcher,
             configuration: SessionPoolConfiguration(
@@ -150,6 +167,7 @@ final class PoolRaceRig: Sendable {
 enum PoolRaces {
     static let all: [RaceProgram] = [
         signInsShareTheBudget, signOutWhileQueued, evictionRacesWork, renewalRacesSignOut, callsRaceShutdown,
+        signInsRaceGracefulShutdown, expectedUserJoinsASignIn, pushesRaceRenewal, callerJoinsAQueuedRenewal,
     ]
 
     static let signInsShareTheBudget = RaceProgram(
@@ -338,6 +356,188 @@ enum PoolRaces {
             await Explorer.waitUntilIdle()
             if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
             if rig.pool.metrics.fetchesInFlight != 0 { throw Violation("a fetch is in flight after shutdown") }
+        }
+    }
+
+    static let signInsRaceGracefulShutdown = RaceProgram(
+        name: "pool-sign-ins-race-graceful-shutdown",
+        summary: "bob signs in with a deadline while the pool shuts down gracefully and run() runs",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 1)
+            try await rig.pool.signIn("alice", with: try rig.signer.sign(email: exampleEmail(for: "alice")))
+            let left = Mutex<[AccountID]>([])
+            await rig.pool.addAccountChangeHook { change in
+                if let account = change.from, change.to == nil { left.withLock { $0.append(account) } }
+            }
+            rig.launch { pool in
+                try await pool.run()
+                return pool.accounts.isEmpty ? "ran" : "returned holding \(pool.accounts)"
+            }
+            rig.launch { pool in
+                try await pool.signIn("bob", timeout: .seconds(5))
+                return "identified"
+            }
+            rig.launch { pool in
+                await pool.shutdown(gracePeriod: .seconds(5))
+                return pool.accounts.isEmpty ? "shut down" : "shut down, holding \(pool.accounts)"
+            }
+            let outcomes = await rig.outcomes()
+            if outcomes[0] != "ran" || outcomes[2] != "shut down" { throw Violation("outcomes \(outcomes)") }
+            // The sign-in came before the shutdown (and was signed out by it) or was refused; its deadline is on the
+            // pool's clock, which no call moves, so it never passes.
+            if !["identified", "SHUT_DOWN", "ACCOUNT_CHANGED"].contains(outcomes[1]) {
+                throw Violation("bob's sign-in ended \(outcomes[1])")
+            }
+            // A graceful shutdown signs every account out with its hooks: alice, and every account that signed in.
+            var mustLeave: Set<AccountID> = ["alice"]
+            if outcomes[1] == "identified" { mustLeave.insert("bob") }
+            let leftWithHooks = Set(left.withLock { $0 })
+            if !mustLeave.isSubset(of: leftWithHooks) {
+                throw Violation(
+                    "accounts left without their hooks: \(mustLeave.subtracting(leftWithHooks)); \(outcomes)")
+            }
+            await Explorer.waitUntilIdle()
+            if rig.pool.metrics.timers != 0 || rig.pool.metrics.fetchesInFlight != 0 {
+                throw Violation("after the shutdown: \(rig.pool.metrics)")
+            }
+        }
+    }
+
+    static let expectedUserJoinsASignIn = RaceProgram(
+        name: "pool-expected-user-joins-a-sign-in",
+        summary: "signIn(carol) and signIn(carol, expecting: her user spelled otherwise) join one sign-in, beside a "
+            + "reader",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 1)
+            rig.launchSignIn("carol")
+            rig.launch { pool in
+                try await pool.signIn("carol", expecting: " CAROL@Example.com", timeout: .seconds(5))
+                return "identified"
+            }
+            rig.launch { _ in
+                try rig.checkHeaders(of: "carol")
+                await Waypoint.pass()
+                try rig.checkHeaders(of: "carol")
+                return "read"
+            }
+            // Whichever comes first, the account session is pinned to carol's user, which her credential names.
+            let outcomes = await rig.outcomes()
+            if outcomes != ["identified", "identified", "read"] { throw Violation("outcomes \(outcomes)") }
+            try rig.checkHeaders(of: "carol")
+            guard rig.pool.state(of: "carol").isIdentified, rig.fetcher.starts == ["carol"] else {
+                throw Violation("carol is \(rig.pool.state(of: "carol")) after \(rig.fetcher.starts.count) fetches")
+            }
+            try await rig.checkBudget(maximumInFlight: 1)
+            await rig.pool.shutdown()
+        }
+    }
+
+    static let pushesRaceRenewal = RaceProgram(
+        name: "pool-pushes-race-renewal",
+        summary: "alice's pushed credential, renew(for: alice), a rejection of alice's credential, bob's sign-in with "
+            + "his credential and a hook's registration race",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 1)
+            try await rig.pool.signIn("alice")
+            let first = try rig.pool.identityHeaders(for: "alice").credential()
+            rig.clock.advance(by: .seconds(10))
+            let pushed = try rig.signer.sign(email: exampleEmail(for: "alice"))
+            let bobs = try rig.signer.sign(email: exampleEmail(for: "bob"))
+            let hooked = Mutex<[AccountChange]>([])
+            rig.launch { pool in
+                try await pool.setIdentityCredential(pushed, for: "alice")
+                return "installed"
+            }
+            rig.launch { pool in
+                let credential = try await pool.renew(for: "alice")
+                return credential.email == exampleEmail(for: "alice") ? "renewed" : "renewed as \(credential.email)"
+            }
+            rig.launch { pool in
+                await pool.credentialRejected(first, for: "alice")
+                return "reported"
+            }
+            rig.launch { pool in
+                try await pool.signIn("bob", with: bobs)
+                return "identified"
+            }
+            rig.launch { pool in
+                await pool.addAccountChangeHook { change in hooked.withLock { $0.append(change) } }
+                return "added"
+            }
+            let outcomes = await rig.outcomes()
+            if outcomes != ["installed", "renewed", "reported", "identified", "added"] {
+                throw Violation("outcomes \(outcomes)")
+            }
+            try rig.checkHeaders(of: "alice")
+            try rig.checkHeaders(of: "bob")
+            // Bob's first credential is the one handed over: the pool fetches nothing for him.
+            if try rig.pool.identityHeaders(for: "bob").credential().signature != bobs.signature {
+                throw Violation("bob does not hold the credential handed over")
+            }
+            // A hook registered before a change begins runs for it.
+            await rig.pool.signOut("bob")
+            if !hooked.withLock({ $0.contains(AccountChange(from: "bob", to: nil)) }) {
+                throw Violation("the hook added before bob signed out did not run for it: \(hooked.withLock { $0 })")
+            }
+            try await rig.checkBudget(maximumInFlight: 1)
+            await rig.pool.shutdown()
+        }
+    }
+
+    static let callerJoinsAQueuedRenewal = RaceProgram(
+        name: "pool-caller-joins-a-queued-renewal",
+        summary:
+            "renew(for: carol) races the timers that queue bob's and carol's renewals while alice's fetch holds the "
+            + "one slot",
+        bound: 2
+    ) {
+        {
+            // Fetches wait as long as the race needs: no deadline frees alice's slot.
+            let rig = PoolRaceRig(maximumInFlight: 1, fetchTimeout: .seconds(86_400))
+            for account: AccountID in ["alice", "bob", "carol"] {
+                try await rig.pool.signIn(account)
+                rig.clock.advance(by: .seconds(5))
+            }
+            // Alice's caller takes the one slot, and her fetch holds it.
+            let released = Gate()
+            rig.fetcher.hold("alice", until: released)
+            rig.launch { pool in
+                _ = try await pool.renew(for: "alice")
+                return "renewed"
+            }
+            await Explorer.waitUntilIdle()
+            let before = rig.fetcher.starts.count
+            guard rig.fetcher.starts.last == "alice" else { throw Violation("alice's fetch did not start") }
+            // Past every renewal time, short of expiry: bob's and carol's renewals queue as proactive. Carol's caller
+            // comes before, while or after her renewal is queued: whenever it comes, her fetch is needed and goes
+            // before bob's.
+            rig.launch { _ in
+                rig.clock.advance(by: .seconds(870))
+                return "advanced"
+            }
+            rig.launch { pool in
+                let credential = try await pool.renew(for: "carol")
+                return credential.email == exampleEmail(for: "carol") ? "renewed" : "renewed as \(credential.email)"
+            }
+            // Both have done all they can before the slot frees: the advance has returned, and carol's caller waits.
+            await Explorer.waitUntilIdle()
+            released.open()
+            let outcomes = await rig.outcomes()
+            if outcomes != ["renewed", "advanced", "renewed"] { throw Violation("outcomes \(outcomes)") }
+            await Explorer.waitUntilIdle()
+            let starts = Array(rig.fetcher.starts.dropFirst(before))
+            guard let carol = starts.firstIndex(of: "carol"), let bob = starts.firstIndex(of: "bob") else {
+                throw Violation("after alice's, the fetches started for \(starts)")
+            }
+            if bob < carol { throw Violation("bob's proactive renewal went before carol's needed one: \(starts)") }
+            try await rig.checkBudget(maximumInFlight: 1)
+            await rig.pool.shutdown()
         }
     }
 }

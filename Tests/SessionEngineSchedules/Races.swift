@@ -1,5 +1,6 @@
 import Foundation
 import SessionEngine
+import SessionEngineBackend
 import SessionEngineExplorer
 import SessionEngineModel
 import SessionEngineTestKit
@@ -22,7 +23,7 @@ enum Races {
         renewAnsweredAtOnce, signOutDuringRenewal, switchDuringFetch, lateResultFromEarlierEpoch, manyCallersAtExpiry,
         cancelledWaiter, joinedSwitch,
         rejectionDuringSwitch, shutdownDuringFetch, twoSwitches, lateResultThenShutdown, joinedSignInDeadline,
-        joinedSwitchDeadline,
+        joinedSwitchDeadline, pushesRaceRenewal, gracefulShutdownRacesCalls,
     ]
 
     /// Signs in as alice and moves past the minimum fetch interval, so a renewal really fetches.
@@ -311,6 +312,92 @@ enum Races {
             try await rig.settle()
             try checkDeadlineFailedOnlyItsCaller(rig, deadline: "switch (5 s)", other: "switch")
             try await rig.finish(changes: 2, finalAccount: "bob")
+        }
+    }
+
+    static let pushesRaceRenewal = RaceProgram(
+        name: "pushes-race-renewal",
+        summary: "setIdentityCredential(alice's), renew() and signIn(bob, with: bob's) race, beside a fast-path reader",
+        bound: 2
+    ) {
+        {
+            let rig = try await signedIn()
+            let alices = try rig.signer.sign(email: exampleEmail(for: "alice"))
+            rig.probe.issued(alices, account: "alice", epoch: 1)
+            let bobs = try rig.signer.sign(email: exampleEmail(for: "bob"))
+            rig.probe.issued(bobs, account: "bob", epoch: 2)
+            rig.launch("push") { rig in
+                try await rig.engine.setIdentityCredential(alices, for: "alice")
+                return "installed"
+            }
+            rig.launch("renew") { try await $0.renew(allowed: [.accountChanged]) }
+            rig.launch("sign in with") { rig in
+                try await rig.engine.signIn("bob", with: bobs)
+                try rig.checkEstablished("bob", by: "signIn(bob, with:)")
+                return "returned"
+            }
+            rig.launchFastPathReader()
+            try await rig.settle()
+            let outcomes = rig.probe.outcomes
+            // The push came before bob's sign-in began, or found alice left.
+            if !outcomes.contains("push: installed") && !outcomes.contains("push: ACCOUNT_CHANGED") {
+                throw Violation("alice's pushed credential was neither installed nor refused as stale: \(outcomes)")
+            }
+            if !outcomes.contains("sign in with: returned") { throw Violation("bob's sign-in: \(outcomes)") }
+            // Bob's first credential is the one the host handed over: the engine fetches nothing for bob, unless the
+            // renewal reached the engine once bob was current (it may then also hand out bob's credential without a
+            // fetch, within the minimum interval).
+            let installed = try rig.engine.identityHeaders().credential()
+            let bobFetched = rig.fetcher.requests.contains { $0.account == "bob" }
+            let renewedBob = outcomes.contains("renew: credential of epoch 2")
+            if bobFetched ? !renewedBob : installed.signature != bobs.signature {
+                throw Violation(
+                    "bob's session holds \(installed.email)'s credential of \(installed.expiresAt), fetched for bob: "
+                        + "\(bobFetched); \(outcomes)")
+            }
+            try await rig.finish(changes: 2, finalAccount: "bob")
+        }
+    }
+
+    static let gracefulShutdownRacesCalls = RaceProgram(
+        name: "graceful-shutdown-races-calls",
+        summary: "shutdown(gracePeriod: 5 s) races scoped work and signIn(bob, expecting:) while run() runs",
+        bound: 2
+    ) {
+        {
+            let rig = try await signedIn()
+            rig.launch("run") { rig in
+                try await rig.engine.run()
+                if rig.engine.state != .signedOut { throw Violation("run() returned in \(rig.engine.state)") }
+                return "returned"
+            }
+            rig.launch("work") { rig in
+                try await rig.work("work", allowed: [.shutDown, .accountChanged, .switching]) { _ in
+                    await Waypoint.pass()
+                }
+            }
+            rig.launch("sign in expecting") { rig in
+                try await rig.engine.signIn("bob", expecting: " Bob@Example.COM")
+                return "returned"
+            }
+            rig.launch("graceful shutdown") { rig in
+                await rig.engine.shutdown(gracePeriod: .seconds(5))
+                let metrics = rig.engine.metrics
+                if metrics.scopedWork > 0 || metrics.waiters > 0 || rig.engine.state != .signedOut {
+                    throw Violation("shutdown(gracePeriod:) returned with \(rig.activity)")
+                }
+                return "returned"
+            }
+            try await rig.settle()
+            let outcomes = rig.probe.outcomes
+            for expected in ["run: returned", "graceful shutdown: returned"] where !outcomes.contains(expected) {
+                throw Violation("expected \(expected): \(outcomes)")
+            }
+            // A sign-in that came first returned (and was signed out by the shutdown), or the shutdown refused it.
+            let signIn = ["returned", "SHUT_DOWN", "ACCOUNT_CHANGED"].map { "sign in expecting: \($0)" }
+            if !outcomes.contains(where: signIn.contains) { throw Violation("bob's sign-in: \(outcomes)") }
+            // A graceful shutdown signs out with hooks: the last hook leaves for no account.
+            try await rig.finish(changes: 3, finalAccount: .some(nil), hooksEndAt: [nil])
         }
     }
 

@@ -35,6 +35,9 @@ if options.list {
     }
     exit(0)
 }
+if let symbolGraph = options.publicCalls {
+    exit(PublicCalls.check(symbolGraph: symbolGraph, races: Runner.named.map(\.name)) ? 0 : 1)
+}
 
 do {
     try Explorer.install()

@@ -9,11 +9,20 @@ import Testing
 @Suite struct EngineRegressionTests {
     /// A credential itself renewed after a rejection was rejected again while its renewal waited for the pool's budget:
     /// the report announced a wait of 5.1 s, and the waiting fetch reached the backend 5.0 s later (invariant 10 at
-    /// step 32 of the program the pool model generates from this seed). The running fetch is now the retry, and no
-    /// wait is announced.
+    /// step 32 of this program, which the pool model generated from this seed before its programs called every
+    /// sign-in). The running fetch is now the retry, and no wait is announced.
     @Test func aRejectionWhileTheRenewalWaitsForTheBudgetAnnouncesNoWaitItDoesNotKeep() async {
         let seed: UInt64 = 14_762_470_836_560_641_299
-        let failure = await PoolModelDriver(seed: seed).run(PoolOperation.program(seed: seed, length: 40))
+        let program: [PoolOperation] = [
+            .advance(seconds: 30), .advance(seconds: 1), .advance(seconds: 1), .jumpWallClock(seconds: 600), .signIn(1),
+            .reject(2), .signIn(0), .advance(seconds: 1), .rotate, .advance(seconds: 1), .answer(3), .signIn(2),
+            .rotate, .together(.signIn(1), .signOut(3)), .advance(seconds: 300), .signIn(2), .read(1), .signIn(2),
+            .answer(1), .read(1), .together(.work(0, seconds: 65), .signIn(3)), .outage(2), .signIn(3), .read(2),
+            .signIn(1), .work(2, seconds: 80), .advance(seconds: 700), .rotate, .signIn(1), .read(0), .signIn(2),
+            .answer(2), .advance(seconds: 5), .signIn(2), .advance(seconds: 1), .outage(1), .read(1), .read(0),
+            .jumpWallClock(seconds: -3600), .advance(seconds: 700),
+        ]
+        let failure = await PoolModelDriver(seed: seed, idleTimeout: nil).run(program)
         #expect(failure == nil, "\(failure!)")
     }
 

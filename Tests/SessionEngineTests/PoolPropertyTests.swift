@@ -22,7 +22,7 @@ import Testing
             let seed = index == 0 ? settings.seed : PropertyRandom.programSeed(run: settings.seed, index: index)
             let program = PoolOperation.program(seed: seed, length: 40)
             operations += program.count
-            let driver = PoolModelDriver(seed: seed)
+            let driver = PoolModelDriver(seed: seed, idleTimeout: PoolModelDriver.idleTimeout(seed: seed))
             if let failure = await driver.run(program) {
                 failures.append("program \(seed): \(failure)\n  \(program.map(\.description).joined(separator: ", "))")
             }

@@ -721,6 +721,47 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
         #expect(unbalanced.load(ordering: .relaxed) == 0, "rounds that ended with fetches in flight or queued")
     }
 
+    /// Two fetches in flight end on two threads at once, one as an outage and one answered: whichever of them the
+    /// budget's lock takes first, the observer hears the outage begin before it ends, never the other way round,
+    /// since each change is reported in the lock step that makes it. Reported after that step, the two reports of
+    /// racing steps can arrive swapped, and a pool's observer would hear an outage end that never began. The
+    /// observer takes a varying while before it records a report, as a host's does.
+    @Test func realThreadsEndingFetchesReportTheOutageInTheOrderItChanged() async {
+        let misordered = RealThreadRounds.Count()
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(4_000)) { round in
+            let reports = Locked<[String]>([])
+            let calls = Atomic(round)
+            let budget = budget(inFlight: 2, burst: 10, outageThreshold: 1, clock: ManualClock()) { change in
+                let spins = (calls.add(1, ordering: .relaxed).newValue &* 7_919) % 20_000
+                for _ in 0..<spins where calls.load(ordering: .relaxed) < 0 {}
+                switch change {
+                case .began: reports.append("began")
+                case .ended: reports.append("ended")
+                case .behind: break
+                }
+            }
+            let tickets = (0..<2).map {
+                budget.ticket(urgency: .needed, deadline: .zero, account: AccountID("fetch-\($0)"))
+            }
+            for ticket in tickets { _ = await budget.acquire(ticket) }
+            let line = RealThreadRounds.StartLine(parties: 2)
+            await withTaskGroup(of: Void.self) { group in
+                for (index, ticket) in tickets.enumerated() {
+                    group.addTask(executorPreference: RealThreadRounds.threads) {
+                        line.arriveAndWait()
+                        budget.release(ticket, outcome: index == 0 ? .outage : .answered)
+                    }
+                }
+            }
+            // The answer came first (the failure then begins an outage) or second (it ends the outage).
+            if reports.value != ["began"] && reports.value != ["began", "ended"] {
+                misordered.value.add(1, ordering: .relaxed)
+            }
+        }
+        #expect(stuck == nil, "a round never ended: \(stuck ?? -1)")
+        #expect(misordered.value.load(ordering: .relaxed) == 0, "rounds whose observer heard the outage end first")
+    }
+
     @Test func theHeapYieldsItsElementsInOrder() {
         var random = SplitMix64(seed: 11)
         var heap = Heap<Int>()
