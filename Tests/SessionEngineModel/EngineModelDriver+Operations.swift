@@ -96,11 +96,22 @@ extension EngineModelDriver {
         if account == model.account, let pinned = model.pinnedEmail ?? model.deferredPush?.email,
             pinned != IdentityEmail.normalize(spelled)
         {
-            let before = engine.state
-            do {
-                try await engine.signIn(account, expecting: spelled, timeout: timeout)
-                throw Violation("signIn(expecting:) of \(account), pinned to \(pinned), returned")
-            } catch let error as SessionError where error.code == .identityMismatch {}
+            // Through a task of its own, so that a call that waits instead of refusing fails the program rather than
+            // hanging it.
+            let (engine, before, refused) = (self.engine, engine.state, Locked<String?>(nil))
+            await enter {
+                do {
+                    try await engine.signIn(account, expecting: spelled, timeout: timeout)
+                    refused.withLock { $0 = "returned" }
+                } catch {
+                    refused.withLock { $0 = (error as? SessionError)?.code.rawValue ?? "\(error)" }
+                }
+            }
+            let outcome = refused.value
+            if outcome != SessionError.Code.identityMismatch.rawValue {
+                throw Violation(
+                    "signIn(expecting:) of \(account), pinned to \(pinned), was not refused: \(outcome ?? "it waits")")
+            }
             if engine.state != before { throw Violation("a refused expectation changed \(before) to \(engine.state)") }
             return
         }

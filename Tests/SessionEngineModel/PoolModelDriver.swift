@@ -217,9 +217,14 @@ package final class PoolModelDriver {
             startSignIn(names[index], "signIn(timeout: \(seconds) s)", timeout: .seconds(seconds)) {
                 try await $0.signIn($1, timeout: .seconds(seconds))
             }
-        case .signInExpecting(let index):
+        case .signInExpecting(let index, let seconds):
             let spelled = " \(Self.email(names[index]).uppercased())  "
-            startSignIn(names[index], "signIn(expecting:)") { try await $0.signIn($1, expecting: spelled) }
+            let timeout = seconds.map { Duration.seconds($0) }
+            startSignIn(
+                names[index], "signIn(expecting:timeout: \(seconds.map { "\($0) s" } ?? "nil"))", timeout: timeout
+            ) {
+                try await $0.signIn($1, expecting: spelled, timeout: timeout)
+            }
         case .signInWith(let index):
             let credential = try! signer.sign(email: Self.email(names[index]))
             startSignIn(names[index], "signIn(with:)") { try await $0.signIn($1, with: credential) }
@@ -361,8 +366,15 @@ package final class PoolModelDriver {
     /// sign-in that reaches a pool whose shutdown has begun is refused.
     private func shutDownAndCheck(by ending: PoolOperation? = nil, step: Int = 0) async -> String? {
         log.shuttingDown.store(true, ordering: .relaxed)
-        let held = Set(pool.accounts)
-        let hookRunsBefore = log.hookRuns.withLock { $0.count }
+        // The accounts whose hooks entered them and have not left them: a graceful shutdown runs their hooks out.
+        let (held, hookRunsBefore) = log.hookRuns.withLock { runs in
+            var entered = Set<AccountID>()
+            for run in runs where run.hook == 0 {
+                if let from = run.change.from { entered.remove(from) }
+                if let to = run.change.to { entered.insert(to) }
+            }
+            return (entered, runs.count)
+        }
         let pool = pool
         switch ending {
         case .gracefulShutdown(let grace)?:

@@ -4,8 +4,9 @@ package enum PoolOperation: Sendable, CustomStringConvertible {
     case signIn(Int)
     /// ``SessionPool/signIn(_:timeout:)``: returns, or fails with `SIGN_IN_TIMED_OUT` once the deadline has passed.
     case signInWithin(Int, seconds: Int)
-    /// ``SessionPool/signIn(_:expecting:timeout:)`` expecting the account's own user, spelled as a host might.
-    case signInExpecting(Int)
+    /// ``SessionPool/signIn(_:expecting:timeout:)`` expecting the account's own user, spelled as a host might, with
+    /// a deadline of `seconds` or none.
+    case signInExpecting(Int, seconds: Int?)
     /// ``SessionPool/signIn(_:with:)`` with a credential the host's backend issued for the account.
     case signInWith(Int)
     case signOut(Int)
@@ -42,7 +43,8 @@ package enum PoolOperation: Sendable, CustomStringConvertible {
         switch self {
         case .signIn(let account): "signIn(\(account))"
         case .signInWithin(let account, let seconds): "signIn(\(account), timeout: \(seconds) s)"
-        case .signInExpecting(let account): "signIn(\(account), expecting:)"
+        case .signInExpecting(let account, let seconds):
+            "signIn(\(account), expecting:, timeout: \(seconds.map { "\($0) s" } ?? "nil"))"
         case .signInWith(let account): "signIn(\(account), with:)"
         case .addHook: "addHook"
         case .gracefulShutdown(let grace): "shutdown(gracePeriod: \(grace) s)"
@@ -110,7 +112,7 @@ package enum PoolOperation: Sendable, CustomStringConvertible {
             }
             return .together(calls[0], calls[1])
         case 24: return .signInWithin(account, seconds: [1, 10, 120][Int(random.next() % 3)])
-        case 25: return .signInExpecting(account)
+        case 25: return .signInExpecting(account, seconds: random.next() % 2 == 0 ? nil : 30)
         case 26: return .signInWith(account)
         case 27: return .addHook
         default: return .advance(seconds: [1, 1, 5, 30, 300, 700][Int(random.next() % 6)])
@@ -133,7 +135,7 @@ extension PoolOperation: Shrinkable {
         case .answer(let count) where count > 1: [[.answer(1)]]
         case .outage(let count) where count > 1: [[.outage(1)]]
         case .together(let first, let second): [[first, second], [first], [second]]
-        case .signInWithin(let account, _), .signInExpecting(let account), .signInWith(let account):
+        case .signInWithin(let account, _), .signInExpecting(let account, _), .signInWith(let account):
             [[.signIn(account)]]
         case .gracefulShutdown(let grace) where grace > 0: [[.gracefulShutdown(grace: 0)]]
         default: []

@@ -77,7 +77,10 @@ final class PoolRaceRig: Sendable {
     let pool: SessionPool
     private let tasks = Mutex<[Task<String, Never>]>([])
 
-    init(maximumInFlight: Int = 1, maximumAccounts: Int? = nil, fetchTimeout: Duration? = nil) {
+    init(
+        maximumInFlight: Int = 1, maximumAccounts: Int? = nil, idleTimeout: Duration? = nil,
+        fetchTimeout: Duration? = nil
+    ) {
         signer = try! IdentitySigner(projectID: RaceRig.projectID, secret: "race-secret", clock: clock)
         fetcher = PoolRaceFetcher(signer: signer)
         var session = RaceRig.configuration
@@ -89,7 +92,7 @@ final class PoolRaceRig: Sendable {
                 session: session,
                 // A bucket as large as the races' sign-ins: only the in-flight bound makes fetches wait.
                 budget: .init(maximumInFlight: maximumInFlight, startsPerSecond: 1000, burst: 10),
-                maximumAccounts: maximumAccounts
+                maximumAccounts: maximumAccounts, idleTimeout: idleTimeout
             ),
             clock: clock
         )
@@ -168,6 +171,7 @@ enum PoolRaces {
     static let all: [RaceProgram] = [
         signInsShareTheBudget, signOutWhileQueued, evictionRacesWork, renewalRacesSignOut, callsRaceShutdown,
         signInsRaceGracefulShutdown, expectedUserJoinsASignIn, pushesRaceRenewal, callerJoinsAQueuedRenewal,
+        idleSweepRacesWork,
     ]
 
     static let signInsShareTheBudget = RaceProgram(
@@ -504,6 +508,9 @@ enum PoolRaces {
                 try await rig.pool.signIn(account)
                 rig.clock.advance(by: .seconds(5))
             }
+            // Past the minimum interval between fetches since carol's first: a caller that comes before her renewal
+            // fetches, whenever it comes.
+            rig.clock.advance(by: .seconds(10))
             // Alice's caller takes the one slot, and her fetch holds it.
             let released = Gate()
             rig.fetcher.hold("alice", until: released)
@@ -518,7 +525,7 @@ enum PoolRaces {
             // comes before, while or after her renewal is queued: whenever it comes, her fetch is needed and goes
             // before bob's.
             rig.launch { _ in
-                rig.clock.advance(by: .seconds(870))
+                rig.clock.advance(by: .seconds(860))
                 return "advanced"
             }
             rig.launch { pool in
@@ -537,6 +544,64 @@ enum PoolRaces {
             }
             if bob < carol { throw Violation("bob's proactive renewal went before carol's needed one: \(starts)") }
             try await rig.checkBudget(maximumInFlight: 1)
+            await rig.pool.shutdown()
+        }
+    }
+
+    static let idleSweepRacesWork = RaceProgram(
+        name: "pool-idle-sweep-races-work",
+        summary: "the idle sweep comes due while alice's scoped work starts and bob's headers are read",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 2, idleTimeout: .seconds(60))
+            try await rig.pool.signIn("alice")
+            try await rig.pool.signIn("bob")
+            let left = Mutex<[AccountID]>([])
+            await rig.pool.addAccountChangeHook { change in
+                if let account = change.from, change.to == nil { left.withLock { $0.append(account) } }
+            }
+            let bodyRan = Mutex(false)
+            // Short of the idle timeout: the sweeps until then find both used.
+            rig.clock.advance(by: .seconds(50))
+            await Explorer.waitUntilIdle()
+            rig.launch { pool in
+                try await pool.withIdentity(for: "alice") { credential in
+                    bodyRan.withLock { $0 = true }
+                    if credential.email != exampleEmail(for: "alice") {
+                        throw Violation("alice's work got \(credential.email)'s credential")
+                    }
+                    await Waypoint.pass()
+                    // A sweep that cancelled the running work would show here.
+                    try Task.checkCancellation()
+                }
+                return "finished"
+            }
+            rig.launch { _ in
+                try rig.checkHeaders(of: "bob")
+                return "read"
+            }
+            // Past the timeout: the sweep takes every account unused since, unless its work runs.
+            rig.launch { _ in
+                rig.clock.advance(by: .seconds(40))
+                return "advanced"
+            }
+            let outcomes = await rig.outcomes()
+            // Work whose body ran is never cancelled by the sweep; work that came as alice left found her leaving,
+            // or gone.
+            let refused = ["SIGNED_OUT", "SWITCHING", "ACCOUNT_CHANGED"]
+            if bodyRan.withLock({ $0 }) ? outcomes[0] != "finished" : !refused.contains(outcomes[0]) {
+                throw Violation("alice's work ended \(outcomes[0]), its body ran: \(bodyRan.withLock { $0 })")
+            }
+            if outcomes[1] != "read" || outcomes[2] != "advanced" { throw Violation("outcomes \(outcomes)") }
+            await Explorer.waitUntilIdle()
+            // Every account that left went with its hooks, and one the pool holds still answers.
+            let gone = Set<AccountID>(["alice", "bob"]).subtracting(rig.pool.accounts)
+            if !gone.isSubset(of: Set(left.withLock { $0 })) {
+                throw Violation("\(gone) left without their hooks: \(left.withLock { $0 })")
+            }
+            for account in rig.pool.accounts { try rig.checkHeaders(of: account) }
+            try await rig.checkBudget(maximumInFlight: 2)
             await rig.pool.shutdown()
         }
     }

@@ -9,8 +9,9 @@ import SessionEngineModel
 ///   here, or an entry names no such method;
 /// - an entry's operation is not among the operations of 4,000 generated programs (the model test's and the
 ///   explorer's generators), or its races are not races of the explorer;
-/// - the method is called nowhere in the model's driver for its type, or nowhere in the races for its type (a
-///   textual check of the call's base name and argument labels).
+/// - the method is called nowhere in the model's driver for its type, or a race its entry names does not call it,
+///   itself or through a helper function of the races' sources that does (a textual check of the call's receiver,
+///   base name and argument labels).
 enum PublicCalls {
     /// Where a generated program calls a method.
     enum Operation {
@@ -74,7 +75,9 @@ enum PublicCalls {
             "SessionPool.signOut(_:)", .generated("signOut"),
             ["pool-sign-out-while-queued", "pool-calls-race-shutdown"]),
         Entry("SessionPool.addAccountChangeHook(_:)", .generated("addHook"), ["pool-pushes-race-renewal"]),
-        Entry("SessionPool.withIdentity(for:_:)", .generated("work"), ["pool-eviction-races-work"]),
+        Entry(
+            "SessionPool.withIdentity(for:_:)", .generated("work"),
+            ["pool-eviction-races-work", "pool-idle-sweep-races-work"]),
         Entry("SessionPool.renew(for:)", .generated("renew"), ["pool-pushes-race-renewal"]),
         Entry("SessionPool.credentialRejected(_:for:)", .generated("reject"), ["pool-pushes-race-renewal"]),
         Entry("SessionPool.run()", .generated("stopRunning"), ["pool-sign-ins-race-graceful-shutdown"]),
@@ -126,12 +129,30 @@ enum PublicCalls {
                 failures.append("\(entry.method): the explorer has no race \(race)")
             }
             guard let parameters = methods[entry.method], let files = sources[entry.type] else { continue }
-            for (what, paths) in [("the model's driver", files.programs), ("the races", files.races)] {
-                let text = paths.compactMap { try? String(contentsOfFile: $0, encoding: .utf8) }.joined()
-                if paths.isEmpty || text.isEmpty {
-                    failures.append("\(entry.method): cannot read \(paths) (run from the package's root)")
-                } else if !callsMethod(named: entry.method, parameters: parameters, in: text) {
-                    failures.append("\(entry.method) is called nowhere in \(what) (\(paths.joined(separator: ", ")))")
+            let programs = files.programs.compactMap { try? String(contentsOfFile: $0, encoding: .utf8) }.joined()
+            let raceSources = files.races.compactMap { try? String(contentsOfFile: $0, encoding: .utf8) }.joined()
+            if programs.isEmpty || raceSources.isEmpty {
+                failures.append("\(entry.method): cannot read \(files) (run from the package's root)")
+                continue
+            }
+            if !callsMethod(named: entry.method, parameters: parameters, in: programs) {
+                failures.append(
+                    "\(entry.method) is called nowhere in the model's driver (\(files.programs.joined(separator: ", ")))"
+                )
+            }
+            // Each race it names calls it, itself or through a helper of the races' sources that does.
+            let helpers = functions(calling: entry.method, parameters: parameters, in: raceSources)
+            for race in entry.races where races.contains(race) {
+                guard let block = raceProgram(named: race, in: raceSources) else {
+                    failures.append(
+                        "\(entry.method): the race \(race) is not in \(files.races.joined(separator: ", "))")
+                    continue
+                }
+                let calls =
+                    callsMethod(named: entry.method, parameters: parameters, in: block)
+                    || helpers.contains { callsFunction(named: $0, in: block) }
+                if !calls {
+                    failures.append("\(entry.method): the race \(race) does not call it, itself or through a helper")
                 }
             }
         }
@@ -224,6 +245,10 @@ enum PublicCalls {
         var search = text.startIndex
         while let found = text.range(of: base, range: search..<text.endIndex) {
             search = found.upperBound
+            // A call has a receiver (`engine.`, `$0.`, `pool?.`); `case .signIn(let x)` and `(.signIn(…))` are
+            // patterns and values of the programs' own operations.
+            let before = found.lowerBound > text.startIndex ? text[text.index(before: found.lowerBound)] : " "
+            guard before.isLetter || before.isNumber || "_)]?!".contains(before) else { continue }
             let after = text[found.upperBound...]
             var labels: [String] = []
             var end = found.upperBound
@@ -239,6 +264,63 @@ enum PublicCalls {
             if accepts(labels, parameters) { return true }
         }
         return false
+    }
+
+    /// The functions declared in `text` that call the method, themselves or through another such function.
+    static func functions(calling method: String, parameters: [Parameter], in text: String) -> Set<String> {
+        let declared = functionBodies(in: text)
+        var found = Set(declared.filter { callsMethod(named: method, parameters: parameters, in: $0.body) }.map(\.name))
+        while true {
+            let more = declared.filter { function in
+                !found.contains(function.name) && found.contains { callsFunction(named: $0, in: function.body) }
+            }
+            if more.isEmpty { return found }
+            found.formUnion(more.map(\.name))
+        }
+    }
+
+    /// Every `func name(…) … { body }` of `text`, by name and body.
+    static func functionBodies(in text: String) -> [(name: String, body: String)] {
+        var bodies: [(name: String, body: String)] = []
+        var search = text.startIndex
+        while let found = text.range(of: "func ", range: search..<text.endIndex) {
+            search = found.upperBound
+            let name = String(text[found.upperBound...].prefix { $0.isLetter || $0.isNumber || $0 == "_" })
+            // A default argument may hold a closure, so the body is the first brace after the parameter clause.
+            guard !name.isEmpty, let open = text[found.upperBound...].firstIndex(of: "("),
+                let close = balancedEnd(of: text, from: open),
+                let brace = text[close...].firstIndex(of: "{"),
+                let end = balancedEnd(of: text, from: brace)
+            else { continue }
+            bodies.append((name, String(text[brace..<end])))
+        }
+        return bodies
+    }
+
+    /// Whether `text` calls a function of this name (`name(`, `.name(` or `name {`), other than declaring it.
+    static func callsFunction(named name: String, in text: String) -> Bool {
+        var search = text.startIndex
+        while let found = text.range(of: name, range: search..<text.endIndex) {
+            search = found.upperBound
+            let before = found.lowerBound > text.startIndex ? text[text.index(before: found.lowerBound)] : " "
+            let after = text[found.upperBound...]
+            if before.isLetter || before.isNumber || before == "_" || text[..<found.lowerBound].hasSuffix("func ") {
+                continue
+            }
+            if after.hasPrefix("(") || after.hasPrefix(" {") { return true }
+        }
+        return false
+    }
+
+    /// The source of the race program named `name`: from the `static let` that declares it to the next declaration.
+    static func raceProgram(named name: String, in text: String) -> String? {
+        guard let named = text.range(of: "name: \"\(name)\""),
+            let start = text.range(of: "static let ", options: .backwards, range: text.startIndex..<named.lowerBound)
+        else { return nil }
+        let rest = named.upperBound..<text.endIndex
+        let next = [text.range(of: "static let ", range: rest), text.range(of: "static func ", range: rest)]
+            .compactMap { $0?.lowerBound }.min()
+        return String(text[start.lowerBound..<(next ?? text.endIndex)])
     }
 
     /// Whether a call with these labels matches the parameters, each defaulted one present or left out.

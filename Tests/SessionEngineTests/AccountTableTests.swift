@@ -1,4 +1,5 @@
 import SessionEngineTestKit
+import Synchronization
 import Testing
 
 @testable import SessionEngine
@@ -182,6 +183,43 @@ import Testing
         #expect(try reading?.headers?.credential().email == "second@example.com")
         table.remove(second)
         #expect(table.reading("alice", hash: hash, stampingUse: false) == nil)
+    }
+
+    /// A member that left publishes on one thread (its sign-out, its shutdown) while its account's next member takes
+    /// the row on another, round after round: the leaving member's reads never land in its successor's row. A mirror
+    /// that found the row in one lock step and wrote it in a second could write the leaving member's read over the
+    /// row its successor had just taken.
+    @Test func realThreadsMirroringALeavingMemberNeverWriteItsSuccessorsRow() async throws {
+        let stale = try usable("first@example.com")
+        let overwritten = RealThreadRounds.Count()
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(2_000)) { round in
+            let table = table()
+            let hash = table.hasher.hash("alice")
+            let first = member("alice", in: table)
+            let second = member("alice", in: table)
+            table.insert(first, use: 0)
+            let line = RealThreadRounds.StartLine(parties: 2)
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask(executorPreference: RealThreadRounds.threads) {
+                    line.arriveAndWait()
+                    for _ in 0..<64 { table.mirror(stale, of: first.slot, hash: hash) }
+                }
+                group.addTask(executorPreference: RealThreadRounds.threads) {
+                    line.arriveAndWait()
+                    // Somewhere inside the leaving member's publishing, by the round.
+                    for _ in 0..<(round % 64) * 8 where !Task.isCancelled {}
+                    table.insert(second, use: 0)
+                }
+            }
+            let reading = table.reading("alice", hash: hash, stampingUse: false)
+            if (try? reading?.headers?.credential().email) == "first@example.com" {
+                overwritten.value.add(1, ordering: .relaxed)
+            }
+        }
+        #expect(stuck == nil, "a round never ended: \(stuck ?? -1)")
+        #expect(
+            overwritten.value.load(ordering: .relaxed) == 0,
+            "rounds in which the successor's row held the leaver's read")
     }
 
     @Test func readsStampTheRowAfterTheLatestCallAndTheStampsOutliveAGrowth() throws {

@@ -2,6 +2,7 @@ import Foundation
 import SessionEngineBackend
 import SessionEngineModel
 import SessionEngineTestKit
+import Synchronization
 import Testing
 
 @testable import SessionEngine
@@ -247,6 +248,62 @@ import Testing
         let own = SessionEngine(fetcher: fetcher, clock: clock)
         let other = SessionEngine(fetcher: fetcher, clock: clock)
         #expect(own.shard.timers !== AccountShard.systemTimers && own.shard.timers !== other.shard.timers)
+    }
+
+    /// Owners schedule and cancel timers on two threads while a third moves the clock, round after round: every timer
+    /// never cancelled fires once, none twice, and the queue ends with no timer. One owner schedules and cancels its
+    /// timer again and again as the other schedules theirs, so the queue often empties in one thread's step while the
+    /// other's timer goes in: a cancel that found the queue empty in one lock step and stopped the sleeper and dropped
+    /// the keys in a second would drop that timer, and its round would wait for a firing that never comes.
+    @Test func realThreadsSchedulingCancellingAndMovingTheClockFireEveryTimerOnce() async {
+        let twice = RealThreadRounds.Count()
+        let left = RealThreadRounds.Count()
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(2_000)) { round in
+            let clock = ManualClock()
+            let fired = Locked<[TimerID: Int]>([:])
+            let queue = DeadlineQueue<Int>(
+                clock: clock, taskExecutor: RealThreadRounds.threads,
+                delivery: { _, timer in fired.withLock { $0[timer, default: 0] += 1 } })
+            let owners = (0..<4).map { queue.register($0) }
+            let timer: @Sendable (Int) -> TimerSpec = { owner in
+                TimerSpec(id: TimerID(owner), uptimeDeadline: clock.uptime + .seconds((round + owner) % 3 + 1))
+            }
+            let line = RealThreadRounds.StartLine(parties: 3)
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask(executorPreference: RealThreadRounds.threads) {
+                    line.arriveAndWait()
+                    // Somewhere among the other owner's schedules and cancels, by the round.
+                    for _ in 0..<(round % 64) * 4 where !Task.isCancelled {}
+                    queue.schedule(timer(0), for: owners[0])
+                    queue.schedule(timer(1), for: owners[1])
+                }
+                group.addTask(executorPreference: RealThreadRounds.threads) {
+                    line.arriveAndWait()
+                    // The last owner's timer, scheduled and cancelled again and again, empties the queue each time
+                    // until the other owner's timers are in; it fires only if the clock got there first.
+                    for _ in 0..<16 {
+                        queue.schedule(timer(3), for: owners[3])
+                        queue.cancel(for: owners[3])
+                    }
+                    queue.schedule(timer(2), for: owners[2])
+                }
+                group.addTask(executorPreference: RealThreadRounds.threads) {
+                    line.arriveAndWait()
+                    for _ in 0..<3 { clock.advance(by: .seconds(1)) }
+                }
+            }
+            // Every timer never cancelled fires once the clock has passed it: move it on until they have.
+            while (0..<3).contains(where: { fired.value[TimerID($0)] == nil }) {
+                clock.advance(by: .seconds(10))
+                await Task.yield()
+            }
+            if fired.value.values.contains(where: { $0 > 1 }) { twice.value.add(1, ordering: .relaxed) }
+            if queue.count != 0 { left.value.add(1, ordering: .relaxed) }
+            for owner in owners { queue.release(owner) }
+        }
+        #expect(stuck == nil, "a timer never fired in round \(stuck ?? -1)")
+        #expect(twice.value.load(ordering: .relaxed) == 0, "rounds in which a timer fired twice")
+        #expect(left.value.load(ordering: .relaxed) == 0, "rounds that ended with a timer still scheduled")
     }
 }
 

@@ -17,26 +17,31 @@ import Testing
         let first = harness.credential(for: "alice")
         let second = harness.credential(for: "bob")
         let leftRunning = RealThreadRounds.Count()
-        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { _ in
+        let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(3_000)) { round in
             let store = Box(SessionStore(wallClock: SharedWallClockCheck(harness.clock)))
             store.install(first, of: "alice", epoch: 1)
             let earlierRunning = RealThreadRounds.Count()
+            // Every piece but the last starts before the change and ends as it drains, at an offset that moves with
+            // the round, so that an end falls between the drain's check and its parking in some rounds; the first
+            // piece and the change start together.
+            let line = RealThreadRounds.StartLine(parties: 2)
             await withTaskGroup(of: Void.self) { group in
-                for _ in 0..<4 {
+                for piece in 0..<4 {
+                    let started = piece < 3 ? Self.start(in: store, counting: earlierRunning) : nil
                     group.addTask(executorPreference: RealThreadRounds.threads) {
+                        if piece == 0 { line.arriveAndWait() }
                         // The work's task only hands back its slot; the test plays the work's body here.
-                        guard
-                            let (_, task, ticket) = try? store.value.startWork({ _, slot in
-                                Task(executorPreference: RealThreadRounds.threads) { () throws -> Int in slot }
-                            })
-                        else { return }
-                        if ticket.epoch == 1 { earlierRunning.value.add(1, ordering: .relaxed) }
-                        await Task.yield()
-                        if ticket.epoch == 1 { earlierRunning.value.subtract(1, ordering: .relaxed) }
+                        guard let (task, epoch) = started ?? Self.start(in: store, counting: earlierRunning) else {
+                            return
+                        }
+                        for _ in 0..<(round % 32) * (piece + 1) * 4 where !Task.isCancelled {}
+                        if piece == 3 { await Task.yield() }
+                        if epoch == 1 { earlierRunning.value.subtract(1, ordering: .relaxed) }
                         store.value.finishWork(try! await task.value)
                     }
                 }
                 group.addTask(executorPreference: RealThreadRounds.threads) {
+                    line.arriveAndWait()
                     store.install(second, of: "bob", epoch: 2)
                     store.value.cancelWork(before: 2)
                     await store.value.drain(before: 2)
@@ -48,6 +53,19 @@ import Testing
         }
         #expect(stuck == nil, "a drain was never woken in round \(stuck ?? -1)")
         #expect(leftRunning.value.load(ordering: .relaxed) == 0, "rounds whose drain returned while earlier work ran")
+    }
+
+    /// Starts a piece of scoped work, counted while it runs in the first session; `nil` when the store refuses it.
+    private static func start(
+        in store: Box, counting earlierRunning: RealThreadRounds.Count
+    ) -> (task: Task<Int, any Error>, epoch: UInt64)? {
+        guard
+            let (_, task, ticket) = try? store.value.startWork({ _, slot in
+                Task(executorPreference: RealThreadRounds.threads) { () throws -> Int in slot }
+            })
+        else { return nil }
+        if ticket.epoch == 1 { earlierRunning.value.add(1, ordering: .relaxed) }
+        return (task, ticket.epoch)
     }
 
     /// Holds the store, which cannot be copied, for the round's threads.
