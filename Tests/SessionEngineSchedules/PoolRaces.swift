@@ -135,6 +135,26 @@ final class PoolRaceRig: Sendable {
         }
     }
 
+    /// Starts scoped work for `account` whose body checks that it received the account's credential, passes one
+    /// scheduling point and then checks that it was not cancelled; its outcome is `finished` or the error's code.
+    ///
+    /// - Returns: Whether the body has run.
+    func launchWork(for account: AccountID) -> Locked<Bool> {
+        let bodyRan = Locked(false)
+        launch { pool in
+            try await pool.withIdentity(for: account) { credential in
+                bodyRan.withLock { $0 = true }
+                if credential.email != exampleEmail(for: account) {
+                    throw Violation("\(account)'s work got \(credential.email)'s credential")
+                }
+                await Waypoint.pass()
+                try Task.checkCancellation()
+            }
+            return "finished"
+        }
+        return bodyRan
+    }
+
     /// Waits for every launched call and returns their outcomes in launch order.
     func outcomes() async -> [String] {
         var outcomes: [String] = []
@@ -243,19 +263,8 @@ enum PoolRaces {
             let rig = PoolRaceRig(maximumInFlight: 2, maximumAccounts: 2)
             try await rig.pool.signIn("alice")
             try await rig.pool.signIn("bob")
-            let bodyRan = Mutex(false)
-            rig.launch { pool in
-                try await pool.withIdentity(for: "alice") { credential in
-                    bodyRan.withLock { $0 = true }
-                    if credential.email != exampleEmail(for: "alice") {
-                        throw Violation("alice's work got \(credential.email)'s credential")
-                    }
-                    await Waypoint.pass()
-                    // An eviction that cancelled the running work would show here.
-                    try Task.checkCancellation()
-                }
-                return "finished"
-            }
+            // An eviction that cancelled the running work would show as its outcome.
+            let bodyRan = rig.launchWork(for: "alice")
             // Bob is used after alice's work may have looked her up, so that she is the least recently used account
             // whether or not it has: carol's sign-in may pick her while the work is on its way into her engine.
             await Waypoint.pass()
@@ -264,7 +273,7 @@ enum PoolRaces {
             rig.launchSignIn("carol")
             let outcomes = await rig.outcomes()
             // Work whose body ran is never cancelled by an eviction: it finishes.
-            if bodyRan.withLock({ $0 }) && outcomes[0] != "finished" {
+            if bodyRan.value && outcomes[0] != "finished" {
                 throw Violation("alice's running work ended \(outcomes[0]): an eviction cancelled it")
             }
             if outcomes[1] != "identified" { throw Violation("carol's sign-in ended \(outcomes[1])") }
@@ -561,22 +570,11 @@ enum PoolRaces {
             await rig.pool.addAccountChangeHook { change in
                 if let account = change.from, change.to == nil { left.withLock { $0.append(account) } }
             }
-            let bodyRan = Mutex(false)
             // Short of the idle timeout: the sweeps until then find both used.
             rig.clock.advance(by: .seconds(50))
             await Explorer.waitUntilIdle()
-            rig.launch { pool in
-                try await pool.withIdentity(for: "alice") { credential in
-                    bodyRan.withLock { $0 = true }
-                    if credential.email != exampleEmail(for: "alice") {
-                        throw Violation("alice's work got \(credential.email)'s credential")
-                    }
-                    await Waypoint.pass()
-                    // A sweep that cancelled the running work would show here.
-                    try Task.checkCancellation()
-                }
-                return "finished"
-            }
+            // A sweep that cancelled the running work would show as its outcome.
+            let bodyRan = rig.launchWork(for: "alice")
             rig.launch { _ in
                 try rig.checkHeaders(of: "bob")
                 return "read"
@@ -590,8 +588,8 @@ enum PoolRaces {
             // Work whose body ran is never cancelled by the sweep; work that came as alice left found her leaving,
             // or gone.
             let refused = ["SIGNED_OUT", "SWITCHING", "ACCOUNT_CHANGED"]
-            if bodyRan.withLock({ $0 }) ? outcomes[0] != "finished" : !refused.contains(outcomes[0]) {
-                throw Violation("alice's work ended \(outcomes[0]), its body ran: \(bodyRan.withLock { $0 })")
+            if bodyRan.value ? outcomes[0] != "finished" : !refused.contains(outcomes[0]) {
+                throw Violation("alice's work ended \(outcomes[0]), its body ran: \(bodyRan.value)")
             }
             if outcomes[1] != "read" || outcomes[2] != "advanced" { throw Violation("outcomes \(outcomes)") }
             await Explorer.waitUntilIdle()
