@@ -155,6 +155,17 @@ final class PoolRaceRig: Sendable {
         return bodyRan
     }
 
+    /// Starts a reader of the accounts' headers beside the racing calls: it checks each account's headers, passes one
+    /// scheduling point and checks them again; its outcome is `read`.
+    func launchReader(of accounts: [AccountID]) {
+        launch { _ in
+            for account in accounts { try self.checkHeaders(of: account) }
+            await Waypoint.pass()
+            for account in accounts { try self.checkHeaders(of: account) }
+            return "read"
+        }
+    }
+
     /// Waits for every launched call and returns their outcomes in launch order.
     func outcomes() async -> [String] {
         var outcomes: [String] = []
@@ -205,12 +216,7 @@ enum PoolRaces {
             for account in accounts {
                 rig.launchSignIn(account)
             }
-            rig.launch { _ in
-                for account in accounts { try rig.checkHeaders(of: account) }
-                await Waypoint.pass()
-                for account in accounts { try rig.checkHeaders(of: account) }
-                return "read"
-            }
+            rig.launchReader(of: accounts)
             let outcomes = await rig.outcomes()
             if outcomes != ["identified", "identified", "identified", "read"] {
                 throw Violation("outcomes \(outcomes)")
@@ -301,12 +307,7 @@ enum PoolRaces {
                 return "advanced"
             }
             rig.launchSignOut("alice")
-            rig.launch { _ in
-                try rig.checkHeaders(of: "bob")
-                await Waypoint.pass()
-                try rig.checkHeaders(of: "bob")
-                return "read"
-            }
+            rig.launchReader(of: ["bob"])
             let outcomes = await rig.outcomes()
             if outcomes != ["advanced", "signed out", "read"] { throw Violation("outcomes \(outcomes)") }
             await Explorer.waitUntilIdle()
@@ -431,12 +432,7 @@ enum PoolRaces {
                 try await pool.signIn("carol", expecting: " CAROL@Example.com", timeout: .seconds(5))
                 return "identified"
             }
-            rig.launch { _ in
-                try rig.checkHeaders(of: "carol")
-                await Waypoint.pass()
-                try rig.checkHeaders(of: "carol")
-                return "read"
-            }
+            rig.launchReader(of: ["carol"])
             // Whichever comes first, the account session is pinned to carol's user, which her credential names.
             let outcomes = await rig.outcomes()
             if outcomes != ["identified", "identified", "read"] { throw Violation("outcomes \(outcomes)") }
