@@ -180,11 +180,14 @@ extension AccountShard {
         lives[index]!.fetch?.value.task.cancel()
         let fetcher = self.fetcher
         let budget = self.budget
+        let fleet = shared.fleet
         let clock = self.clock
-        let ticket = budget.map { budget in
-            let (urgency, deadline) = lives[index]!.machine.fetchUrgency(
-                at: now, callersWaiting: slot.waitingCallers > 0)
-            return budget.ticket(urgency: urgency, deadline: deadline, account: request.account)
+        let (urgency, deadline) = lives[index]!.machine.fetchUrgency(at: now, callersWaiting: slot.waitingCallers > 0)
+        let ticket = budget?.ticket(urgency: urgency, deadline: deadline, account: request.account)
+        // What the fleet's coordinator hears of the fetch, and the credential a shared one must match and outlive.
+        let held = fleet == nil ? nil : lives[index]!.machine.currentSession?.credential
+        let fleetFetch = fleet.map { _ in
+            FleetFetch(account: request.account, isNeeded: urgency == .needed, heldExpiry: held?.expirationDate)
         }
         let configuration = self.configuration
         let taskExecutor = shared.taskExecutor
@@ -201,10 +204,27 @@ extension AccountShard {
                 if let ticket { budget?.release(ticket, outcome: .neither) }
                 result = .failure(CancellationError())
             } else {
-                // The request leaves now: the time it waited for the budget is neither the backend's clock offset
-                // nor its latency, so the fetcher measures from here.
+                // The budget let it go; the fleet, if there is one, has its say.
+                var lease: FleetLease?
+                if let fleet, let fleetFetch {
+                    switch await fleet.admit(fleetFetch, holding: held) {
+                    case .start(let granted): lease = granted
+                    case .shared(let credential):
+                        if let ticket { budget?.release(ticket, outcome: .neither) }
+                        waited = max(.zero, clock.uptime - now.uptime)
+                        await self.fetchCompleted(
+                            slot, request.id, .success(FetchedCredential(credential)), waited: waited)
+                        return
+                    case .cancelled:
+                        if let ticket { budget?.release(ticket, outcome: .neither) }
+                        await self.fetchCompleted(slot, request.id, .failure(CancellationError()), waited: waited)
+                        return
+                    }
+                }
+                // The request leaves now: the time it waited for the budget and the fleet is neither the backend's
+                // clock offset nor its latency, so the fetcher measures from here.
                 var admitted = request
-                if ticket != nil {
+                if ticket != nil || fleet != nil {
                     waited = max(.zero, clock.uptime - now.uptime)
                     admitted = request.leaving(at: clock.now)
                 }
@@ -226,6 +246,12 @@ extension AccountShard {
                     // session holds no slot of the budget.
                     budget.release(
                         ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled), waited: waited)
+                }
+                if let fleet, let fleetFetch {
+                    fleet.ended(
+                        fleetFetch, lease: lease,
+                        outcome: Self.fleetOutcome(
+                            of: result, cancelled: Task.isCancelled, maximumPause: configuration.maximumRetryAfter))
                 }
             }
             await self.fetchCompleted(slot, request.id, result, waited: waited)
@@ -278,6 +304,21 @@ extension AccountShard {
         let classified = classify(error)
         if classified.retryAfter != nil { return .neither }
         return classified.failureClass == .outage ? .outage : .answered
+    }
+
+    /// How a fetch that reached the fetcher ended, as the fleet's coordinator hears it.
+    static func fleetOutcome(
+        of result: Result<FetchedCredential, any Error>, cancelled: Bool, maximumPause: Duration
+    ) -> FleetOutcome {
+        let error: any Error
+        switch result {
+        case .success(let fetched): return .credential(fetched.credential)
+        case .failure(let failure): error = failure
+        }
+        if cancelled || error is CancellationError { return .abandoned }
+        let classified = classify(error)
+        if let pause = classified.retryAfter { return .retryAfter(min(pause, maximumPause)) }
+        return classified.failureClass == .outage ? .outage : .refused
     }
 
     /// Maps what a fetcher threw to the engine's error.

@@ -271,6 +271,8 @@ actor AccountShard {
         let wallClock: SharedWallClockCheck
         /// The pool's budget toward the backend that the accounts' fetches share; `nil` for an engine of its own.
         let budget: FetchBudget?
+        /// The fleet's coordination that every fetch asks after the budget let it go; `nil` without a coordinator.
+        let fleet: FleetGate?
         /// The deadline queue every timer of the accounts waits in: a pool's, one of the engine's own, or the
         /// process's one queue on the ``SystemClock`` (``AccountShard/systemTimers``).
         let timers: DeadlineQueue<TimerTarget>
@@ -299,10 +301,12 @@ actor AccountShard {
         ///   - outlets: A pool's outlets, which its accounts report to.
         ///   - observer: Receives each event of an engine of its own before any subscriber does; it must return
         ///     quickly and not call the engine.
+        ///   - coordination: The fleet's coordinator, if the engine or pool has one.
         init(
             _ configuration: SessionConfiguration, fetcher: any CredentialFetcher, clock: any SessionClock,
             budget: FetchBudget?, timers: DeadlineQueue<TimerTarget>?, executors: Int = 1,
-            outlets: SessionPool.Outlets? = nil, observer: (@Sendable (SessionEvent) -> Void)? = nil
+            outlets: SessionPool.Outlets? = nil, observer: (@Sendable (SessionEvent) -> Void)? = nil,
+            coordination: FleetCoordination? = nil
         ) {
             session = configuration
             self.outlets = outlets
@@ -328,6 +332,31 @@ actor AccountShard {
                 self.timers = AccountShard.systemTimers
             } else {
                 self.timers = DeadlineQueue(clock: clock, taskExecutor: taskExecutor, delivery: TimerTarget.deliver)
+            }
+            let queue = self.timers
+            fleet = coordination.map { coordination in
+                FleetGate(
+                    coordination, configuration: configuration, clock: clock, timers: queue,
+                    taskExecutor: taskExecutor
+                ) { [log = configuration.log] change in
+                    switch change {
+                    case .unavailable(let account, let reason):
+                        log?(
+                            SessionLogRecord(
+                                level: .warning,
+                                message: "the fleet's coordinator is unavailable; fetches decide locally",
+                                metadata: ["account": account.rawValue, "reason": reason]))
+                        outlets?.publish(
+                            SessionPoolEvent(account: account, kind: .coordinatorUnavailable(reason: reason)), member: 0
+                        )
+                    case .available(let account):
+                        log?(
+                            SessionLogRecord(
+                                level: .info, message: "the fleet's coordinator answers again",
+                                metadata: ["account": account.rawValue]))
+                        outlets?.publish(SessionPoolEvent(account: account, kind: .coordinatorAvailable), member: 0)
+                    }
+                }
             }
         }
 

@@ -1,18 +1,19 @@
 import Synchronization
 
-/// One fetch at the fetcher, raced against its deadline (``SessionConfiguration/fetchTimeout``) and against the
-/// cancellation of the task that waits for it: the first of the three to happen decides, and the waiting task goes on
-/// at once, whether or not the fetcher has returned.
+/// One call out of the engine, to the fetcher or to a fleet's coordinator, raced against its deadline
+/// (``SessionConfiguration/fetchTimeout``, ``FleetCoordination/callTimeout``) and against the cancellation of the
+/// task that waits for it: the first of the three to happen decides, and the waiting task goes on at once, whether or
+/// not the call has returned.
 ///
-/// The fetcher runs in a task of its own, so a fetcher that ignores cancellation holds neither the engine's fetch
-/// task nor the pool's budget slot: the fetch task releases the slot as soon as the race is decided. A result that
-/// arrives after the deadline or the cancellation is dropped here, as the machine drops any stale result.
+/// The call runs in a task of its own, so a fetcher that ignores cancellation holds neither the engine's fetch task
+/// nor the pool's budget slot: the fetch task releases the slot as soon as the race is decided. A result that arrives
+/// after the deadline or the cancellation is dropped here, as the machine drops any stale result.
 enum FetchRace {
     /// How the race was decided.
-    enum Outcome: Sendable {
-        /// The fetcher returned or threw before the deadline.
-        case finished(Result<FetchedCredential, any Error>)
-        /// The deadline passed first; the fetcher had not returned.
+    enum Outcome<Value: Sendable>: Sendable {
+        /// The call returned before the deadline.
+        case finished(Value)
+        /// The deadline passed first; the call had not returned.
         case timedOut
         /// The waiting task was cancelled first (an account change, a sign-out, shutdown).
         case cancelled
@@ -40,21 +41,42 @@ enum FetchRace {
         timers: DeadlineQueue<AccountShard.TimerTarget>,
         taskExecutor: (any TaskExecutor)?,
         calling: @escaping @Sendable () -> Void
-    ) async -> Outcome {
-        let race = OneShot<Outcome>()
+    ) async -> Outcome<Result<FetchedCredential, any Error>> {
         let calling = PendingCall(calling)
-        let fetch = Task.start(preferring: taskExecutor) {
-            // Abandoned before it first ran (the account session ended): its request never reaches the backend,
-            // which by now may be serving the next account's hooks. Checked in the job that calls the fetcher.
-            guard !Task.isCancelled, !race.isOpen else { return }
+        return await call(timeout: timeout, clock: clock, timers: timers, taskExecutor: taskExecutor) {
             calling.run()
-            let result: Result<FetchedCredential, any Error>
             do {
-                result = .success(try await fetcher.fetch(request))
+                return .success(try await fetcher.fetch(request))
             } catch {
-                result = .failure(error)
+                return .failure(error)
             }
-            race.open(with: .finished(result))
+        }
+    }
+
+    /// Runs `body` in a task of its own and waits for the first of its result, its deadline `timeout` on `clock`,
+    /// and the calling task's cancellation.
+    ///
+    /// - Parameters:
+    ///   - timeout: How long `body` may take.
+    ///   - clock: The clock the deadline is on.
+    ///   - timers: The deadline queue that holds the deadline.
+    ///   - taskExecutor: The executor the call's task prefers.
+    ///   - body: The call; never started once the race is decided, or when the call's task is cancelled before it
+    ///     first runs.
+    /// - Returns: What decided the race.
+    static func call<Value: Sendable>(
+        timeout: Duration,
+        clock: any SessionClock,
+        timers: DeadlineQueue<AccountShard.TimerTarget>,
+        taskExecutor: (any TaskExecutor)?,
+        _ body: @escaping @Sendable () async -> Value
+    ) async -> Outcome<Value> {
+        let race = OneShot<Outcome<Value>>()
+        let task = Task.start(preferring: taskExecutor) {
+            // Abandoned before it first ran (the account session ended): its request never reaches the backend,
+            // which by now may be serving the next account's hooks. Checked in the job that makes the call.
+            guard !Task.isCancelled, !race.isOpen else { return }
+            race.open(with: .finished(await body()))
         }
         let deadline = AccountShard.setDeadline(in: timers, on: clock, after: timeout) {
             race.open(with: .timedOut)
@@ -63,11 +85,28 @@ enum FetchRace {
             await race.value()
         } onCancel: {
             race.open(with: .cancelled)
-            fetch.cancel()
+            task.cancel()
         }
         timers.release(deadline)
-        if case .finished = outcome {} else { fetch.cancel() }
+        if case .finished = outcome {} else { task.cancel() }
         return outcome
+    }
+
+    /// Waits `duration` on `clock`, in the deadline queue `timers`.
+    ///
+    /// - Returns: `false` when the calling task was cancelled first.
+    static func sleep(
+        for duration: Duration, clock: any SessionClock, timers: DeadlineQueue<AccountShard.TimerTarget>
+    ) async -> Bool {
+        let woken = OneShot<Bool>()
+        let deadline = AccountShard.setDeadline(in: timers, on: clock, after: duration) { woken.open(with: true) }
+        let slept = await withTaskCancellationHandler {
+            await woken.value()
+        } onCancel: {
+            woken.open(with: false)
+        }
+        timers.release(deadline)
+        return slept
     }
 
     /// The call the fetcher's task makes right before it calls the fetcher, let go once made: a fetcher that never

@@ -55,6 +55,25 @@ public actor SessionEngine {
         self.init(fetcher: fetcher, configuration: configuration, clock: clock, observer: nil)
     }
 
+    /// Creates an engine, signed out, that coordinates its fetches with other replicas of the process through a
+    /// fleet's coordinator: it asks the coordinator before each fetch and tells it how each ended, and decides
+    /// locally whenever the coordinator fails or is slow (``FleetCoordinator``).
+    ///
+    /// - Parameters:
+    ///   - fetcher: Gets credentials from the host's backend.
+    ///   - configuration: Renewal, retry and buffering policies.
+    ///   - clock: The source of wall time and sleep; a manual clock in tests.
+    ///   - coordination: The fleet's coordinator and the bounds the engine keeps on it.
+    public init(
+        fetcher: some CredentialFetcher,
+        configuration: SessionConfiguration = SessionConfiguration(),
+        clock: some SessionClock = SystemClock(),
+        coordination: FleetCoordination
+    ) {
+        self.init(
+            fetcher: fetcher, configuration: configuration, clock: clock, observer: nil, coordination: coordination)
+    }
+
     /// Creates an engine whose every event also goes to `observer`, synchronously, in the step that publishes it.
     ///
     /// - Parameters:
@@ -62,15 +81,18 @@ public actor SessionEngine {
     ///   - configuration: Renewal, retry and buffering policies.
     ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
+    ///   - coordination: The fleet's coordinator, if any.
     package init(
         fetcher: some CredentialFetcher,
         configuration: SessionConfiguration = SessionConfiguration(),
         clock: some SessionClock = SystemClock(),
-        observer: (@Sendable (SessionEvent) -> Void)?
+        observer: (@Sendable (SessionEvent) -> Void)?,
+        coordination: FleetCoordination? = nil
     ) {
         shard = AccountShard(
             shared: AccountShard.Shared(
-                configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer))
+                configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer,
+                coordination: coordination))
         slot = shard.reserve(latencyWindow: LatencySummary.window, membership: nil)
     }
 
@@ -122,7 +144,11 @@ public actor SessionEngine {
 
     /// What the engine has done and holds: counters, fetch latency, the credential's remaining lifetime, tasks,
     /// subscribers, waiters and scoped work. Read without an actor hop.
-    public nonisolated var metrics: SessionMetrics { slot.metrics }
+    public nonisolated var metrics: SessionMetrics {
+        var metrics = slot.metrics
+        metrics.fleet = shard.shared.fleet?.metrics
+        return metrics
+    }
 
     /// How many times the process's deadline queue on the ``SystemClock`` has woken, for benchmarks.
     package static var systemTimerWakeUps: Int { AccountShard.systemTimers.wakeUps }

@@ -68,6 +68,9 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     public var waiters: Int
     /// Scoped work running.
     public var scopedWork: Int
+    /// What the engine's coordination with other replicas has done; `nil` for an engine without a coordinator, and
+    /// for an account of a pool (the pool's ``SessionPoolMetrics/fleet`` counts for all of them).
+    public var fleet: FleetMetrics?
 
     /// The failed fetches over all error codes.
     public var fetchesFailedTotal: Int { fetchesFailed.values.reduce(0, +) }
@@ -171,7 +174,7 @@ public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
             + "changes=\(accountChanges) workCancelled=\(scopedWorkCancelled) events=\(eventsPublished) "
             + "dropped=\(eventsDropped) latency=[\(fetchLatency)] failedLatency=[\(failedFetchLatency)] "
             + "remaining=\(credentialRemainingLifetime?.readable ?? "none") tasks=\(liveTasks) "
-            + "subscribers=\(subscribers) waiters=\(waiters) work=\(scopedWork)"
+            + "subscribers=\(subscribers) waiters=\(waiters) work=\(scopedWork)" + (fleet.map { " \($0)" } ?? "")
     }
 }
 

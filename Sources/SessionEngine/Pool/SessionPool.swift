@@ -122,6 +122,26 @@ public final class SessionPool: Sendable {
         self.init(fetcher: fetcher, configuration: configuration, clock: clock, observer: nil)
     }
 
+    /// Creates a pool with no accounts whose fetches are coordinated with other replicas of the process through a
+    /// fleet's coordinator: after the pool's own budget lets a fetch go, the pool asks the coordinator, and tells it
+    /// how each fetch ended; whenever the coordinator fails or is slow, the pool decides locally
+    /// (``FleetCoordinator``).
+    ///
+    /// - Parameters:
+    ///   - fetcher: Gets credentials from the host's backend, for every account; each request names its account.
+    ///   - configuration: Each account's policies, the budget toward the backend and the bounds on accounts.
+    ///   - clock: The source of wall time and sleep; a manual clock in tests.
+    ///   - coordination: The fleet's coordinator and the bounds the pool keeps on it.
+    public convenience init(
+        fetcher: some CredentialFetcher,
+        configuration: SessionPoolConfiguration = SessionPoolConfiguration(),
+        clock: some SessionClock = SystemClock(),
+        coordination: FleetCoordination
+    ) {
+        self.init(
+            fetcher: fetcher, configuration: configuration, clock: clock, observer: nil, coordination: coordination)
+    }
+
     /// Creates a pool whose every event also goes to `observer`, synchronously, in the step that publishes it, with
     /// the serial number of the member it is about (members count from 1 in the order the pool makes them; an account
     /// that signs in again after it left has a new member), or 0 for the pool's own events (an outage's beginning and
@@ -132,11 +152,13 @@ public final class SessionPool: Sendable {
     ///   - configuration: Each account's policies, the budget toward the backend and the bounds on accounts.
     ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the pool.
+    ///   - coordination: The fleet's coordinator, if any.
     package init(
         fetcher: some CredentialFetcher,
         configuration: SessionPoolConfiguration = SessionPoolConfiguration(),
         clock: some SessionClock = SystemClock(),
-        observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?
+        observer: (@Sendable (_ member: UInt64, _ event: SessionPoolEvent) -> Void)?,
+        coordination: FleetCoordination? = nil
     ) {
         self.fetcher = fetcher
         self.configuration = configuration
@@ -170,7 +192,7 @@ public final class SessionPool: Sendable {
             })
         let shared = AccountShard.Shared(
             configuration.session, fetcher: fetcher, clock: clock, budget: budget, timers: timers,
-            executors: Self.shardCount, outlets: outlets)
+            executors: Self.shardCount, outlets: outlets, coordination: coordination)
         self.shared = shared
         self.shards = (0..<Self.shardCount).map {
             AccountShard(shared: shared, executorIndex: $0, livesPerChunk: Self.livesPerChunk)
@@ -274,6 +296,7 @@ public final class SessionPool: Sendable {
         metrics.budgetWait = LatencySummary(of: budget.waited)
         metrics.renewalsPastDeadline = budget.lateRenewals
         metrics.eventsDropped = broadcaster.droppedCount
+        metrics.fleet = shared.fleet?.metrics
         return metrics
     }
 

@@ -30,6 +30,12 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
         /// ``SessionPoolConfiguration/Budget`` says. ``SessionPoolMetrics/renewalsPastDeadline`` counts every such
         /// renewal.
         case budgetBehind
+        /// A call to the fleet's coordinator (``FleetCoordination``) for the account's fetch failed or passed its
+        /// deadline, for `reason`: the pool's fetches decide locally, as without a coordinator, and one of them asks
+        /// again after ``FleetCoordination/retryInterval``. Logged at warning.
+        case coordinatorUnavailable(reason: String)
+        /// The fleet's coordinator answered the account's fetch again after it was unavailable.
+        case coordinatorAvailable
     }
 
     /// The account the event is about.
@@ -55,6 +61,8 @@ public struct SessionPoolEvent: Sendable, CustomStringConvertible {
         case .outageBegan: "\(account): the backend's outage began; the pool holds every account's fetches"
         case .outageEnded: "\(account): the backend answered; the outage is over"
         case .budgetBehind: "\(account): renewed only after expiry; the budget cannot keep up with the renewals it owes"
+        case .coordinatorUnavailable(let reason): "\(account): the fleet's coordinator is unavailable (\(reason))"
+        case .coordinatorAvailable: "\(account): the fleet's coordinator answers again"
         }
     }
 }
@@ -161,6 +169,8 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     /// (``SessionPool/events(for:bufferLimit:)``) says so in the stream, and counts in that account's
     /// ``SessionMetrics/eventsDropped``.
     public var eventsDropped = 0
+    /// What the pool's coordination with other replicas has done; `nil` for a pool without a coordinator.
+    public var fleet: FleetMetrics?
 
     /// The pool's counters on one line.
     public var description: String {
@@ -168,6 +178,6 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
             + "proactive, budget waits \(budgetWaits), fetches admitted \(fetchesAdmitted), evictions \(evictions), "
             + "timers \(timers), outage \(holdsForOutage ? "held" : "none") (\(outages) over the pool's life), "
             + "budget wait [\(budgetWait)], renewals past deadline \(renewalsPastDeadline), "
-            + "events dropped \(eventsDropped)"
+            + "events dropped \(eventsDropped)" + (fleet.map { ", \($0)" } ?? "")
     }
 }

@@ -1,0 +1,161 @@
+public import Foundation
+
+/// Coordinates the fetches of replicas of one process (several daemons, or several pools) toward one backend: one
+/// budget, one outage and, where credentials may be shared, one fetch per account per renewal across them.
+///
+/// An engine or a pool given a coordinator (``FleetCoordination``) asks it, for every fetch its own budget has let go,
+/// what to do (``decide(_:)``), and tells it how every fetch it started ended (``fetchEnded(_:lease:outcome:)``).
+/// Coordination is a load optimisation and never costs an identity: every call has a deadline
+/// (``FleetCoordination/callTimeout``), and an error or a call past it means that the replica decides locally, as
+/// it would without a coordinator (it fails open). No rule of the engine is relaxed by it: a shared credential is
+/// installed through the same validation as a fetched one, and only if it is the same user's and expires later
+/// than the one the account holds.
+///
+/// Implementations must be safe to call from many tasks at once, should answer in well under the deadline, and must
+/// never be handed a secret: the requests name accounts and times, the outcomes carry a credential only when the
+/// replica fetched one.
+public protocol FleetCoordinator: Sendable {
+    /// What the replica should do about a fetch it is about to start.
+    ///
+    /// - Parameter fetch: The fetch: its account, how urgently it is needed, and the expiry of the credential the
+    ///   replica holds for the account.
+    /// - Returns: The fleet's decision.
+    /// - Throws: Any error; the replica then decides locally.
+    func decide(_ fetch: FleetFetch) async throws -> FleetDecision
+
+    /// A fetch the replica started has ended: one the coordinator admitted with `lease`, or one the replica started on
+    /// its own when the coordinator did not answer (`lease` is `nil`).
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch, as ``decide(_:)`` was asked about it.
+    ///   - lease: The lease of the ``FleetDecision/start(lease:)`` that admitted it; `nil` for a fetch the replica
+    ///     decided on locally.
+    ///   - outcome: How it ended.
+    /// - Throws: Any error; the replica goes on, and counts it as a call that failed.
+    func fetchEnded(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) async throws
+}
+
+/// A fetch a replica is about to start, as its ``FleetCoordinator`` is asked about it.
+public struct FleetFetch: Sendable, Hashable, CustomStringConvertible {
+    /// The account the fetch is for.
+    public let account: AccountID
+    /// Whether the account needs the fetch now (a caller waits for it, or it holds no usable credential), rather than
+    /// renewing a credential that is still usable.
+    public let isNeeded: Bool
+    /// When the credential the replica holds for the account expires, by its `expiresAt`; `nil` when it holds none. A
+    /// credential shared with the replica must expire later than this.
+    public let heldExpiry: Date?
+
+    /// Creates a fetch.
+    ///
+    /// - Parameters:
+    ///   - account: The account the fetch is for.
+    ///   - isNeeded: Whether the account needs it now.
+    ///   - heldExpiry: The expiry of the credential the replica holds for the account.
+    public init(account: AccountID, isNeeded: Bool, heldExpiry: Date?) {
+        self.account = account
+        self.isNeeded = isNeeded
+        self.heldExpiry = heldExpiry
+    }
+
+    /// The account, the urgency and the held credential's expiry; never a credential.
+    public var description: String {
+        let expiry = heldExpiry.map { "holding one until \(Int($0.timeIntervalSince1970))" } ?? "holding none"
+        return "fetch for \(account) (\(isNeeded ? "needed" : "proactive"), \(expiry))"
+    }
+}
+
+/// Names a fetch the coordinator admitted, so that its end releases what it took (a place in the fleet's budget,
+/// the account's lease).
+public struct FleetLease: Sendable, Hashable, CustomStringConvertible {
+    /// The coordinator's name for the fetch.
+    public let rawValue: String
+
+    /// Creates a lease.
+    ///
+    /// - Parameter rawValue: The coordinator's name for the fetch.
+    public init(_ rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// The lease's name.
+    public var description: String { rawValue }
+}
+
+/// What a replica should do about a fetch, as its ``FleetCoordinator`` decides.
+public enum FleetDecision: Sendable, Hashable {
+    /// Why the fleet holds a fetch.
+    public enum HoldReason: String, Sendable, Hashable {
+        /// The fleet's budget has no start left now (its rate, or its fetches in flight).
+        case budget
+        /// The fleet's fetches fail as an outage; another replica probes the backend.
+        case outage
+        /// The backend asked the fleet to wait (`Retry-After`).
+        case retryAfter
+    }
+
+    /// Fetch now; report its end with `lease`.
+    case start(lease: FleetLease)
+    /// Another replica is fetching for the account; ask again after `retryIn`, when its credential may be shared.
+    /// The replica waits for a peer at most ``FleetCoordination/maximumPeerWait`` in all, then fetches itself.
+    case awaitPeer(retryIn: Duration)
+    /// A credential another replica fetched for the account: installed through the engine's own validation when it is
+    /// the held credential's user's and expires later than the held one; the replica fetches itself otherwise.
+    case shared(IdentityCredential)
+    /// The fleet holds fetches for now; ask again after `retryIn` (at most ``SessionConfiguration/maximumRetryAfter``).
+    case hold(retryIn: Duration, reason: HoldReason)
+}
+
+/// How a fetch a replica started ended, as its ``FleetCoordinator`` hears it.
+public enum FleetOutcome: Sendable, Hashable {
+    /// The backend issued this credential. A coordinator may share it with the other replicas until it expires.
+    case credential(IdentityCredential)
+    /// The fetch failed as an outage of the backend (``SessionError/FailureClass/outage``).
+    case outage
+    /// The backend asked to be left alone for this long (`Retry-After`).
+    case retryAfter(Duration)
+    /// The backend answered without a credential (a refusal that is not an outage).
+    case refused
+    /// The fetch was abandoned before the backend answered (an account change, a sign-out, shutdown).
+    case abandoned
+}
+
+/// A coordinator and the bounds a replica keeps on it: given to a ``SessionEngine`` or a ``SessionPool`` at creation.
+public struct FleetCoordination: Sendable {
+    /// The fleet's coordinator.
+    public var coordinator: any FleetCoordinator
+    /// How long one call to the coordinator may take before the replica decides locally; at least a millisecond.
+    public var callTimeout: Duration {
+        get { callTimeoutValue }
+        set { callTimeoutValue = max(.milliseconds(1), newValue) }
+    }
+    private var callTimeoutValue: Duration = .milliseconds(250)
+    /// After a call fails or passes its deadline, how long the replica decides locally without asking, before one
+    /// call tries the coordinator again; at least a millisecond.
+    public var retryInterval: Duration {
+        get { retryIntervalValue }
+        set { retryIntervalValue = max(.milliseconds(1), newValue) }
+    }
+    private var retryIntervalValue: Duration = .seconds(1)
+    /// The longest one fetch waits in all for another replica's credential (``FleetDecision/awaitPeer(retryIn:)``)
+    /// before it fetches itself; `nil` waits up to the fetch's own deadline, ``SessionConfiguration/fetchTimeout``.
+    public var maximumPeerWait: Duration?
+
+    /// Creates the coordination of a replica.
+    ///
+    /// - Parameters:
+    ///   - coordinator: The fleet's coordinator.
+    ///   - callTimeout: How long one call may take before the replica decides locally.
+    ///   - retryInterval: How long the replica decides locally after a call failed, before it asks again.
+    ///   - maximumPeerWait: The longest one fetch waits for another replica's credential; `nil` for the fetch's
+    ///     deadline.
+    public init(
+        _ coordinator: any FleetCoordinator, callTimeout: Duration = .milliseconds(250),
+        retryInterval: Duration = .seconds(1), maximumPeerWait: Duration? = nil
+    ) {
+        self.coordinator = coordinator
+        self.maximumPeerWait = maximumPeerWait
+        self.callTimeout = callTimeout
+        self.retryInterval = retryInterval
+    }
+}

@@ -1,0 +1,240 @@
+import Foundation
+
+/// A replica's side of its fleet's coordination: asks the ``FleetCoordinator`` about each fetch the replica's own
+/// budget let go, within the call's deadline, waits as the coordinator says, and tells it how each fetch ended. Shared
+/// by an engine's account, or by every account of a pool.
+///
+/// It fails open: a call that throws or passes ``FleetCoordination/callTimeout`` decides locally (the fetch starts as
+/// without a coordinator), the coordinator counts as unavailable, and for ``FleetCoordination/retryInterval`` every
+/// fetch decides locally at once; then the first fetch asks again, alone, and the first call that answers makes it
+/// available again. Each change of availability is reported once (`onChange`).
+final class FleetGate: Sendable {
+    /// What the fleet let a fetch do.
+    enum Admission: Sendable {
+        /// Fetch, reporting the end with the lease, or with none when decided locally.
+        case start(FleetLease?)
+        /// Install another replica's credential, which the gate found the held credential's user's and newer.
+        case shared(IdentityCredential)
+        /// The fetch's task was cancelled while it asked or waited.
+        case cancelled
+    }
+
+    /// A change of the coordinator's availability, reported in the lock step that makes it.
+    enum Change: Sendable, Equatable {
+        /// A call for the account failed, for the reason given; the replica decides locally for a while.
+        case unavailable(AccountID, reason: String)
+        /// A call for the account answered again.
+        case available(AccountID)
+    }
+
+    private struct State {
+        /// Until when on the clock's monotonic time fetches decide locally without asking; `nil` while available.
+        var quietUntil: Duration?
+        var metrics = FleetMetrics()
+    }
+
+    let coordination: FleetCoordination
+    private let clock: any SessionClock
+    private let timers: DeadlineQueue<AccountShard.TimerTarget>
+    private let taskExecutor: (any TaskExecutor)?
+    /// The longest a hold is waited for before the coordinator is asked again.
+    private let maximumHold: Duration
+    /// The longest a fetch waits for another replica's credential, in all.
+    private let maximumPeerWait: Duration
+    private let state = SanitizedMutex(State())
+    /// Receives each change of availability in the lock step that makes it; it must return quickly.
+    private let onChange: @Sendable (Change) -> Void
+
+    /// Creates the gate of an engine or a pool.
+    ///
+    /// - Parameters:
+    ///   - coordination: The coordinator and its bounds.
+    ///   - configuration: The accounts' policies: the longest pause (``SessionConfiguration/maximumRetryAfter``) and
+    ///     the fetch's deadline, the default of the longest wait for a peer.
+    ///   - clock: The clock the deadlines and waits are on.
+    ///   - timers: The deadline queue they wait in.
+    ///   - taskExecutor: The executor the calls' tasks prefer.
+    ///   - onChange: Receives each change of availability.
+    init(
+        _ coordination: FleetCoordination, configuration: SessionConfiguration, clock: any SessionClock,
+        timers: DeadlineQueue<AccountShard.TimerTarget>, taskExecutor: (any TaskExecutor)?,
+        onChange: @escaping @Sendable (Change) -> Void
+    ) {
+        self.coordination = coordination
+        self.clock = clock
+        self.timers = timers
+        self.taskExecutor = taskExecutor
+        maximumHold = max(.milliseconds(10), configuration.maximumRetryAfter)
+        maximumPeerWait = coordination.maximumPeerWait ?? configuration.fetchTimeout
+        self.onChange = onChange
+    }
+
+    /// The gate's counters.
+    var metrics: FleetMetrics {
+        state.withLock { state in
+            var metrics = state.metrics
+            metrics.isAvailable = state.quietUntil == nil
+            return metrics
+        }
+    }
+
+    /// The shortest wait the gate keeps between two questions about one fetch, whatever the coordinator says.
+    static let shortestWait = Duration.milliseconds(10)
+
+    /// Asks the coordinator about `fetch` until it may start, a credential comes from another replica, or the task is
+    /// cancelled.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch, as the coordinator hears it.
+    ///   - held: The credential the account holds, which a shared one must match and outlive.
+    /// - Returns: What the fetch does.
+    func admit(_ fetch: FleetFetch, holding held: IdentityCredential?) async -> Admission {
+        var waitedForPeer = Duration.zero
+        while true {
+            let decision = await call(for: fetch.account) { try await self.coordination.coordinator.decide(fetch) }
+            if Task.isCancelled { return .cancelled }
+            let wait: Duration
+            switch decision {
+            case nil:
+                count { $0.decidedLocally += 1 }
+                return .start(nil)
+            case .start(let lease):
+                count { $0.started += 1 }
+                return .start(lease)
+            case .shared(let credential):
+                guard Self.accepts(credential, holding: held, now: clock.now) else {
+                    count { $0.sharesRefused += 1 }
+                    return .start(nil)
+                }
+                count { $0.sharesInstalled += 1 }
+                return .shared(credential)
+            case .awaitPeer(let retryIn):
+                wait = max(Self.shortestWait, retryIn)
+                guard waitedForPeer + wait <= maximumPeerWait else {
+                    count { $0.peerWaitsGivenUp += 1 }
+                    return .start(nil)
+                }
+                waitedForPeer += wait
+                count { $0.peerWaits += 1 }
+            case .hold(let retryIn, _):
+                wait = min(maximumHold, max(Self.shortestWait, retryIn))
+                count { $0.holds += 1 }
+            }
+            guard await FetchRace.sleep(for: wait, clock: clock, timers: timers) else { return .cancelled }
+        }
+    }
+
+    /// Tells the coordinator how a fetch ended, in a task of its own with the call's deadline: nobody waits for it.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch, as the coordinator heard it.
+    ///   - lease: The lease that admitted it; `nil` for a fetch decided locally.
+    ///   - outcome: How it ended.
+    func ended(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) {
+        _ = Task.start(preferring: taskExecutor) {
+            _ = await self.call(for: fetch.account) {
+                try await self.coordination.coordinator.fetchEnded(fetch, lease: lease, outcome: outcome)
+            }
+        }
+    }
+
+    /// Whether a credential another replica fetched may be installed for an account holding `held`: the same user's,
+    /// expiring later than the held one and after `now`. With no credential held there is no user to match, and the
+    /// replica fetches its own.
+    static func accepts(_ credential: IdentityCredential, holding held: IdentityCredential?, now: Date) -> Bool {
+        guard let held else { return false }
+        return credential.email == held.email && credential.expiresAt > held.expiresAt
+            && credential.expirationDate > now
+    }
+
+    /// One call to the coordinator, raced against its deadline; `nil` when it failed, passed its deadline, was
+    /// cancelled, or was not made because the coordinator is unavailable for now.
+    private func call<Value: Sendable>(
+        for account: AccountID, _ body: @escaping @Sendable () async throws -> Value
+    ) async -> Value? {
+        let asks = state.withLock { state -> Bool in
+            let now = clock.uptime
+            guard let quietUntil = state.quietUntil else { return true }
+            guard now >= quietUntil else { return false }
+            // This call tries the coordinator again; the others decide locally until it has answered or failed.
+            state.quietUntil = now + coordination.retryInterval
+            return true
+        }
+        guard asks else { return nil }
+        let outcome = await FetchRace.call(
+            timeout: coordination.callTimeout, clock: clock, timers: timers, taskExecutor: taskExecutor
+        ) { () -> Result<Value, any Error> in
+            do {
+                return .success(try await body())
+            } catch {
+                return .failure(error)
+            }
+        }
+        switch outcome {
+        case .finished(.success(let value)):
+            state.withLock { state in
+                guard state.quietUntil != nil else { return }
+                state.quietUntil = nil
+                onChange(.available(account))
+            }
+            return value
+        case .finished(.failure(let error)):
+            // The error's type only: its message may carry what the coordinator's server said, or a password.
+            failed(for: account, reason: "the coordinator failed with \(type(of: error))")
+        case .timedOut:
+            failed(for: account, reason: "the coordinator did not answer within \(coordination.callTimeout.readable)")
+        case .cancelled:
+            break
+        }
+        return nil
+    }
+
+    private func failed(for account: AccountID, reason: String) {
+        state.withLock { state in
+            state.metrics.callsFailed += 1
+            let wasAvailable = state.quietUntil == nil
+            state.quietUntil = clock.uptime + coordination.retryInterval
+            if wasAvailable { onChange(.unavailable(account, reason: reason)) }
+        }
+    }
+
+    private func count(_ change: (inout FleetMetrics) -> Void) {
+        state.withLock { change(&$0.metrics) }
+    }
+}
+
+/// What a replica's coordination has done: ``SessionPoolMetrics/fleet`` and ``SessionMetrics/fleet``.
+public struct FleetMetrics: Sendable, Hashable, CustomStringConvertible {
+    /// Fetches the coordinator let start.
+    public var started = 0
+    /// Fetches that started without the coordinator's word: a call failed, passed its deadline or was not made
+    /// while the coordinator was unavailable.
+    public var decidedLocally = 0
+    /// Credentials of other replicas handed to the accounts' validation in place of a fetch.
+    public var sharesInstalled = 0
+    /// Credentials of other replicas refused (another user's, or not newer than the one held, or expired); the
+    /// account fetched its own.
+    public var sharesRefused = 0
+    /// Times a fetch waited for another replica's credential.
+    public var peerWaits = 0
+    /// Fetches that stopped waiting for another replica's credential at ``FleetCoordination/maximumPeerWait`` and
+    /// fetched their own.
+    public var peerWaitsGivenUp = 0
+    /// Times a fetch waited because the fleet held it (its budget, an outage, a `Retry-After`).
+    public var holds = 0
+    /// Calls to the coordinator that threw or passed their deadline.
+    public var callsFailed = 0
+    /// Whether the replica asks the coordinator now (`false` for ``FleetCoordination/retryInterval`` after a call
+    /// failed).
+    public var isAvailable = true
+
+    /// Creates empty counters.
+    public init() {}
+
+    /// Every counter, by name.
+    public var description: String {
+        "fleet started: \(started), decidedLocally: \(decidedLocally), sharesInstalled: \(sharesInstalled), "
+            + "sharesRefused: \(sharesRefused), peerWaits: \(peerWaits), peerWaitsGivenUp: \(peerWaitsGivenUp), "
+            + "holds: \(holds), callsFailed: \(callsFailed), available: \(isAvailable)"
+    }
+}

@@ -1,0 +1,244 @@
+public import Foundation
+public import SessionEngine
+
+/// A fleet's coordination as one value: the rules an ``InProcessFleetCoordinator`` decides by, with the time passed
+/// in, so that every rule is a function a test can call.
+///
+/// - **One budget.** At most ``Limits/startsPerSecond`` fetch starts a second (a bucket of ``Limits/burst``) and
+///   ``Limits/maximumInFlight`` fetches in flight across every replica; a fetch over it is held
+///   (`FleetDecision/HoldReason/budget`) until the next start would be allowed.
+/// - **One outage.** After ``Limits/outageThreshold`` fetches in a row end as an outage, every replica's fetches are
+///   held (`FleetDecision/HoldReason/outage`) but one probe every ``Limits/probeInterval``; a `Retry-After` holds
+///   them until it has passed (`FleetDecision/HoldReason/retryAfter`), then one probe goes. The first answer of the
+///   backend ends the hold.
+/// - **One fetch per account** (only with ``Limits/sharesCredentials``). A fetch takes the account's lease; another
+///   replica's fetch of the account then waits for it (`FleetDecision/awaitPeer(retryIn:)`) and is handed its
+///   credential (`FleetDecision/shared(_:)`) when the replica holds a credential of the account that expires
+///   earlier. A credential is kept until it expires, never longer.
+///
+/// Every lease lapses ``Limits/leaseDuration`` after it was taken, so a replica that dies while it fetches holds
+/// nothing for longer than that.
+public struct FleetLedger: Sendable {
+    /// The fleet's limits.
+    public struct Limits: Sendable, Hashable {
+        /// Fetch starts a second across the fleet.
+        public var startsPerSecond: Double
+        /// The most starts the bucket holds.
+        public var burst: Int
+        /// The most fetches in flight across the fleet.
+        public var maximumInFlight: Int
+        /// How long a lease lasts unless its fetch ends first: longer than a fetch's deadline.
+        public var leaseDuration: Duration
+        /// Outages in a row that begin the fleet's hold.
+        public var outageThreshold: Int
+        /// The time between two probes while the fleet holds for an outage.
+        public var probeInterval: Duration
+        /// Whether a credential one replica fetched is handed to the others (a bearer credential kept until it
+        /// expires: see `Design/fleet.md`).
+        public var sharesCredentials: Bool
+        /// How often a replica waiting for another's fetch asks again.
+        public var peerPollInterval: Duration
+
+        /// Creates limits.
+        ///
+        /// - Parameters:
+        ///   - startsPerSecond: Fetch starts a second across the fleet.
+        ///   - burst: The most starts the bucket holds.
+        ///   - maximumInFlight: The most fetches in flight across the fleet.
+        ///   - leaseDuration: How long a lease lasts unless its fetch ends first.
+        ///   - outageThreshold: Outages in a row that begin the hold.
+        ///   - probeInterval: The time between two probes in an outage.
+        ///   - sharesCredentials: Whether credentials are shared between replicas.
+        ///   - peerPollInterval: How often a replica waiting for another's fetch asks again.
+        public init(
+            startsPerSecond: Double = 10, burst: Int = 10, maximumInFlight: Int = 16,
+            leaseDuration: Duration = .seconds(35), outageThreshold: Int = 5, probeInterval: Duration = .seconds(5),
+            sharesCredentials: Bool = false, peerPollInterval: Duration = .milliseconds(100)
+        ) {
+            self.startsPerSecond = max(0.001, startsPerSecond)
+            self.burst = max(1, burst)
+            self.maximumInFlight = max(1, maximumInFlight)
+            self.leaseDuration = max(.milliseconds(1), leaseDuration)
+            self.outageThreshold = max(1, outageThreshold)
+            self.probeInterval = max(.milliseconds(1), probeInterval)
+            self.sharesCredentials = sharesCredentials
+            self.peerPollInterval = max(.milliseconds(1), peerPollInterval)
+        }
+    }
+
+    private struct Lease: Sendable {
+        let account: AccountID
+        let lapsesAt: Duration
+    }
+
+    /// The limits the ledger decides by.
+    public let limits: Limits
+    private var tokens: Double
+    private var refilledAt: Duration
+    private var leases: [String: Lease] = [:]
+    private var accountLeases: [AccountID: String] = [:]
+    private var shared: [AccountID: IdentityCredential] = [:]
+    private var outagesInARow = 0
+    /// Why the fleet holds, while it does.
+    private var hold: FleetDecision.HoldReason?
+    private var nextProbeAt = Duration.zero
+    private var probe: String?
+    private var leasesIssued: UInt64 = 0
+
+    /// Creates a ledger with a full bucket and nothing in flight.
+    ///
+    /// - Parameters:
+    ///   - limits: The fleet's limits.
+    ///   - now: The time on the coordinator's monotonic clock.
+    public init(limits: Limits, now: Duration) {
+        self.limits = limits
+        tokens = Double(limits.burst)
+        refilledAt = now
+    }
+
+    /// Fetches in flight across the fleet, by their leases.
+    public var inFlight: Int { leases.count }
+    /// Why the fleet holds its fetches now, if it does.
+    public var holdReason: FleetDecision.HoldReason? { hold }
+    /// Accounts with a shared credential kept.
+    public var sharedCredentials: Int { shared.count }
+
+    /// Decides about a fetch a replica is about to start.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - now: The time on the coordinator's monotonic clock.
+    ///   - wall: The coordinator's wall clock, which credentials' expiries are compared with.
+    /// - Returns: The decision.
+    public mutating func decide(_ fetch: FleetFetch, now: Duration, wall: Date) -> FleetDecision {
+        lapseLeases(at: now)
+        if limits.sharesCredentials {
+            if let credential = shared[fetch.account] {
+                if credential.expirationDate <= wall {
+                    shared[fetch.account] = nil
+                } else if let held = fetch.heldExpiry, credential.expirationDate > held {
+                    return .shared(credential)
+                }
+            }
+            if let holder = accountLeases[fetch.account], let lease = leases[holder] {
+                return .awaitPeer(retryIn: min(limits.peerPollInterval, lease.lapsesAt - now))
+            }
+        }
+        if let hold {
+            if probe != nil || now < nextProbeAt {
+                let wait = probe != nil ? limits.probeInterval : nextProbeAt - now
+                return .hold(retryIn: wait, reason: hold)
+            }
+            let lease = take(for: fetch.account, at: now)
+            probe = lease.rawValue
+            return .start(lease: lease)
+        }
+        refill(at: now)
+        guard leases.count < limits.maximumInFlight else {
+            return .hold(retryIn: .seconds(1.0 / limits.startsPerSecond), reason: .budget)
+        }
+        guard tokens >= 1 else {
+            return .hold(retryIn: .seconds((1 - tokens) / limits.startsPerSecond), reason: .budget)
+        }
+        tokens -= 1
+        return .start(lease: take(for: fetch.account, at: now))
+    }
+
+    /// A fetch a replica started has ended.
+    ///
+    /// - Parameters:
+    ///   - fetch: The fetch.
+    ///   - lease: Its lease; `nil` for one the replica decided on locally.
+    ///   - outcome: How it ended.
+    ///   - now: The time on the coordinator's monotonic clock.
+    ///   - wall: The coordinator's wall clock.
+    public mutating func fetchEnded(
+        _ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome, now: Duration, wall: Date
+    ) {
+        if let lease, leases.removeValue(forKey: lease.rawValue) != nil {
+            if accountLeases[fetch.account] == lease.rawValue { accountLeases[fetch.account] = nil }
+            if probe == lease.rawValue { probe = nil }
+        }
+        switch outcome {
+        case .credential(let credential):
+            backendAnswered()
+            guard limits.sharesCredentials, credential.expirationDate > wall else { return }
+            if let kept = shared[fetch.account], kept.expiresAt >= credential.expiresAt { return }
+            shared[fetch.account] = credential
+        case .refused:
+            backendAnswered()
+        case .outage:
+            outagesInARow += 1
+            if hold != nil {
+                nextProbeAt = now + limits.probeInterval
+            } else if outagesInARow >= limits.outageThreshold {
+                hold = .outage
+                nextProbeAt = now + limits.probeInterval
+            }
+        case .retryAfter(let pause):
+            if hold != .outage { hold = .retryAfter }
+            nextProbeAt = max(nextProbeAt, now + pause)
+        case .abandoned:
+            break
+        }
+    }
+
+    private mutating func backendAnswered() {
+        outagesInARow = 0
+        hold = nil
+        probe = nil
+    }
+
+    private mutating func take(for account: AccountID, at now: Duration) -> FleetLease {
+        leasesIssued += 1
+        let name = "fleet-\(leasesIssued)"
+        leases[name] = Lease(account: account, lapsesAt: now + limits.leaseDuration)
+        if limits.sharesCredentials { accountLeases[account] = name }
+        return FleetLease(name)
+    }
+
+    private mutating func lapseLeases(at now: Duration) {
+        for (name, lease) in leases where lease.lapsesAt <= now {
+            leases[name] = nil
+            if accountLeases[lease.account] == name { accountLeases[lease.account] = nil }
+            if probe == name { probe = nil }
+        }
+    }
+
+    private mutating func refill(at now: Duration) {
+        let elapsed = now - refilledAt
+        refilledAt = now
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        tokens = min(Double(limits.burst), tokens + seconds * limits.startsPerSecond)
+    }
+}
+
+/// A `FleetCoordinator` for replicas in one process (several pools or engines of a test, a demo, a benchmark): a
+/// ``FleetLedger`` behind a lock, on a clock.
+public final class InProcessFleetCoordinator: FleetCoordinator {
+    private let clock: any SessionClock
+    private let ledger: Locked<FleetLedger>
+
+    /// Creates a coordinator.
+    ///
+    /// - Parameters:
+    ///   - limits: The fleet's limits.
+    ///   - clock: The coordinator's clock: the fleet's one time, whatever the replicas' clocks say.
+    public init(limits: FleetLedger.Limits = FleetLedger.Limits(), clock: some SessionClock) {
+        self.clock = clock
+        ledger = Locked(FleetLedger(limits: limits, now: clock.uptime))
+    }
+
+    /// The ledger as it stands.
+    public var state: FleetLedger { ledger.value }
+
+    /// Decides by ``FleetLedger/decide(_:now:wall:)``.
+    public func decide(_ fetch: FleetFetch) async throws -> FleetDecision {
+        ledger.withLock { $0.decide(fetch, now: clock.uptime, wall: clock.now) }
+    }
+
+    /// Records by ``FleetLedger/fetchEnded(_:lease:outcome:now:wall:)``.
+    public func fetchEnded(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) async throws {
+        ledger.withLock { $0.fetchEnded(fetch, lease: lease, outcome: outcome, now: clock.uptime, wall: clock.now) }
+    }
+}

@@ -1,0 +1,377 @@
+import Foundation
+import SessionEngineBackend
+import SessionEngineTestKit
+import Testing
+
+@testable import SessionEngine
+
+/// A coordinator whose every call fails while `failing` is set, or hangs (ignoring cancellation) while `hanging` is,
+/// and otherwise answers as `answer` says, counting its calls.
+private final class FaultyCoordinator: FleetCoordinator {
+    let failing = Locked(false)
+    let hanging = Locked(false)
+    let calls = Locked(0)
+    let ended = Locked<[FleetOutcome]>()
+    private let clock: ManualClock
+    private let answer: @Sendable (FleetFetch) -> FleetDecision
+
+    struct Refused: Error {}
+
+    init(
+        clock: ManualClock,
+        answer: @escaping @Sendable (FleetFetch) -> FleetDecision = { _ in .start(lease: FleetLease("l")) }
+    ) {
+        self.clock = clock
+        self.answer = answer
+    }
+
+    private func misbehave() async throws {
+        calls.withLock { $0 += 1 }
+        if hanging.value { await clock.sleepIgnoringCancellation(for: .seconds(365 * 86_400)) }
+        if failing.value { throw Refused() }
+    }
+
+    func decide(_ fetch: FleetFetch) async throws -> FleetDecision {
+        try await misbehave()
+        return answer(fetch)
+    }
+
+    func fetchEnded(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) async throws {
+        try await misbehave()
+        ended.append(outcome)
+    }
+}
+
+/// A backend that signs a 10-minute credential for `<account>@example.com` at once, on the clock.
+private func backend(_ clock: ManualClock, secret: String = "fleet-secret") throws -> ScriptedCredentialFetcher {
+    let signer = try IdentitySigner(
+        projectID: "proj_fleet", secret: secret, lifetime: .seconds(600), clock: clock)
+    return ScriptedCredentialFetcher(clock: clock) { request in
+        .credential(try signer.sign(email: "\(request.account.rawValue)@example.com"))
+    }
+}
+
+/// Replicas coordinate through a fleet's coordinator, and fail open: a coordinator that fails or hangs costs a fetch
+/// no more than its call's deadline, a shared credential is installed only through the engine's own checks, and the
+/// fleet's rules (`FleetLedger`) hold for every replica.
+@Suite struct FleetTests {
+    // MARK: - Sharing across replicas
+
+    /// Three pools of one process, each holding alice, renew her credential for an hour. With a coordinator that
+    /// shares credentials the backend sees one fetch per renewal; without one, three.
+    @Test func replicasSharingCredentialsFetchOncePerRenewal() async throws {
+        func run(coordinated: Bool) async throws -> (fetches: Int, renewals: Int, shares: Int) {
+            let clock = ManualClock()
+            let fetcher = try backend(clock)
+            let coordinator = InProcessFleetCoordinator(
+                limits: FleetLedger.Limits(sharesCredentials: true), clock: clock)
+            let pools = (0..<3).map { index in
+                let configuration = SessionPoolConfiguration(session: SessionConfiguration(randomSeed: UInt64(index)))
+                return coordinated
+                    ? SessionPool(
+                        fetcher: fetcher, configuration: configuration, clock: clock,
+                        coordination: FleetCoordination(coordinator))
+                    : SessionPool(fetcher: fetcher, configuration: configuration, clock: clock)
+            }
+            for pool in pools {
+                try await pool.startCall { try await $0.signIn("alice") }.value
+            }
+            let signIns = fetcher.requests.count
+            await clock.advance(upTo: .seconds(3_600)) { false }
+            for pool in pools { #expect(pool.state(of: "alice").isIdentified) }
+            let renewals = pools.reduce(0) { $0 + ($1.metrics(for: "alice")?.renewals ?? 0) }
+            let shares = pools.reduce(0) { $0 + ($1.metrics.fleet?.sharesInstalled ?? 0) }
+            for pool in pools { await pool.shutdown() }
+            return (fetcher.requests.count - signIns, renewals, shares)
+        }
+        let alone = try await run(coordinated: false)
+        let fleet = try await run(coordinated: true)
+        // Renewals per replica: an hour of 10-minute credentials renewed at about two thirds of their life.
+        #expect(alone.renewals >= 15 && fleet.renewals >= 15)
+        #expect(alone.fetches == alone.renewals, "without a coordinator every renewal is a fetch")
+        #expect(fleet.shares > 0)
+        let perRenewal = Double(fleet.fetches) / (Double(fleet.renewals) / 3)
+        #expect(perRenewal <= 1.1, "fetches per renewal per account: \(perRenewal) (\(fleet))")
+    }
+
+    /// The gate hands a credential of another replica to the account only when it is the held credential's user's,
+    /// expires later than the held one, and has not expired.
+    @Test func aSharedCredentialMustBeTheSameUsersNewerAndUnexpired() throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_fleet", secret: "s", lifetime: .seconds(600), clock: clock)
+        let held = try signer.sign(email: "alice@example.com")
+        clock.advance(by: .seconds(60))
+        let newer = try signer.sign(email: "alice@example.com")
+        let mallory = try signer.sign(email: "mallory@example.com")
+        #expect(FleetGate.accepts(newer, holding: held, now: clock.now))
+        #expect(!FleetGate.accepts(held, holding: held, now: clock.now), "not newer")
+        #expect(!FleetGate.accepts(held, holding: newer, now: clock.now), "older")
+        #expect(!FleetGate.accepts(mallory, holding: held, now: clock.now), "another user's")
+        #expect(!FleetGate.accepts(newer, holding: nil, now: clock.now), "no user to match")
+        #expect(!FleetGate.accepts(newer, holding: held, now: newer.expirationDate), "expired")
+    }
+
+    /// A coordinator that hands an account another user's credential gets nowhere: the account fetches its own and
+    /// stays its user's.
+    @Test func anotherUsersSharedCredentialIsRefusedAndTheAccountFetchesItsOwn() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let signer = try IdentitySigner(projectID: "proj_fleet", secret: "fleet-secret", clock: clock)
+        let mallory = try signer.sign(email: "mallory@example.com")
+        let coordinator = FaultyCoordinator(clock: clock) { fetch in
+            fetch.heldExpiry == nil ? .start(lease: FleetLease("first")) : .shared(mallory)
+        }
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 1), clock: clock,
+            coordination: FleetCoordination(coordinator))
+        try await engine.startCall { try await $0.signIn("alice") }.value
+        #expect(await clock.advance(upTo: .seconds(600)) { engine.metrics.renewals == 1 })
+        #expect(fetcher.requests.count == 2, "the renewal fetched its own credential")
+        #expect(try engine.identityHeaders().credential().email == "alice@example.com")
+        #expect(engine.metrics.fleet?.sharesRefused == 1)
+        #expect(engine.metrics.fleet?.started == 1)
+        await engine.shutdown()
+    }
+
+    // MARK: - Failing open
+
+    /// A coordinator that throws: the fetch starts at once as without one, the pool reports the coordinator
+    /// unavailable once and decides locally for the retry interval; then one fetch asks again, and the pool reports it
+    /// available.
+    @Test func aFailingCoordinatorIsDecidedLocallyReportedOnceAndAskedAgain() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock)
+        coordinator.failing.withLock { $0 = true }
+        let pool = SessionPool(
+            fetcher: fetcher, configuration: SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 2)),
+            clock: clock, coordination: FleetCoordination(coordinator, retryInterval: .seconds(5)))
+        let events = Locked<[SessionPoolEvent.Kind]>()
+        let subscription = pool.events()
+        let listener = Task { for await event in subscription { events.append(event.kind) } }
+        try await pool.startCall { try await $0.signIn("alice") }.value
+        try await pool.startCall { try await $0.signIn("bob") }.value
+        #expect(fetcher.requests.count == 2, "both sign-ins fetched without the coordinator's word")
+        #expect(coordinator.calls.value == 1, "bob's fetch did not ask: the coordinator is unavailable for 5 s")
+        var fleet = try #require(pool.metrics.fleet)
+        #expect(fleet.decidedLocally == 2 && fleet.callsFailed == 1 && !fleet.isAvailable)
+        coordinator.failing.withLock { $0 = false }
+        clock.advance(by: .seconds(5))
+        try await pool.startCall { try await $0.signIn("carol") }.value
+        fleet = try #require(pool.metrics.fleet)
+        #expect(fleet.started == 1 && fleet.isAvailable)
+        await pool.shutdown()
+        await listener.value
+        let reports = events.values.compactMap { kind -> String? in
+            switch kind {
+            case .coordinatorUnavailable(let reason): "unavailable: \(reason)"
+            case .coordinatorAvailable: "available"
+            default: nil
+            }
+        }
+        #expect(reports == ["unavailable: the coordinator failed with Refused", "available"])
+    }
+
+    /// A coordinator that never answers holds a fetch for its call's deadline, and not a moment longer; the fetch
+    /// then leaves at that time, which is neither latency nor clock skew.
+    @Test func aHungCoordinatorHoldsAFetchForItsCallTimeoutAndNoLonger() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock)
+        coordinator.hanging.withLock { $0 = true }
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 3), clock: clock,
+            coordination: FleetCoordination(coordinator, callTimeout: .milliseconds(300)))
+        let start = clock.now
+        let signIn = await engine.startCall { try await $0.signIn("alice") }
+        clock.advance(by: .milliseconds(299))
+        await engine.waitUntilIdle()
+        #expect(fetcher.requests.isEmpty, "the call's deadline has not passed")
+        clock.advance(by: .milliseconds(1))
+        await engine.waitUntilIdle()
+        try await signIn.value
+        let request = try #require(fetcher.requests.first)
+        let leftAfter = try #require(request.startedAt).timeIntervalSince(start)
+        #expect(abs(leftAfter - 0.3) < 1e-6, "the request leaves when the fleet let it go, not before: \(leftAfter)")
+        #expect(engine.metrics.clockOffsetsKeptOut == 0 && engine.metrics.appliedClockOffset == nil)
+        #expect(engine.metrics.fleet?.decidedLocally == 1 && engine.metrics.fleet?.callsFailed == 1)
+        await engine.shutdown()
+    }
+
+    /// A fetch waits for another replica's credential at most `maximumPeerWait`, then fetches its own.
+    @Test func aFetchWaitsForAPeerAtMostTheMaximumThenFetchesItsOwn() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock) { _ in .awaitPeer(retryIn: .seconds(1)) }
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 4), clock: clock,
+            coordination: FleetCoordination(coordinator, maximumPeerWait: .seconds(3)))
+        let signIn = await engine.startCall { try await $0.signIn("alice") }
+        let start = clock.uptime
+        #expect(await clock.advance(upTo: .seconds(60)) { !fetcher.requests.isEmpty })
+        #expect(clock.uptime - start == .seconds(3), "three waits of a second, then its own fetch")
+        try await signIn.value
+        #expect(fetcher.requests.count == 1)
+        #expect(engine.metrics.fleet?.peerWaits == 3 && engine.metrics.fleet?.peerWaitsGivenUp == 1)
+        await engine.shutdown()
+    }
+
+    /// A sign-out while the fetch waits for the fleet ends the wait: nothing reaches the backend, and the pool's
+    /// budget slot is free.
+    @Test func aSignOutWhileTheFleetHoldsTheFetchSendsNothing() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock) { _ in .hold(retryIn: .seconds(60), reason: .outage) }
+        let pool = SessionPool(
+            fetcher: fetcher, configuration: SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 5)),
+            clock: clock, coordination: FleetCoordination(coordinator))
+        let signIn = await pool.startCall { try await $0.signIn("alice") }
+        #expect(pool.metrics.fetchesInFlight == 1 && pool.metrics.fleet?.holds == 1)
+        await pool.signOut("alice")
+        await pool.waitUntilIdle()
+        await #expect(throws: SessionError.self) { try await signIn.value }
+        #expect(pool.metrics.fetchesInFlight == 0)
+        clock.advance(by: .seconds(120))
+        await pool.waitUntilIdle()
+        #expect(fetcher.requests.isEmpty && coordinator.calls.value == 1)
+        await pool.shutdown()
+    }
+
+    /// Every fetch a replica starts is reported with how it ended, the fetches it decided on locally too.
+    @Test func everyFetchsEndIsReported() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock)
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 6), clock: clock,
+            coordination: FleetCoordination(coordinator))
+        try await engine.startCall { try await $0.signIn("alice") }.value
+        await engine.waitUntilIdle()
+        let ended = coordinator.ended.values
+        #expect(ended.count == 1)
+        guard case .credential(let credential) = ended.first else {
+            Issue.record("expected the fetched credential, got \(ended)")
+            return
+        }
+        #expect(credential.email == "alice@example.com")
+        await engine.shutdown()
+    }
+}
+
+/// The fleet's rules as the in-process coordinator keeps them, one example each.
+@Suite struct FleetLedgerTests {
+    private let now = Duration.seconds(100)
+    private let wall = Date(timeIntervalSince1970: 1_800_000_000)
+
+    private func fetch(_ account: AccountID, holding expiry: Date? = nil) -> FleetFetch {
+        FleetFetch(account: account, isNeeded: false, heldExpiry: expiry)
+    }
+
+    private func credential(expiringIn seconds: Int) throws -> IdentityCredential {
+        let clock = ManualClock(now: wall)
+        let signer = try IdentitySigner(
+            projectID: "proj_fleet", secret: "s", lifetime: .seconds(seconds), clock: clock)
+        return try signer.sign(email: "alice@example.com")
+    }
+
+    @Test func theBudgetStartsItsBurstThenHoldsUntilTheNextToken() {
+        var ledger = FleetLedger(limits: .init(startsPerSecond: 2, burst: 2), now: now)
+        guard case .start = ledger.decide(fetch("a"), now: now, wall: wall),
+            case .start = ledger.decide(fetch("b"), now: now, wall: wall)
+        else { return #expect(Bool(false), "the burst starts two") }
+        #expect(ledger.decide(fetch("c"), now: now, wall: wall) == .hold(retryIn: .milliseconds(500), reason: .budget))
+        guard case .start = ledger.decide(fetch("c"), now: now + .milliseconds(500), wall: wall) else {
+            return #expect(Bool(false), "a token half a second later")
+        }
+    }
+
+    @Test func theBudgetHoldsAtItsFetchesInFlightUntilOneEnds() {
+        var ledger = FleetLedger(limits: .init(startsPerSecond: 100, burst: 100, maximumInFlight: 1), now: now)
+        guard case .start(let lease) = ledger.decide(fetch("a"), now: now, wall: wall) else {
+            return #expect(Bool(false))
+        }
+        guard case .hold(_, .budget) = ledger.decide(fetch("b"), now: now, wall: wall) else {
+            return #expect(Bool(false), "one in flight")
+        }
+        ledger.fetchEnded(fetch("a"), lease: lease, outcome: .refused, now: now, wall: wall)
+        guard case .start = ledger.decide(fetch("b"), now: now, wall: wall) else { return #expect(Bool(false)) }
+    }
+
+    @Test func outagesInARowHoldTheFleetButOneProbeAndAnAnswerEndsIt() {
+        var ledger = FleetLedger(limits: .init(burst: 10, outageThreshold: 2, probeInterval: .seconds(5)), now: now)
+        for account: AccountID in ["a", "b"] {
+            guard case .start(let lease) = ledger.decide(fetch(account), now: now, wall: wall) else {
+                return #expect(Bool(false))
+            }
+            ledger.fetchEnded(fetch(account), lease: lease, outcome: .outage, now: now, wall: wall)
+        }
+        #expect(ledger.holdReason == .outage)
+        #expect(ledger.decide(fetch("c"), now: now, wall: wall) == .hold(retryIn: .seconds(5), reason: .outage))
+        guard case .start(let probe) = ledger.decide(fetch("c"), now: now + .seconds(5), wall: wall) else {
+            return #expect(Bool(false), "the probe goes after the interval")
+        }
+        guard case .hold(_, .outage) = ledger.decide(fetch("d"), now: now + .seconds(5), wall: wall) else {
+            return #expect(Bool(false), "one probe at a time")
+        }
+        ledger.fetchEnded(fetch("c"), lease: probe, outcome: .refused, now: now + .seconds(6), wall: wall)
+        #expect(ledger.holdReason == nil)
+        guard case .start = ledger.decide(fetch("d"), now: now + .seconds(6), wall: wall) else {
+            return #expect(Bool(false))
+        }
+    }
+
+    @Test func aRetryAfterHoldsEveryReplicaUntilItHasPassedThenOneProbeGoes() {
+        var ledger = FleetLedger(limits: .init(), now: now)
+        guard case .start(let lease) = ledger.decide(fetch("a"), now: now, wall: wall) else {
+            return #expect(Bool(false))
+        }
+        ledger.fetchEnded(fetch("a"), lease: lease, outcome: .retryAfter(.seconds(30)), now: now, wall: wall)
+        #expect(ledger.decide(fetch("b"), now: now, wall: wall) == .hold(retryIn: .seconds(30), reason: .retryAfter))
+        guard case .start = ledger.decide(fetch("b"), now: now + .seconds(30), wall: wall) else {
+            return #expect(Bool(false))
+        }
+        guard case .hold(_, .retryAfter) = ledger.decide(fetch("c"), now: now + .seconds(30), wall: wall) else {
+            return #expect(Bool(false), "the probe goes alone")
+        }
+    }
+
+    @Test func aLeaseOfAReplicaThatDiedLapsesAndAnotherTakesTheAccountOver() {
+        var ledger = FleetLedger(limits: .init(leaseDuration: .seconds(35), sharesCredentials: true), now: now)
+        guard case .start = ledger.decide(fetch("a"), now: now, wall: wall) else { return #expect(Bool(false)) }
+        guard case .awaitPeer = ledger.decide(fetch("a"), now: now + .seconds(34), wall: wall) else {
+            return #expect(Bool(false), "the holder's fetch is under way")
+        }
+        guard case .start = ledger.decide(fetch("a"), now: now + .seconds(35), wall: wall) else {
+            return #expect(Bool(false), "the lease lapsed")
+        }
+        #expect(ledger.inFlight == 1)
+    }
+
+    @Test func aCredentialIsSharedOnlyWithAReplicaHoldingAnOlderOneAndOnlyUntilItExpires() throws {
+        var ledger = FleetLedger(limits: .init(sharesCredentials: true), now: now)
+        let older = try credential(expiringIn: 300)
+        let fetched = try credential(expiringIn: 600)
+        guard case .start(let lease) = ledger.decide(fetch("a", holding: older.expirationDate), now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+        ledger.fetchEnded(fetch("a"), lease: lease, outcome: .credential(fetched), now: now, wall: wall)
+        #expect(ledger.decide(fetch("a", holding: older.expirationDate), now: now, wall: wall) == .shared(fetched))
+        for held in [fetched.expirationDate, nil] {
+            guard case .start(let lease) = ledger.decide(fetch("a", holding: held), now: now, wall: wall) else {
+                return #expect(Bool(false), "not newer than the held one, or nothing held: no share")
+            }
+            ledger.fetchEnded(fetch("a"), lease: lease, outcome: .abandoned, now: now, wall: wall)
+        }
+        let later = wall.addingTimeInterval(600)
+        guard case .start = ledger.decide(fetch("a", holding: older.expirationDate), now: now, wall: later) else {
+            return #expect(Bool(false), "expired: dropped")
+        }
+        #expect(ledger.sharedCredentials == 0)
+    }
+
+    @Test func withoutSharingReplicasOfOneAccountDoNotWaitForEachOther() {
+        var ledger = FleetLedger(limits: .init(sharesCredentials: false), now: now)
+        guard case .start = ledger.decide(fetch("a"), now: now, wall: wall),
+            case .start = ledger.decide(fetch("a"), now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+    }
+}
