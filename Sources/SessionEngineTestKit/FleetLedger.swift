@@ -14,7 +14,7 @@ public import SessionEngine
 /// - **One fetch per account** (only with ``Limits/sharesCredentials``). A fetch takes the account's lease; another
 ///   replica's fetch of the account then waits for it (`FleetDecision/awaitPeer(retryIn:)`) and is handed its
 ///   credential (`FleetDecision/shared(_:)`) when the replica holds a credential of the account that expires
-///   earlier. A credential is kept until it expires, never longer.
+///   earlier. A credential is never handed out after it expires, and is dropped when its account is next asked about.
 ///
 /// Every lease lapses ``Limits/leaseDuration`` after it was taken, so a replica that dies while it fetches holds
 /// nothing for longer than that.
@@ -96,11 +96,11 @@ public struct FleetLedger: Sendable {
         refilledAt = now
     }
 
-    /// Fetches in flight across the fleet, by their leases.
+    /// Fetches in flight across the fleet, by their leases, as of the last decision (a lapsed lease counts until then).
     public var inFlight: Int { leases.count }
     /// Why the fleet holds its fetches now, if it does.
     public var holdReason: FleetDecision.HoldReason? { hold }
-    /// Accounts with a shared credential kept.
+    /// Accounts with a shared credential kept (an expired one counts until its account is next asked about).
     public var sharedCredentials: Int { shared.count }
 
     /// Decides about a fetch a replica is about to start.
@@ -120,7 +120,9 @@ public struct FleetLedger: Sendable {
                     return .shared(credential)
                 }
             }
-            if let holder = accountLeases[fetch.account], let lease = leases[holder] {
+            // A replica holding no credential of the account takes no share (it has no user to match it with), so
+            // it does not wait for one either.
+            if fetch.heldExpiry != nil, let holder = accountLeases[fetch.account], let lease = leases[holder] {
                 return .awaitPeer(retryIn: min(limits.peerPollInterval, lease.lapsesAt - now))
             }
         }
@@ -165,12 +167,13 @@ public struct FleetLedger: Sendable {
             guard limits.sharesCredentials, credential.expirationDate > wall else { return }
             if let kept = shared[fetch.account], kept.expiresAt >= credential.expiresAt { return }
             shared[fetch.account] = credential
-        case .refused:
+        case .refused, .issued:
             backendAnswered()
         case .outage:
             outagesInARow += 1
             if hold != nil {
-                nextProbeAt = now + limits.probeInterval
+                // A failed probe waits the interval again; never less than a Retry-After still running.
+                nextProbeAt = max(nextProbeAt, now + limits.probeInterval)
             } else if outagesInARow >= limits.outageThreshold {
                 hold = .outage
                 nextProbeAt = now + limits.probeInterval

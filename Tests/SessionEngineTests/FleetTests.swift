@@ -11,7 +11,10 @@ private final class FaultyCoordinator: FleetCoordinator {
     let failing = Locked(false)
     let hanging = Locked(false)
     let calls = Locked(0)
-    let ended = Locked<[FleetOutcome]>()
+    let decisions = Locked(0)
+    let ended = Locked<[(lease: FleetLease?, outcome: FleetOutcome)]>()
+    /// How long each decision takes on the clock before it answers.
+    let delay = Locked(Duration.zero)
     private let clock: ManualClock
     private let answer: @Sendable (FleetFetch) -> FleetDecision
 
@@ -32,13 +35,15 @@ private final class FaultyCoordinator: FleetCoordinator {
     }
 
     func decide(_ fetch: FleetFetch) async throws -> FleetDecision {
+        decisions.withLock { $0 += 1 }
+        if delay.value > .zero { await clock.sleepIgnoringCancellation(for: delay.value) }
         try await misbehave()
         return answer(fetch)
     }
 
     func fetchEnded(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) async throws {
         try await misbehave()
-        ended.append(outcome)
+        ended.append((lease, outcome))
     }
 }
 
@@ -70,7 +75,7 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
                 return coordinated
                     ? SessionPool(
                         fetcher: fetcher, configuration: configuration, clock: clock,
-                        coordination: FleetCoordination(coordinator))
+                        coordination: FleetCoordination(coordinator, sharesCredentials: true))
                     : SessionPool(fetcher: fetcher, configuration: configuration, clock: clock)
             }
             for pool in pools {
@@ -119,7 +124,11 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         let signer = try IdentitySigner(projectID: "proj_fleet", secret: "fleet-secret", clock: clock)
         let mallory = try signer.sign(email: "mallory@example.com")
         let coordinator = FaultyCoordinator(clock: clock) { fetch in
-            fetch.heldExpiry == nil ? .start(lease: FleetLease("first")) : .shared(mallory)
+            // Mallory's credential for anyone holding one older than it; asked again as holding one as new, a lease.
+            guard let held = fetch.heldExpiry, held < mallory.expirationDate else {
+                return .start(lease: FleetLease("lease"))
+            }
+            return .shared(mallory)
         }
         let engine = SessionEngine(
             fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 1), clock: clock,
@@ -129,7 +138,7 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         #expect(fetcher.requests.count == 2, "the renewal fetched its own credential")
         #expect(try engine.identityHeaders().credential().email == "alice@example.com")
         #expect(engine.metrics.fleet?.sharesRefused == 1)
-        #expect(engine.metrics.fleet?.started == 1)
+        #expect(engine.metrics.fleet?.started == 2, "asked again, the renewal went through the fleet's budget")
         await engine.shutdown()
     }
 
@@ -152,9 +161,10 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         try await pool.startCall { try await $0.signIn("alice") }.value
         try await pool.startCall { try await $0.signIn("bob") }.value
         #expect(fetcher.requests.count == 2, "both sign-ins fetched without the coordinator's word")
-        #expect(coordinator.calls.value == 1, "bob's fetch did not ask: the coordinator is unavailable for 5 s")
+        #expect(coordinator.decisions.value == 1, "bob's fetch did not ask: the coordinator is unavailable for 5 s")
+        #expect(coordinator.calls.value == 3, "both fetches' ends were reported all the same")
         var fleet = try #require(pool.metrics.fleet)
-        #expect(fleet.decidedLocally == 2 && fleet.callsFailed == 1 && !fleet.isAvailable)
+        #expect(fleet.decidedLocally == 2 && fleet.callsFailed == 3 && !fleet.isAvailable)
         coordinator.failing.withLock { $0 = false }
         clock.advance(by: .seconds(5))
         try await pool.startCall { try await $0.signIn("carol") }.value
@@ -233,27 +243,72 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         #expect(pool.metrics.fetchesInFlight == 0)
         clock.advance(by: .seconds(120))
         await pool.waitUntilIdle()
-        #expect(fetcher.requests.isEmpty && coordinator.calls.value == 1)
+        #expect(fetcher.requests.isEmpty && coordinator.decisions.value == 1)
         await pool.shutdown()
     }
 
-    /// Every fetch a replica starts is reported with how it ended, the fetches it decided on locally too.
-    @Test func everyFetchsEndIsReported() async throws {
+    /// Every fetch a replica starts is reported with how it ended, the fetches it decided on locally too; the
+    /// credential itself only when the replica shares its credentials, its expiry otherwise.
+    @Test(arguments: [false, true]) func everyFetchsEndIsReported(sharing: Bool) async throws {
         let clock = ManualClock()
         let fetcher = try backend(clock)
         let coordinator = FaultyCoordinator(clock: clock)
         let engine = SessionEngine(
             fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 6), clock: clock,
-            coordination: FleetCoordination(coordinator))
+            coordination: FleetCoordination(coordinator, sharesCredentials: sharing))
         try await engine.startCall { try await $0.signIn("alice") }.value
+        coordinator.failing.withLock { $0 = true }
+        try await engine.startCall { try await $0.switchAccount(to: "bob") }.value
         await engine.waitUntilIdle()
         let ended = coordinator.ended.values
-        #expect(ended.count == 1)
-        guard case .credential(let credential) = ended.first else {
-            Issue.record("expected the fetched credential, got \(ended)")
-            return
+        #expect(ended.map(\.lease) == [FleetLease("l")], "the second end's report failed: nothing recorded it")
+        #expect(coordinator.calls.value == 4, "two decisions, two reports, the locally decided fetch's too")
+        let credential = try #require(fetcher.requests.first.map { _ in try engine.identityHeaders().credential() })
+        switch ended.first?.outcome {
+        case .credential(let reported): #expect(sharing && reported.email == "alice@example.com")
+        case .issued(let expiresAt): #expect(!sharing && expiresAt.timeIntervalSince1970 > 0)
+        default: Issue.record("expected the fetched credential or its expiry, got \(ended)")
         }
-        #expect(credential.email == "alice@example.com")
+        #expect(credential.email == "bob@example.com")
+        await engine.shutdown()
+    }
+
+    /// A decision that arrives after the fetch stopped waiting for it (its call's deadline passed) gives back the
+    /// lease it granted, at once, rather than leaving it to lapse.
+    @Test func aLeaseGrantedAfterTheCallsDeadlineIsGivenBack() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock)
+        coordinator.delay.withLock { $0 = .seconds(1) }
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 7), clock: clock,
+            coordination: FleetCoordination(coordinator, callTimeout: .milliseconds(300)))
+        let signIn = await engine.startCall { try await $0.signIn("alice") }
+        #expect(await clock.advance(upTo: .seconds(5)) { coordinator.ended.values.count == 2 })
+        try await signIn.value
+        #expect(engine.metrics.fleet?.decidedLocally == 1)
+        let ended = coordinator.ended.values
+        #expect(ended.contains { $0.lease == FleetLease("l") && $0.outcome == .abandoned })
+        #expect(ended.contains { $0.lease == nil }, "the fetch it decided on locally")
+        await engine.shutdown()
+    }
+
+    /// The longest wait for a peer counts the clock, the calls' own time included.
+    @Test func theWaitForAPeerCountsTheCallsOwnTime() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock) { _ in .awaitPeer(retryIn: .milliseconds(100)) }
+        coordinator.delay.withLock { $0 = .milliseconds(200) }
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 8), clock: clock,
+            coordination: FleetCoordination(coordinator, maximumPeerWait: .seconds(1)))
+        let start = clock.uptime
+        let signIn = await engine.startCall { try await $0.signIn("alice") }
+        #expect(await clock.advance(upTo: .seconds(10)) { !fetcher.requests.isEmpty })
+        // The first call (0.2 s), a second of waiting for the peer, and the call that found it over (0.2 s); counting
+        // only the sleeps, the fetch would have waited ten calls and ten sleeps, 3.2 s.
+        #expect(clock.uptime - start <= .milliseconds(1_400))
+        try await signIn.value
         await engine.shutdown()
     }
 }
@@ -337,11 +392,12 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
 
     @Test func aLeaseOfAReplicaThatDiedLapsesAndAnotherTakesTheAccountOver() {
         var ledger = FleetLedger(limits: .init(leaseDuration: .seconds(35), sharesCredentials: true), now: now)
-        guard case .start = ledger.decide(fetch("a"), now: now, wall: wall) else { return #expect(Bool(false)) }
-        guard case .awaitPeer = ledger.decide(fetch("a"), now: now + .seconds(34), wall: wall) else {
+        let renewal = fetch("a", holding: wall)
+        guard case .start = ledger.decide(renewal, now: now, wall: wall) else { return #expect(Bool(false)) }
+        guard case .awaitPeer = ledger.decide(renewal, now: now + .seconds(34), wall: wall) else {
             return #expect(Bool(false), "the holder's fetch is under way")
         }
-        guard case .start = ledger.decide(fetch("a"), now: now + .seconds(35), wall: wall) else {
+        guard case .start = ledger.decide(renewal, now: now + .seconds(35), wall: wall) else {
             return #expect(Bool(false), "the lease lapsed")
         }
         #expect(ledger.inFlight == 1)
@@ -366,6 +422,26 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
             return #expect(Bool(false), "expired: dropped")
         }
         #expect(ledger.sharedCredentials == 0)
+    }
+
+    @Test func aFailedProbeNeverCutsARetryAfterShort() {
+        var ledger = FleetLedger(limits: .init(probeInterval: .seconds(5)), now: now)
+        guard case .start(let first) = ledger.decide(fetch("a"), now: now, wall: wall),
+            case .start(let second) = ledger.decide(fetch("b"), now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+        ledger.fetchEnded(fetch("a"), lease: first, outcome: .retryAfter(.seconds(60)), now: now, wall: wall)
+        ledger.fetchEnded(fetch("b"), lease: second, outcome: .outage, now: now, wall: wall)
+        guard case .hold(let wait, _) = ledger.decide(fetch("c"), now: now, wall: wall) else {
+            return #expect(Bool(false))
+        }
+        #expect(wait == .seconds(60))
+    }
+
+    @Test func aReplicaHoldingNoCredentialDoesNotWaitForAPeer() {
+        var ledger = FleetLedger(limits: .init(sharesCredentials: true), now: now)
+        guard case .start = ledger.decide(fetch("a", holding: wall), now: now, wall: wall),
+            case .start = ledger.decide(fetch("a"), now: now, wall: wall)
+        else { return #expect(Bool(false), "a first sign-in takes no share, so it fetches at once") }
     }
 
     @Test func withoutSharingReplicasOfOneAccountDoNotWaitForEachOther() {

@@ -185,7 +185,10 @@ extension AccountShard {
         let (urgency, deadline) = lives[index]!.machine.fetchUrgency(at: now, callersWaiting: slot.waitingCallers > 0)
         let ticket = budget?.ticket(urgency: urgency, deadline: deadline, account: request.account)
         // What the fleet's coordinator hears of the fetch, and the credential a shared one must match and outlive.
-        let held = fleet == nil ? nil : lives[index]!.machine.currentSession?.credential
+        // After the service rejected the held credential (a rotation), another replica's credential may have been
+        // signed before it too: the account takes none, and fetches its own through the fleet's budget.
+        let session = fleet == nil ? nil : lives[index]!.machine.currentSession
+        let held = session?.rejectedSignature == nil ? session?.credential : nil
         let fleetFetch = fleet.map { _ in
             FleetFetch(account: request.account, isNeeded: urgency == .needed, heldExpiry: held?.expirationDate)
         }
@@ -205,18 +208,19 @@ extension AccountShard {
                 result = .failure(CancellationError())
             } else {
                 // The budget let it go; the fleet, if there is one, has its say.
+                let budgetWaited = ticket == nil ? Duration.zero : max(.zero, clock.uptime - now.uptime)
                 var lease: FleetLease?
                 if let fleet, let fleetFetch {
                     switch await fleet.admit(fleetFetch, holding: held) {
                     case .start(let granted): lease = granted
                     case .shared(let credential):
-                        if let ticket { budget?.release(ticket, outcome: .neither) }
+                        if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }
                         waited = max(.zero, clock.uptime - now.uptime)
                         await self.fetchCompleted(
                             slot, request.id, .success(FetchedCredential(credential)), waited: waited)
                         return
                     case .cancelled:
-                        if let ticket { budget?.release(ticket, outcome: .neither) }
+                        if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }
                         await self.fetchCompleted(slot, request.id, .failure(CancellationError()), waited: waited)
                         return
                     }
@@ -245,7 +249,8 @@ extension AccountShard {
                     // Released as soon as the race is decided: a fetcher that outlives its deadline or its account
                     // session holds no slot of the budget.
                     budget.release(
-                        ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled), waited: waited)
+                        ticket, outcome: Self.budgetOutcome(of: result, cancelled: Task.isCancelled),
+                        waited: budgetWaited)
                 }
                 if let fleet, let fleetFetch {
                     fleet.ended(

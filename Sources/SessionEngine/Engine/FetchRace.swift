@@ -61,6 +61,8 @@ enum FetchRace {
     ///   - clock: The clock the deadline is on.
     ///   - timers: The deadline queue that holds the deadline.
     ///   - taskExecutor: The executor the call's task prefers.
+    ///   - late: Receives what `body` returned after the race was decided without it (its deadline passed, or the
+    ///     waiting task was cancelled), for a value that holds something to give back.
     ///   - body: The call; never started once the race is decided, or when the call's task is cancelled before it
     ///     first runs.
     /// - Returns: What decided the race.
@@ -69,6 +71,7 @@ enum FetchRace {
         clock: any SessionClock,
         timers: DeadlineQueue<AccountShard.TimerTarget>,
         taskExecutor: (any TaskExecutor)?,
+        late: (@Sendable (Value) -> Void)? = nil,
         _ body: @escaping @Sendable () async -> Value
     ) async -> Outcome<Value> {
         let race = OneShot<Outcome<Value>>()
@@ -76,7 +79,8 @@ enum FetchRace {
             // Abandoned before it first ran (the account session ended): its request never reaches the backend,
             // which by now may be serving the next account's hooks. Checked in the job that makes the call.
             guard !Task.isCancelled, !race.isOpen else { return }
-            race.open(with: .finished(await body()))
+            let value = await body()
+            if !race.open(with: .finished(value)) { late?(value) }
         }
         let deadline = AccountShard.setDeadline(in: timers, on: clock, after: timeout) {
             race.open(with: .timedOut)

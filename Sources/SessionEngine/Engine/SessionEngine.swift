@@ -81,13 +81,22 @@ public actor SessionEngine {
     ///   - configuration: Renewal, retry and buffering policies.
     ///   - clock: The source of wall time and sleep.
     ///   - observer: Receives each event before any subscriber does; it must return quickly and not call the engine.
-    ///   - coordination: The fleet's coordinator, if any.
     package init(
         fetcher: some CredentialFetcher,
         configuration: SessionConfiguration = SessionConfiguration(),
         clock: some SessionClock = SystemClock(),
+        observer: (@Sendable (SessionEvent) -> Void)?
+    ) {
+        self.init(fetcher: fetcher, configuration: configuration, clock: clock, observer: observer, coordination: nil)
+    }
+
+    /// Creates an engine with an observer of its events and a fleet's coordinator, either of them optional.
+    private init(
+        fetcher: some CredentialFetcher,
+        configuration: SessionConfiguration,
+        clock: some SessionClock,
         observer: (@Sendable (SessionEvent) -> Void)?,
-        coordination: FleetCoordination? = nil
+        coordination: FleetCoordination?
     ) {
         shard = AccountShard(
             shared: AccountShard.Shared(

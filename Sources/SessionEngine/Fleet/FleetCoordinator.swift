@@ -11,9 +11,10 @@ public import Foundation
 /// installed through the same validation as a fetched one, and only if it is the same user's and expires later
 /// than the one the account holds.
 ///
-/// Implementations must be safe to call from many tasks at once, should answer in well under the deadline, and must
-/// never be handed a secret: the requests name accounts and times, the outcomes carry a credential only when the
-/// replica fetched one.
+/// Implementations must be safe to call from many tasks at once and should answer in well under the deadline. The
+/// requests name accounts and times; an outcome carries a credential only when the replica shares its credentials
+/// (``FleetCoordination/sharesCredentials``), and then the coordinator holds bearer credentials and must keep them as
+/// such (the DocC article *Many replicas*).
 public protocol FleetCoordinator: Sendable {
     /// What the replica should do about a fetch it is about to start.
     ///
@@ -108,8 +109,11 @@ public enum FleetDecision: Sendable, Hashable {
 
 /// How a fetch a replica started ended, as its ``FleetCoordinator`` hears it.
 public enum FleetOutcome: Sendable, Hashable {
-    /// The backend issued this credential. A coordinator may share it with the other replicas until it expires.
+    /// The backend issued this credential, which the replica shares (``FleetCoordination/sharesCredentials``): a
+    /// coordinator may hand it to the other replicas until it expires.
     case credential(IdentityCredential)
+    /// The backend issued a credential expiring at `expiresAt`, which the replica does not share.
+    case issued(expiresAt: Date)
     /// The fetch failed as an outage of the backend (``SessionError/FailureClass/outage``).
     case outage
     /// The backend asked to be left alone for this long (`Retry-After`).
@@ -140,6 +144,11 @@ public struct FleetCoordination: Sendable {
     /// The longest one fetch waits in all for another replica's credential (``FleetDecision/awaitPeer(retryIn:)``)
     /// before it fetches itself; `nil` waits up to the fetch's own deadline, ``SessionConfiguration/fetchTimeout``.
     public var maximumPeerWait: Duration?
+    /// Whether the replica hands the credentials it fetches to the coordinator (``FleetOutcome/credential(_:)``),
+    /// for it to share with the other replicas until they expire; off, it tells only their expiry
+    /// (``FleetOutcome/issued(expiresAt:)``). Sharing puts bearer credentials in the coordinator's store: turn it on
+    /// only where that store is protected as the credentials are (the DocC article *Many replicas*).
+    public var sharesCredentials: Bool
 
     /// Creates the coordination of a replica.
     ///
@@ -149,12 +158,14 @@ public struct FleetCoordination: Sendable {
     ///   - retryInterval: How long the replica decides locally after a call failed, before it asks again.
     ///   - maximumPeerWait: The longest one fetch waits for another replica's credential; `nil` for the fetch's
     ///     deadline.
+    ///   - sharesCredentials: Whether the replica hands the credentials it fetches to the coordinator.
     public init(
         _ coordinator: any FleetCoordinator, callTimeout: Duration = .milliseconds(250),
-        retryInterval: Duration = .seconds(1), maximumPeerWait: Duration? = nil
+        retryInterval: Duration = .seconds(1), maximumPeerWait: Duration? = nil, sharesCredentials: Bool = false
     ) {
         self.coordinator = coordinator
         self.maximumPeerWait = maximumPeerWait
+        self.sharesCredentials = sharesCredentials
         self.callTimeout = callTimeout
         self.retryInterval = retryInterval
     }

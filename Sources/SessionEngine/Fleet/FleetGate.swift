@@ -30,6 +30,9 @@ final class FleetGate: Sendable {
     private struct State {
         /// Until when on the clock's monotonic time fetches decide locally without asking; `nil` while available.
         var quietUntil: Duration?
+        /// Counts the changes of availability and the tries again, so that a call's outcome changes the availability
+        /// only if nothing changed it since the call began.
+        var generation: UInt64 = 0
         var metrics = FleetMetrics()
     }
 
@@ -86,13 +89,27 @@ final class FleetGate: Sendable {
     ///
     /// - Parameters:
     ///   - fetch: The fetch, as the coordinator hears it.
-    ///   - held: The credential the account holds, which a shared one must match and outlive.
+    ///   - held: The credential the account holds, which a shared one must match and outlive; `nil` when it holds
+    ///     none, or the service rejected it.
     /// - Returns: What the fetch does.
     func admit(_ fetch: FleetFetch, holding held: IdentityCredential?) async -> Admission {
-        var waitedForPeer = Duration.zero
+        var fetch = fetch
+        var peerWaitStarted: Duration?
+        var refusals = 0
         while true {
-            let decision = await call(for: fetch.account) { try await self.coordination.coordinator.decide(fetch) }
-            if Task.isCancelled { return .cancelled }
+            let asked = fetch
+            // A lease granted after the replica stopped waiting is given back, not left to lapse.
+            let giveBack: @Sendable (Result<FleetDecision, any Error>) -> Void = { [weak self] answer in
+                if case .success(.start(let lease)) = answer { self?.ended(asked, lease: lease, outcome: .abandoned) }
+            }
+            let decision = await call(for: fetch.account, changingAvailability: true, late: giveBack) {
+                try await self.coordination.coordinator.decide(asked)
+            }
+            if Task.isCancelled {
+                // A lease granted to a fetch that no longer goes is given back at once, not when it lapses.
+                if case .start(let lease) = decision { ended(fetch, lease: lease, outcome: .abandoned) }
+                return .cancelled
+            }
             let wait: Duration
             switch decision {
             case nil:
@@ -104,17 +121,27 @@ final class FleetGate: Sendable {
             case .shared(let credential):
                 guard Self.accepts(credential, holding: held, now: clock.now) else {
                     count { $0.sharesRefused += 1 }
-                    return .start(nil)
+                    refusals += 1
+                    guard refusals < 2 else { return .start(nil) }
+                    // Asked again as holding one at least as new as the refused credential: the coordinator does
+                    // not offer it again, and the fetch goes through the fleet's budget and holds.
+                    fetch = FleetFetch(
+                        account: fetch.account, isNeeded: fetch.isNeeded,
+                        heldExpiry: max(fetch.heldExpiry ?? credential.expirationDate, credential.expirationDate))
+                    continue
                 }
                 count { $0.sharesInstalled += 1 }
                 return .shared(credential)
             case .awaitPeer(let retryIn):
+                let now = clock.uptime
+                let started = peerWaitStarted ?? now
+                peerWaitStarted = started
                 wait = max(Self.shortestWait, retryIn)
-                guard waitedForPeer + wait <= maximumPeerWait else {
+                // In all, on the clock: the calls' own time counts, and so do holds in between.
+                guard now - started + wait <= maximumPeerWait else {
                     count { $0.peerWaitsGivenUp += 1 }
                     return .start(nil)
                 }
-                waitedForPeer += wait
                 count { $0.peerWaits += 1 }
             case .hold(let retryIn, _):
                 wait = min(maximumHold, max(Self.shortestWait, retryIn))
@@ -125,15 +152,23 @@ final class FleetGate: Sendable {
     }
 
     /// Tells the coordinator how a fetch ended, in a task of its own with the call's deadline: nobody waits for it.
+    /// Sent also while the coordinator counts as unavailable, so that it hears every outcome it can; its answer or
+    /// failure does not change the availability, which the decisions alone track.
     ///
     /// - Parameters:
     ///   - fetch: The fetch, as the coordinator heard it.
     ///   - lease: The lease that admitted it; `nil` for a fetch decided locally.
-    ///   - outcome: How it ended.
+    ///   - outcome: How it ended. A credential is handed over only when ``FleetCoordination/sharesCredentials`` is
+    ///     on; otherwise the coordinator hears its expiry alone.
     func ended(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) {
+        var outcome = outcome
+        if !coordination.sharesCredentials, case .credential(let credential) = outcome {
+            outcome = .issued(expiresAt: credential.expirationDate)
+        }
+        let told = outcome
         _ = Task.start(preferring: taskExecutor) {
-            _ = await self.call(for: fetch.account) {
-                try await self.coordination.coordinator.fetchEnded(fetch, lease: lease, outcome: outcome)
+            _ = await self.call(for: fetch.account, changingAvailability: false) {
+                try await self.coordination.coordinator.fetchEnded(fetch, lease: lease, outcome: told)
             }
         }
     }
@@ -149,20 +184,29 @@ final class FleetGate: Sendable {
 
     /// One call to the coordinator, raced against its deadline; `nil` when it failed, passed its deadline, was
     /// cancelled, or was not made because the coordinator is unavailable for now.
+    ///
+    /// A call that changes the availability (a decision) is made only while the coordinator is available, or as the
+    /// one call that tries it again once ``FleetCoordination/retryInterval`` has passed; its answer changes the
+    /// availability only if no other call changed it meanwhile (the `generation` it started in), so an answer that
+    /// comes late never undoes a later failure, nor a late failure a later answer.
     private func call<Value: Sendable>(
-        for account: AccountID, _ body: @escaping @Sendable () async throws -> Value
+        for account: AccountID, changingAvailability: Bool,
+        late: (@Sendable (Result<Value, any Error>) -> Void)? = nil,
+        _ body: @escaping @Sendable () async throws -> Value
     ) async -> Value? {
-        let asks = state.withLock { state -> Bool in
+        let generation = state.withLock { state -> UInt64? in
+            guard changingAvailability else { return state.generation }
             let now = clock.uptime
-            guard let quietUntil = state.quietUntil else { return true }
-            guard now >= quietUntil else { return false }
+            guard let quietUntil = state.quietUntil else { return state.generation }
+            guard now >= quietUntil else { return nil }
             // This call tries the coordinator again; the others decide locally until it has answered or failed.
             state.quietUntil = now + coordination.retryInterval
-            return true
+            state.generation += 1
+            return state.generation
         }
-        guard asks else { return nil }
+        guard let generation else { return nil }
         let outcome = await FetchRace.call(
-            timeout: coordination.callTimeout, clock: clock, timers: timers, taskExecutor: taskExecutor
+            timeout: coordination.callTimeout, clock: clock, timers: timers, taskExecutor: taskExecutor, late: late
         ) { () -> Result<Value, any Error> in
             do {
                 return .success(try await body())
@@ -170,32 +214,34 @@ final class FleetGate: Sendable {
                 return .failure(error)
             }
         }
+        let failure: String
         switch outcome {
         case .finished(.success(let value)):
+            guard changingAvailability else { return value }
             state.withLock { state in
-                guard state.quietUntil != nil else { return }
+                guard state.quietUntil != nil, state.generation == generation else { return }
                 state.quietUntil = nil
+                state.generation += 1
                 onChange(.available(account))
             }
             return value
         case .finished(.failure(let error)):
             // The error's type only: its message may carry what the coordinator's server said, or a password.
-            failed(for: account, reason: "the coordinator failed with \(type(of: error))")
+            failure = "the coordinator failed with \(type(of: error))"
         case .timedOut:
-            failed(for: account, reason: "the coordinator did not answer within \(coordination.callTimeout.readable)")
+            failure = "the coordinator did not answer within \(coordination.callTimeout.readable)"
         case .cancelled:
-            break
+            return nil
         }
-        return nil
-    }
-
-    private func failed(for account: AccountID, reason: String) {
         state.withLock { state in
             state.metrics.callsFailed += 1
+            guard changingAvailability, state.generation == generation else { return }
             let wasAvailable = state.quietUntil == nil
             state.quietUntil = clock.uptime + coordination.retryInterval
-            if wasAvailable { onChange(.unavailable(account, reason: reason)) }
+            state.generation += 1
+            if wasAvailable { onChange(.unavailable(account, reason: failure)) }
         }
+        return nil
     }
 
     private func count(_ change: (inout FleetMetrics) -> Void) {
@@ -222,7 +268,7 @@ public struct FleetMetrics: Sendable, Hashable, CustomStringConvertible {
     public var peerWaitsGivenUp = 0
     /// Times a fetch waited because the fleet held it (its budget, an outage, a `Retry-After`).
     public var holds = 0
-    /// Calls to the coordinator that threw or passed their deadline.
+    /// Calls to the coordinator (decisions and reports) that threw or passed their deadline.
     public var callsFailed = 0
     /// Whether the replica asks the coordinator now (`false` for ``FleetCoordination/retryInterval`` after a call
     /// failed).

@@ -34,17 +34,24 @@ enum ScenarioCommand {
             secret = DemoSecrets.random()
         }
         var poolPassed = true
-        if let people = options.pool {
-            let day = PoolDay(people: people, seed: options.seed, secret: DemoSecrets.random())
+        if options.pool != nil || options.fleet != nil {
+            let people = options.pool ?? (options.fleet == nil ? 1000 : 200)
+            var day = PoolDay(people: people, seed: options.seed, secret: DemoSecrets.random())
             let json = options.json
-            poolPassed = await day.run { line in
-                guard json else { return print(line) }
+            let print = { (line: String) in
+                guard json else { return Swift.print(line) }
                 var object = JSONObject()
-                object.add("kind", "pool")
+                object.add("kind", options.fleet == nil ? "pool" : "fleet")
                 object.add("text", line)
-                print(object.json)
+                Swift.print(object.json)
             }
-            if !json { print("") }
+            if let replicas = options.fleet {
+                day.replicas = replicas
+                poolPassed = await day.runFleet(print: print)
+            } else {
+                poolPassed = await day.run(print: print)
+            }
+            if !json { Swift.print("") }
         }
         do {
             let scenario = try Scenario(options: options, projectID: projectID, secret: secret)

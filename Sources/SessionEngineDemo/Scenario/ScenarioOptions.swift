@@ -4,7 +4,7 @@ import SessionEngine
 /// The options of the daemon scenario.
 struct ScenarioOptions: Sendable {
     static let usage = """
-        USAGE: SessionEngineDemo [--accounts N] [--hours H] [--seed S] [--json] [--pool N]
+        USAGE: SessionEngineDemo [--accounts N] [--hours H] [--seed S] [--json] [--pool N] [--fleet R]
                                  [--backend URL [--project-id ID] [--ca-file PEM]]
                SessionEngineDemo sign ...      (see SessionEngineDemo sign --help)
                SessionEngineDemo verify ...    (see SessionEngineDemo verify --help)
@@ -24,6 +24,10 @@ struct ScenarioOptions: Sendable {
           --pool N         first run a simulated day of a daemon acting for N people at once through one
                            SessionPool (2 to 100000): an outage at hour 12, a rotation at hour 18, and the
                            backend's requests per second printed by hour; then the scenario as usual
+          --fleet R        first run that day for R replicas of the daemon (2 to 16), each holding the same
+                           people (--pool N of them, default 200): each on its own, then over one in-process
+                           fleet coordinator sharing their budget, outage and credentials; the backend's requests
+                           per second by hour for both; then the scenario as usual
           --backend URL    fetch credentials over HTTP from URL instead of the embedded backend, for example the
                            loopback backend: python3 Tests/SessionEngineTests/Fixtures/backend/identity_backend.py
                            It needs APPNORTH_IDENTITY_SECRET and --project-id or APPNORTH_PROJECT_ID, set as for
@@ -41,10 +45,13 @@ struct ScenarioOptions: Sendable {
     var help = false
     /// `--pool N`: the people of the pool day, if asked for.
     var pool: Int?
+    /// `--fleet R`: the replicas of the fleet day, if asked for.
+    var fleet: Int?
 
     init(_ arguments: [String]) throws(Options.UsageError) {
         let options = try Options(
-            command: arguments, valued: ["accounts", "hours", "seed", "backend", "project-id", "ca-file", "pool"],
+            command: arguments,
+            valued: ["accounts", "hours", "seed", "backend", "project-id", "ca-file", "pool", "fleet"],
             flags: ["json"])
         help = options.has("help")
         json = options.has("json")
@@ -52,6 +59,7 @@ struct ScenarioOptions: Sendable {
         hours = try options.integer("hours", in: 3...8760, default: 24)
         seed = try options.integer("seed", in: 0...UInt64.max, default: 1)
         if options["pool"] != nil { pool = try options.integer("pool", in: 2...100_000, default: 1000) }
+        if options["fleet"] != nil { fleet = try options.integer("fleet", in: 2...16, default: 3) }
         if let text = options["backend"] {
             guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
                 ["http", "https"].contains(scheme),
