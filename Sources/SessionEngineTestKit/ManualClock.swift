@@ -108,7 +108,7 @@ public final class ManualClock: SessionClock, ExecutingClock {
         guard let (ticket, ready) = entered else { throw CancellationError() }
         ready.resume()
         let woken = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
+            await withParkedContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
                 let now = state.withLock { $0.sleepers.park(ticket, continuation) }
                 if let now { continuation.resume(returning: now) }
             }
@@ -167,7 +167,7 @@ public final class ManualClock: SessionClock, ExecutingClock {
     ///
     /// - Parameter count: The number of sleepers to wait for.
     public func waitForSleepers(count: Int) async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withParkedContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let ready = state.withLock { state -> Bool in
                 if state.sleepers.waiting >= count { return true }
                 state.waiters.park(count, continuation)

@@ -145,7 +145,7 @@ public final class ManualExecutor: SerialExecutor, TaskExecutor {
     /// Call it from a task that does not run on this executor (a test's own task): a task on the executor that waits
     /// here is itself the job that keeps it busy once it is woken.
     public func waitUntilIdle() async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withParkedContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let idle = books.state.withLock { state -> Bool in
                 guard !state.isIdle else { return true }
                 state.idleWaiters.park((), continuation)

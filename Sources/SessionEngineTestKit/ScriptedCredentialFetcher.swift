@@ -170,7 +170,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
         guard let (ticket, claimed) = entered else { return .error(CancellationError()) }
         claimed.resume()
         return await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Reply, Never>) in
+            await withParkedContinuation { (continuation: UnsafeContinuation<Reply, Never>) in
                 let now = state.withLock { $0.held.park(ticket, continuation) }
                 if let now { continuation.resume(returning: now) }
             }
@@ -216,7 +216,7 @@ public final class ScriptedCredentialFetcher: CredentialFetcher {
     ///
     /// - Returns: The request, still waiting for its answer (unless it was cancelled meanwhile).
     public func nextRequest() async -> Request {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Request, Never>) in
+        await withParkedContinuation { (continuation: UnsafeContinuation<Request, Never>) in
             let ready = state.withLock { state -> Request? in
                 if !state.unclaimed.isEmpty { return state.unclaimed.removeFirst() }
                 state.requestWaiters.park((), continuation)

@@ -44,7 +44,7 @@ package final class CallTracker: Sendable {
 
     /// Returns once no call is outstanding.
     package func waitUntilNone() async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withParkedContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 if state.calls.isEmpty { return true }
                 state.waiters.park((), continuation)

@@ -60,7 +60,7 @@ package final class OneShot<Value: Sendable>: Sendable {
 
     /// Waits until it opens, whatever happens to the calling task, and returns its value.
     package func value() async -> Value {
-        let wake = await withUnsafeContinuation { (continuation: UnsafeContinuation<Wake, Never>) in
+        let wake = await withParkedContinuation { (continuation: UnsafeContinuation<Wake, Never>) in
             let now = state.withLock { state -> Value? in
                 if let value = state.value { return value }
                 state.waiters.park((), continuation)
@@ -90,7 +90,7 @@ package final class OneShot<Value: Sendable>: Sendable {
         case .woken(.cancelled): return nil
         }
         let wake = await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Wake, Never>) in
+            await withParkedContinuation { (continuation: UnsafeContinuation<Wake, Never>) in
                 let ready = state.withLock { $0.waiters.park(ticket, continuation) }
                 if let ready { continuation.resume(returning: ready) }
             }

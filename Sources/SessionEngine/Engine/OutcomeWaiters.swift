@@ -62,7 +62,7 @@ final class OutcomeWaiters: Sendable {
     /// - Throws: The fetch's failure, or `CancellationError` when the caller is cancelled first.
     func wait(_ ticket: Ticket) async throws -> IdentityCredential {
         let outcome = await withTaskCancellationHandler {
-            await withUnsafeContinuation { continuation in
+            await withParkedContinuation { continuation in
                 let ready = queue.withLock { $0.park(ticket.place, continuation) }
                 if let ready { continuation.resume(returning: ready) }
             }

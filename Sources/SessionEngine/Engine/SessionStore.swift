@@ -362,7 +362,7 @@ struct SessionStore: ~Copyable, Sendable {
 
     /// Waits until no work of epochs before `epoch` is running.
     func drain(before epoch: UInt64) async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+        await withParkedContinuation { (continuation: UnsafeContinuation<Void, Never>) in
             let done = state.withLock { state -> Bool in
                 guard state.hasWork(before: epoch) else { return true }
                 state.openBooks().drains.park(epoch, continuation)

@@ -156,7 +156,7 @@ final class EventBroadcaster: Sendable {
     /// The subscriber's next event, suspending until one is published; `nil` once finished or cancelled.
     func next(_ id: UInt64) async -> Published? {
         await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Published?, Never>) in
+            await withParkedContinuation { (continuation: UnsafeContinuation<Published?, Never>) in
                 let immediate = state.withLock { state -> Published?? in
                     guard let index = state.subscribers.index(forKey: id) else { return .some(nil) }
                     if let event = state.subscribers.values[index].pop() { return .some(event) }

@@ -155,7 +155,7 @@ final class FetchBudget: Sendable {
     func acquire(_ ticket: Ticket) async -> Bool {
         let order = ticket.order
         return await withTaskCancellationHandler {
-            await withUnsafeContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
+            await withParkedContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
                 let start = state.withLock { state -> Start in
                     let action: StateMachine.Action
                     switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: clock.uptime) {

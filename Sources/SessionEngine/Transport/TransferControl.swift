@@ -40,7 +40,7 @@ final class TransferControl: Sendable {
     /// - Returns: The transfer's result.
     /// - Throws: The error that decided the outcome.
     func outcome(startingWith start: () -> Void) async throws -> HTTPTransferResult {
-        try await withUnsafeContinuation { (continuation: UnsafeContinuation<Outcome, Never>) in
+        try await withParkedContinuation { (continuation: UnsafeContinuation<Outcome, Never>) in
             let early = state.withLock { state -> Outcome? in
                 if let outcome = state.outcome { return outcome }
                 state.caller.park((), continuation)
