@@ -16,6 +16,8 @@ let package = Package(
         // The backend: the signer, the verifier that stands in for the service, and their SHA-256 and HMAC.
         .library(name: "SessionEngineBackend", targets: ["SessionEngineBackend"]),
         .library(name: "SessionEngineTestKit", targets: ["SessionEngineTestKit"]),
+        // A fleet's coordinator on Redis, through the system's hiredis 0.14 loaded at run time.
+        .library(name: "SessionEngineRedis", targets: ["SessionEngineRedis"]),
         .executable(name: "SessionEngineDemo", targets: ["SessionEngineDemo"]),
         .executable(name: "SessionEngineBench", targets: ["SessionEngineBench"]),
         // Explores the engine's interleavings on a controlled executor; exits non-zero on any failure.
@@ -36,6 +38,13 @@ let package = Package(
         .target(name: "CSessionEngineSHA256"),
         // The bounded HTTPS transfer on the system's libcurl, loaded at run time (no headers needed to build).
         .target(name: "CSessionEngineCurl"),
+        // The Redis protocol and connection of the system's hiredis 0.14, loaded at run time (no headers needed to build).
+        .target(name: "CSessionEngineRedis"),
+        .target(
+            name: "SessionEngineRedis",
+            dependencies: ["SessionEngine", "CSessionEngineRedis"],
+            swiftSettings: strictSettings
+        ),
         // Inline thread-sanitizer annotations for the package's lock; nothing without the sanitizer.
         .target(name: "CSessionEngineSanitizer"),
         // Test support for hosts: a manual clock, a scripted fetcher, a service stand-in, gates and waiting for an idle
@@ -52,7 +61,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "SessionEngineBench",
-            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
+            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineRedis"],
             swiftSettings: strictSettings
         ),
         // Runs every job of a program on one thread it controls, in an order a strategy chooses; used only by
@@ -83,7 +92,10 @@ let package = Package(
         ),
         .testTarget(
             name: "SessionEngineTests",
-            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineModel"],
+            dependencies: [
+                "SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineModel",
+                "SessionEngineRedis",
+            ],
             exclude: ["Fixtures"],
             swiftSettings: strictSettings
         ),

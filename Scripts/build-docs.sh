@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the DocC documentation of the three library products with the toolchain's own docc, no package plugin:
+# Builds the DocC documentation of the four library products with the toolchain's own docc, no package plugin:
 #
 #   .build/docs/SessionEngine.doccarchive
 #   .build/docs/SessionEngineBackend.doccarchive
 #   .build/docs/SessionEngineTestKit.doccarchive
+#   .build/docs/SessionEngineRedis.doccarchive
 #
 # Steps: `swift build --target` of each library (nothing else of the package, so a broken demo or test target does
 # not stop the docs), public symbol graphs per module with swift-symbolgraph-extract (with extension blocks, so the
@@ -17,11 +18,11 @@
 # `swift build` (it may first wait for another build of the shared .build), DOCS_STEP_TIMEOUT (default 300) bounds
 # each extraction and conversion.
 #
-# Exit status: 0 when all three archives were built without a warning, 1 otherwise.
+# Exit status: 0 when all four archives were built without a warning, 1 otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-modules=(SessionEngine SessionEngineBackend SessionEngineTestKit)
+modules=(SessionEngine SessionEngineBackend SessionEngineTestKit SessionEngineRedis)
 build_timeout=${DOCS_BUILD_TIMEOUT:-1200}
 step_timeout=${DOCS_STEP_TIMEOUT:-300}
 out=.build/docs

@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 
 PACKAGE_IDENTITY = "swift-session-engine"
-PRODUCTS = ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"]
+PRODUCTS = ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineRedis"]
 
 FENCE_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,})(?P<language>swift|c)\s*$")
 OTHER_FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})")

@@ -35,6 +35,7 @@ let benchmarks: [any Benchmark] = [
     PoolBenchmark(),
     PoolDayBenchmark(),
     FaultSoakBenchmark(),
+    RedisCoordinatorBenchmark(),
 ]
 
 func parseOptions(_ arguments: [String]) -> Options? {

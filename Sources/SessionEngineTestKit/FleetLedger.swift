@@ -4,67 +4,23 @@ public import SessionEngine
 /// A fleet's coordination as one value: the rules an ``InProcessFleetCoordinator`` decides by, with the time passed
 /// in, so that every rule is a function a test can call.
 ///
-/// - **One budget.** At most ``Limits/startsPerSecond`` fetch starts a second (a bucket of ``Limits/burst``) and
-///   ``Limits/maximumInFlight`` fetches in flight across every replica; a fetch over it is held
+/// - **One budget.** At most `FleetLimits/startsPerSecond` fetch starts a second (a bucket of `FleetLimits/burst`) and
+///   `FleetLimits/maximumInFlight` fetches in flight across every replica; a fetch over it is held
 ///   (`FleetDecision/HoldReason/budget`) until the next start would be allowed.
-/// - **One outage.** After ``Limits/outageThreshold`` fetches in a row end as an outage, every replica's fetches are
-///   held (`FleetDecision/HoldReason/outage`) but one probe every ``Limits/probeInterval``; a `Retry-After` holds
+/// - **One outage.** After `FleetLimits/outageThreshold` fetches in a row end as an outage, every replica's fetches are
+///   held (`FleetDecision/HoldReason/outage`) but one probe every `FleetLimits/probeInterval`; a `Retry-After` holds
 ///   them until it has passed (`FleetDecision/HoldReason/retryAfter`), then one probe goes. The first answer of the
 ///   backend ends the hold.
-/// - **One fetch per account** (only with ``Limits/sharesCredentials``). A fetch takes the account's lease; another
+/// - **One fetch per account** (only with `FleetLimits/sharesCredentials`). A fetch takes the account's lease; another
 ///   replica's fetch of the account then waits for it (`FleetDecision/awaitPeer(retryIn:)`) and is handed its
 ///   credential (`FleetDecision/shared(_:)`) when the replica holds a credential of the account that expires
 ///   earlier. A credential is never handed out after it expires, and is dropped when its account is next asked about.
 ///
-/// Every lease lapses ``Limits/leaseDuration`` after it was taken, so a replica that dies while it fetches holds
+/// Every lease lapses `FleetLimits/leaseDuration` after it was taken, so a replica that dies while it fetches holds
 /// nothing for longer than that.
 public struct FleetLedger: Sendable {
-    /// The fleet's limits.
-    public struct Limits: Sendable, Hashable {
-        /// Fetch starts a second across the fleet.
-        public var startsPerSecond: Double
-        /// The most starts the bucket holds.
-        public var burst: Int
-        /// The most fetches in flight across the fleet.
-        public var maximumInFlight: Int
-        /// How long a lease lasts unless its fetch ends first: longer than a fetch's deadline.
-        public var leaseDuration: Duration
-        /// Outages in a row that begin the fleet's hold.
-        public var outageThreshold: Int
-        /// The time between two probes while the fleet holds for an outage.
-        public var probeInterval: Duration
-        /// Whether a credential one replica fetched is handed to the others (a bearer credential kept until it
-        /// expires: see `Design/fleet.md`).
-        public var sharesCredentials: Bool
-        /// How often a replica waiting for another's fetch asks again.
-        public var peerPollInterval: Duration
-
-        /// Creates limits.
-        ///
-        /// - Parameters:
-        ///   - startsPerSecond: Fetch starts a second across the fleet.
-        ///   - burst: The most starts the bucket holds.
-        ///   - maximumInFlight: The most fetches in flight across the fleet.
-        ///   - leaseDuration: How long a lease lasts unless its fetch ends first.
-        ///   - outageThreshold: Outages in a row that begin the hold.
-        ///   - probeInterval: The time between two probes in an outage.
-        ///   - sharesCredentials: Whether credentials are shared between replicas.
-        ///   - peerPollInterval: How often a replica waiting for another's fetch asks again.
-        public init(
-            startsPerSecond: Double = 10, burst: Int = 10, maximumInFlight: Int = 16,
-            leaseDuration: Duration = .seconds(35), outageThreshold: Int = 5, probeInterval: Duration = .seconds(5),
-            sharesCredentials: Bool = false, peerPollInterval: Duration = .milliseconds(100)
-        ) {
-            self.startsPerSecond = max(0.001, startsPerSecond)
-            self.burst = max(1, burst)
-            self.maximumInFlight = max(1, maximumInFlight)
-            self.leaseDuration = max(.milliseconds(1), leaseDuration)
-            self.outageThreshold = max(1, outageThreshold)
-            self.probeInterval = max(.milliseconds(1), probeInterval)
-            self.sharesCredentials = sharesCredentials
-            self.peerPollInterval = max(.milliseconds(1), peerPollInterval)
-        }
-    }
+    /// The fleet's limits: the same as a coordinator on Redis enforces.
+    public typealias Limits = FleetLimits
 
     private struct Lease: Sendable {
         let account: AccountID

@@ -311,7 +311,7 @@ actor AccountShard {
             session = configuration
             self.outlets = outlets
             self.observer = observer
-            machine = SessionStateMachine.Configuration(configuration)
+            machine = SessionStateMachine.Configuration(configuration, coordinated: coordination != nil)
             var ended = SessionStateMachine(configuration: machine, seed: 0)
             let origin = SessionInstant(wall: Date(timeIntervalSince1970: 0), uptime: .zero)
             // A shutdown with no account to leave is prepared at once, as a step would prepare it.

@@ -58,7 +58,8 @@ public struct SessionConfiguration: Sendable {
     private var eventBufferLimitValue = 1024
     /// The seed of the jitter's random numbers; `nil` seeds from the system's random source.
     ///
-    /// Tests set it to make renewal times and backoff delays reproducible.
+    /// Tests set it to make renewal times and backoff delays reproducible. Under a fleet's coordinator a renewal's
+    /// jitter is drawn from the credential instead (``RenewalPolicy``).
     public var randomSeed: UInt64?
     /// Receives the engine's log records; `nil` logs nothing.
     ///
@@ -131,6 +132,11 @@ public struct SessionConfiguration: Sendable {
 /// A credential installed with lifetime `L` (its `expiresAt` minus the local time at install) is renewed after
 /// `L × fraction ± L × jitter`, drawn uniformly, so a fleet of processes that signed in together spreads its renewals
 /// out instead of renewing in lockstep. The time is clamped to leave at least ``minimumLead`` before expiry.
+///
+/// Under a fleet's coordinator (`FleetCoordination`) the draw comes from the credential itself (its user and expiry,
+/// never its signature): different credentials draw as independently as random numbers would, and the replicas that
+/// hold the same credential renew it at the same moment, which lets the coordinator serve them all with one fetch.
+/// Without one, each process draws its own, so replicas of one user renew apart.
 ///
 /// The default, `2/3 ± 1/4` of the lifetime, spreads even the first renewal wave of a fleet that signed in within a
 /// minute over half a lifetime, so the backend's peak stays under twice its mean from that wave on (the uniform

@@ -107,6 +107,43 @@ extension SessionStateMachineRuleTests {
         #expect(try #require(tiny.session?.renewAt).timeIntervalSince(tiny.now.wall) == 5)
     }
 
+    @Test func underAFleetsCoordinatorTheSameCredentialRenewsAtTheSameShareInEveryProcess() throws {
+        // Two coordinated processes with different seeds install one credential: one renewal time, so the replicas
+        // of a fleet renew it together and one fetch serves them.
+        func signingIn(seed: UInt64, coordinated: Bool = true) -> MachineHarness {
+            var harness = MachineHarness(seed: seed, coordinated: coordinated)
+            harness.run(.signIn("alice"), .prepare)
+            return harness
+        }
+        var first = signingIn(seed: 1)
+        var second = signingIn(seed: 99)
+        let wall = Int64(first.now.wall.timeIntervalSince1970.rounded(.down))
+        let credential = first.credential(email: "alice@example.com", expiresAt: wall + 900)
+        _ = first.machine.fetchSucceeded(try first.fetchID(), credential: credential, at: first.now)
+        _ = second.machine.fetchSucceeded(try second.fetchID(), credential: credential, at: second.now)
+        let renewAt = try #require(first.session?.renewAt)
+        #expect(try #require(second.session?.renewAt) == renewAt)
+
+        // The same user's credentials with other expiries draw again, each within ⅔ ± ¼ of its lifetime.
+        var shares: Set<Double> = []
+        for expiresAt in wall + 900..<wall + 920 {
+            var harness = signingIn(seed: 1)
+            let next = harness.credential(email: "alice@example.com", expiresAt: expiresAt)
+            _ = harness.machine.fetchSucceeded(try harness.fetchID(), credential: next, at: harness.now)
+            let lifetime = Double(expiresAt) - harness.now.wall.timeIntervalSince1970
+            shares.insert(try #require(harness.session?.renewAt).timeIntervalSince(harness.now.wall) / lifetime)
+        }
+        #expect(shares.count == 20, "twenty expiries drew only \(shares.count) different shares")
+        #expect(shares.allSatisfy { $0 >= 2.0 / 3 - 0.25 - 1e-9 && $0 <= 2.0 / 3 + 0.25 + 1e-9 })
+
+        // Without a coordinator each process draws its own: replicas of one user renew apart.
+        var alone = signingIn(seed: 1, coordinated: false)
+        var other = signingIn(seed: 99, coordinated: false)
+        _ = alone.machine.fetchSucceeded(try alone.fetchID(), credential: credential, at: alone.now)
+        _ = other.machine.fetchSucceeded(try other.fetchID(), credential: credential, at: other.now)
+        #expect(try #require(alone.session?.renewAt) != #require(other.session?.renewAt))
+    }
+
     @Test func validationRefusesAnotherUserAnExpiredAndAnOverLongCredentialAsTransientFailures() throws {
         let wall = Int64(MachineHarness.signedOut().now.wall.timeIntervalSince1970)
         let cases: [(email: String, expiresAt: Int64, code: SessionError.Code, skew: Bool)] = [

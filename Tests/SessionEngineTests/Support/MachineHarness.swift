@@ -45,8 +45,11 @@ struct MachineHarness {
     var lastFetchStart: (epoch: UInt64, uptime: Duration)?
     private var serial: UInt64 = 0
 
-    init(seed: UInt64) {
-        machine = Machine(configuration: Self.configuration, seed: seed)
+    /// A machine seeded with `seed`; `coordinated` as under a fleet's coordinator.
+    init(seed: UInt64, coordinated: Bool = false) {
+        machine = Machine(
+            configuration: Machine.Configuration(Self.configuration, coordinated: coordinated),
+            seed: seed)
     }
 
     var session: Machine.AccountSession? { machine.state.session }

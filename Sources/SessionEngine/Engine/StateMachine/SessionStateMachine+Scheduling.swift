@@ -109,14 +109,31 @@ extension SessionStateMachine {
 
     /// When to renew a credential installed at `now`: after `fraction ± jitter` of its lifetime, leaving at least
     /// the minimum lead before expiry and waiting at least the minimum fetch interval.
+    ///
+    /// Under a fleet's coordinator the jitter is drawn from the credential itself (``renewalDraw(for:)``): every
+    /// replica that holds the same credential renews it at the same moment, so one fetch serves them all, and
+    /// different credentials still spread as independent draws do. Without one it comes from the machine's
+    /// generator, so that replicas of one user, which hold credentials issued in the same second, renew apart.
     mutating func renewalTime(for credential: IdentityCredential, at now: SessionInstant) -> Date {
         let lifetime = max(0, credential.expirationDate.timeIntervalSince(now.wall))
         let policy = configuration.renewal
-        let offset = (random.nextUnit() * 2 - 1) * policy.jitter
+        let draw = configuration.drawsRenewalFromCredential ? Self.renewalDraw(for: credential) : random.nextUnit()
+        let offset = (draw * 2 - 1) * policy.jitter
         var delay = lifetime * (policy.fraction + offset)
         delay = min(delay, lifetime - policy.minimumLead.timeInterval)
         delay = max(delay, configuration.minimumFetchInterval.timeInterval)
         return now.wall.addingTimeInterval(delay)
+    }
+
+    /// A uniform draw in `0 ..< 1` that is the same for the same credential in every process: FNV-1a over its user
+    /// and its expiry, mixed by SplitMix64. The signature takes no part, so the renewal time tells nothing of it.
+    static func renewalDraw(for credential: IdentityCredential) -> Double {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in credential.email.utf8 {
+            hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
+        }
+        var generator = SplitMix64(seed: hash ^ UInt64(bitPattern: credential.expiresAt))
+        return generator.nextUnit()
     }
 
     /// Full-jitter exponential backoff above what the minimum fetch interval still requires: the delay is that floor

@@ -265,8 +265,13 @@ struct SessionStateMachine: Sendable {
         let minimumFetchInterval: Duration
         let clockSkewTolerance: Duration
         let maximumRetryAfter: Duration
+        /// Whether a renewal's jitter is drawn from the credential, so that the replicas of a fleet that hold the
+        /// same credential renew it together: only under a fleet's coordinator, which then lets one of them fetch.
+        /// Without one, each process draws its own, and replicas of one user spread their renewals.
+        let drawsRenewalFromCredential: Bool
 
-        init(_ configuration: SessionConfiguration) {
+        init(_ configuration: SessionConfiguration, coordinated: Bool = false) {
+            drawsRenewalFromCredential = coordinated
             renewal = configuration.renewal
             retry = configuration.retry
             misconfigurationRetry = configuration.misconfigurationRetry

@@ -1,0 +1,117 @@
+/// The fleet's rules as scripts on the server: every decision and every report is one script, atomic on the server
+/// and timed by the server's clock (`TIME`), never a replica's. They follow the test kit's `FleetLedger` rule for rule.
+///
+/// Keys, all under the configured prefix in braces (one hash slot, so a cluster runs the scripts too):
+/// - `KEYS[1]`, `{prefix}:fleet`: a hash of the bucket (`tokens`, `refilled`), the hold (`hold`, `nextProbe`,
+///   `probe`), the outages in a row (`outages`) and the lease counter (`seq`);
+/// - `KEYS[2]`, `{prefix}:inflight`: a sorted set of the leases in flight by the millisecond they lapse at;
+/// - `KEYS[3]`, `{prefix}:lease:{account}`: the account's lease, expiring with it (only when credentials are shared);
+/// - `KEYS[4]`, `{prefix}:shared:{account}`: the account's shared credential (`expiresAt`, `json`), expiring when it
+///   does.
+enum RedisScripts {
+    /// Decides a fetch. `ARGV`: the held credential's expiry in Unix seconds (empty for none), then the limits:
+    /// starts per second, burst, most in flight, lease milliseconds, probe milliseconds, sharing (`1` or `0`), peer
+    /// poll milliseconds. Returns `{'start', lease}`, `{'await', ms}`, `{'shared', json}` or `{'hold', ms, reason}`.
+    static let decide = """
+        local time = redis.call('TIME')
+        local wall = tonumber(time[1])
+        local now = wall * 1000 + math.floor(tonumber(time[2]) / 1000)
+        local held = ARGV[1]
+        local rate, burst, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+        local leaseMs, probeMs, shares, pollMs = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
+        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+        local probe = redis.call('HGET', KEYS[1], 'probe')
+        if probe and not redis.call('ZSCORE', KEYS[2], probe) then
+          redis.call('HDEL', KEYS[1], 'probe')
+          probe = false
+        end
+        local function take()
+          local name = redis.call('HINCRBY', KEYS[1], 'seq', 1) .. '-' .. now
+          redis.call('ZADD', KEYS[2], now + leaseMs, name)
+          if shares then redis.call('SET', KEYS[3], name, 'PX', leaseMs) end
+          return name
+        end
+        if shares then
+          local kept = redis.call('HMGET', KEYS[4], 'expiresAt', 'json')
+          if kept[1] then
+            local expiresAt = tonumber(kept[1])
+            if expiresAt <= wall then
+              redis.call('DEL', KEYS[4])
+            elseif held ~= '' and expiresAt > tonumber(held) then
+              return {'shared', kept[2]}
+            end
+          end
+          if held ~= '' then
+            local holder = redis.call('GET', KEYS[3])
+            local lapse = holder and redis.call('ZSCORE', KEYS[2], holder)
+            if lapse then return {'await', math.max(1, math.min(pollMs, tonumber(lapse) - now))} end
+          end
+        end
+        local hold = redis.call('HGET', KEYS[1], 'hold')
+        if hold and hold ~= '' then
+          local nextProbe = tonumber(redis.call('HGET', KEYS[1], 'nextProbe') or '0')
+          if probe then return {'hold', probeMs, hold} end
+          if now < nextProbe then return {'hold', nextProbe - now, hold} end
+          local name = take()
+          redis.call('HSET', KEYS[1], 'probe', name)
+          return {'start', name}
+        end
+        local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or burst)
+        local refilled = tonumber(redis.call('HGET', KEYS[1], 'refilled') or now)
+        tokens = math.min(burst, tokens + math.max(0, now - refilled) * rate / 1000)
+        redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'refilled', now)
+        if redis.call('ZCARD', KEYS[2]) >= most then return {'hold', math.max(1, math.ceil(1000 / rate)), 'budget'} end
+        if tokens < 1 then return {'hold', math.max(1, math.ceil((1 - tokens) * 1000 / rate)), 'budget'} end
+        redis.call('HSET', KEYS[1], 'tokens', tostring(tokens - 1))
+        return {'start', take()}
+        """
+
+    /// Records how a fetch ended. `ARGV`: the lease (empty for a fetch decided locally), the outcome (`credential`,
+    /// `issued`, `outage`, `retryAfter`, `refused`, `abandoned`), the credential's expiry in Unix seconds and its JSON
+    /// (empty unless shared), the `Retry-After` pause in milliseconds, then the limits: outages in a row that begin the
+    /// hold, probe milliseconds, sharing. Returns 1.
+    static let ended = """
+        local time = redis.call('TIME')
+        local wall = tonumber(time[1])
+        local now = wall * 1000 + math.floor(tonumber(time[2]) / 1000)
+        local lease, outcome = ARGV[1], ARGV[2]
+        local threshold, probeMs, shares = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
+        if lease ~= '' and redis.call('ZREM', KEYS[2], lease) == 1 then
+          if redis.call('GET', KEYS[3]) == lease then redis.call('DEL', KEYS[3]) end
+          if redis.call('HGET', KEYS[1], 'probe') == lease then redis.call('HDEL', KEYS[1], 'probe') end
+        end
+        local function answered()
+          redis.call('HSET', KEYS[1], 'outages', 0, 'hold', '')
+          redis.call('HDEL', KEYS[1], 'probe')
+        end
+        local function nextProbeAtLeast(at)
+          local nextProbe = tonumber(redis.call('HGET', KEYS[1], 'nextProbe') or '0')
+          redis.call('HSET', KEYS[1], 'nextProbe', math.max(nextProbe, at))
+        end
+        if outcome == 'credential' then
+          answered()
+          local expiresAt = tonumber(ARGV[3])
+          if shares and ARGV[4] ~= '' and expiresAt and expiresAt > wall then
+            local kept = tonumber(redis.call('HGET', KEYS[4], 'expiresAt') or '0')
+            if kept < expiresAt then
+              redis.call('HSET', KEYS[4], 'expiresAt', ARGV[3], 'json', ARGV[4])
+              redis.call('PEXPIREAT', KEYS[4], expiresAt * 1000)
+            end
+          end
+        elseif outcome == 'issued' or outcome == 'refused' then
+          answered()
+        elseif outcome == 'outage' then
+          local outages = redis.call('HINCRBY', KEYS[1], 'outages', 1)
+          local hold = redis.call('HGET', KEYS[1], 'hold')
+          if hold and hold ~= '' then
+            nextProbeAtLeast(now + probeMs)
+          elseif outages >= threshold then
+            redis.call('HSET', KEYS[1], 'hold', 'outage', 'nextProbe', now + probeMs)
+          end
+        elseif outcome == 'retryAfter' then
+          if redis.call('HGET', KEYS[1], 'hold') ~= 'outage' then redis.call('HSET', KEYS[1], 'hold', 'retryAfter') end
+          nextProbeAtLeast(now + tonumber(ARGV[5]))
+        end
+        return 1
+        """
+}

@@ -1,0 +1,331 @@
+import Foundation
+import SessionEngine
+import SessionEngineBackend
+import SessionEngineRedis
+import SessionEngineTestKit
+import Testing
+
+/// A credential of `email` signed now, expiring in `lifetime` seconds.
+private func credential(_ email: String, lifetime: Int = 600) throws -> IdentityCredential {
+    try IdentitySigner(projectID: "proj_redis", secret: "redis-secret", lifetime: .seconds(lifetime))
+        .sign(email: email)
+}
+
+/// How long a call may take at most when the server is gone or paused: its timeouts (connect 500 ms, command
+/// 250 ms) many times over, a bound only a call that waits on the server for ever reaches, however busy the machine.
+private let callBound: Duration = .seconds(10)
+
+/// Runs `body` and returns how long it took.
+private func timed<T>(_ body: () async throws -> T) async rethrows -> (T, Duration) {
+    let start = ContinuousClock.now
+    let value = try await body()
+    return (value, ContinuousClock.now - start)
+}
+
+/// The coordinator on a real `redis-server`: the fleet's rules as scripts on the server, and the faults it must
+/// survive (the server killed, started again empty, paused past the deadline, refusing the password, a replica that
+/// dies holding a lease). Skipped with the reason where `redis-server` or hiredis 0.14 is missing.
+@Suite(
+    .serialized,
+    .enabled(if: RedisServer.unavailableReason == nil, Comment(rawValue: RedisServer.unavailableReason ?? ""))
+)
+struct RedisFleetTests {
+    @Test func oneReplicaFetchesAnAccountAndTheOthersAwaitItThenTakeItsCredential() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let limits = FleetLimits(sharesCredentials: true)
+        let first = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
+        let second = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
+        let held = try credential("alice@example.com", lifetime: 300)
+        let fetch = FleetFetch(account: "alice", isNeeded: false, heldExpiry: held.expirationDate)
+
+        guard case .start(let lease) = try await first.decide(fetch) else {
+            Issue.record("the first replica's fetch did not start")
+            return
+        }
+        guard case .awaitPeer(let retryIn) = try await second.decide(fetch) else {
+            Issue.record("the second replica did not wait for the first one's fetch")
+            return
+        }
+        #expect(retryIn > .zero && retryIn <= limits.peerPollInterval)
+        // A replica that holds nothing of the account has no user to match a share with: it fetches.
+        let signingIn = FleetFetch(account: "alice", isNeeded: true, heldExpiry: nil)
+        guard case .start(let own) = try await second.decide(signingIn) else {
+            Issue.record("a replica holding no credential waited")
+            return
+        }
+        try await second.fetchEnded(signingIn, lease: own, outcome: .abandoned)
+
+        let fetched = try credential("alice@example.com", lifetime: 600)
+        try await first.fetchEnded(fetch, lease: lease, outcome: .credential(fetched))
+        #expect(try await second.decide(fetch) == .shared(fetched))
+        // Fencing: a replica that holds the fetched one already, or a newer one, is not handed it.
+        let holding = FleetFetch(account: "alice", isNeeded: false, heldExpiry: fetched.expirationDate)
+        guard case .start(let next) = try await second.decide(holding) else {
+            Issue.record("a replica holding the shared credential was handed it again")
+            return
+        }
+        try await second.fetchEnded(holding, lease: next, outcome: .abandoned)
+    }
+
+    @Test func credentialsStayOffTheServerUnlessTheLimitsShareThem() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let coordinator = try RedisFleetCoordinator(configuration: server.configuration())
+        let held = try credential("bob@example.com", lifetime: 300)
+        let fetch = FleetFetch(account: "bob", isNeeded: false, heldExpiry: held.expirationDate)
+        guard case .start(let lease) = try await coordinator.decide(fetch) else {
+            Issue.record("the fetch did not start")
+            return
+        }
+        try await coordinator.fetchEnded(fetch, lease: lease, outcome: .credential(try credential("bob@example.com")))
+        // A coordinator that shares, on the same keys, finds nothing to hand out: the credential never reached the
+        // server.
+        let sharing = try RedisFleetCoordinator(
+            configuration: server.configuration(limits: FleetLimits(sharesCredentials: true)))
+        guard case .start = try await sharing.decide(fetch) else {
+            Issue.record("a credential reported without sharing was kept on the server")
+            return
+        }
+    }
+
+    @Test func theFleetsBudgetHoldsEveryReplicaTogether() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let limits = FleetLimits(startsPerSecond: 0.01, burst: 3, maximumInFlight: 2)
+        let replicas = try (0..<3).map { _ in
+            try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
+        }
+        var leases: [(FleetFetch, FleetLease)] = []
+        var holds = 0
+        for (index, replica) in replicas.enumerated() {
+            let fetch = FleetFetch(account: AccountID("account-\(index)"), isNeeded: true, heldExpiry: nil)
+            switch try await replica.decide(fetch) {
+            case .start(let lease): leases.append((fetch, lease))
+            case .hold(_, reason: .budget): holds += 1
+            case let other: Issue.record("unexpected decision \(other)")
+            }
+        }
+        #expect(leases.count == 2 && holds == 1, "two in flight at most across three replicas")
+        // One ends: a place in flight frees, and the bucket's third token lets one more start.
+        try await replicas[0].fetchEnded(leases[0].0, lease: leases[0].1, outcome: .issued(expiresAt: .now + 600))
+        let late = FleetFetch(account: "account-9", isNeeded: true, heldExpiry: nil)
+        guard case .start(let third) = try await replicas[2].decide(late) else {
+            Issue.record("a freed place did not let a fetch start")
+            return
+        }
+        try await replicas[2].fetchEnded(late, lease: third, outcome: .issued(expiresAt: .now + 600))
+        // The bucket is empty now: a start waits for the next token, 100 s away at 0.01 a second.
+        guard case .hold(let retryIn, reason: .budget) = try await replicas[1].decide(late) else {
+            Issue.record("an empty bucket let a fetch start")
+            return
+        }
+        #expect(retryIn > .seconds(90))
+    }
+
+    @Test func oneReplicasOutageAndRetryAfterHoldTheFleetWithOneProbe() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let limits = FleetLimits(
+            startsPerSecond: 1000, burst: 100, outageThreshold: 2, probeInterval: .milliseconds(300))
+        let first = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
+        let second = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
+        for index in 0..<2 {
+            let fetch = FleetFetch(account: AccountID("failing-\(index)"), isNeeded: true, heldExpiry: nil)
+            guard case .start(let lease) = try await first.decide(fetch) else {
+                Issue.record("no start")
+                return
+            }
+            try await first.fetchEnded(fetch, lease: lease, outcome: .outage)
+        }
+        let other = FleetFetch(account: "other", isNeeded: true, heldExpiry: nil)
+        guard case .hold(_, reason: .outage) = try await second.decide(other) else {
+            Issue.record("another replica's fetch was not held by the fleet's outage")
+            return
+        }
+        // After the probe interval one probe goes, and only one.
+        var probe: FleetLease?
+        let deadline = ContinuousClock.now + callBound
+        while probe == nil, ContinuousClock.now < deadline {
+            if case .start(let lease) = try await second.decide(other) { probe = lease }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let lease = try #require(probe, "no probe within \(callBound)")
+        guard case .hold(_, reason: .outage) = try await first.decide(other) else {
+            Issue.record("a second probe went while the first one ran")
+            return
+        }
+        // The backend answers: the hold ends for every replica.
+        try await second.fetchEnded(other, lease: lease, outcome: .issued(expiresAt: .now + 600))
+        guard case .start(let after) = try await first.decide(other) else {
+            Issue.record("the fleet still held after the backend answered")
+            return
+        }
+        try await first.fetchEnded(other, lease: after, outcome: .retryAfter(.seconds(120)))
+        guard case .hold(let retryIn, reason: .retryAfter) = try await second.decide(other) else {
+            Issue.record("one replica's Retry-After did not hold the other")
+            return
+        }
+        #expect(retryIn > .seconds(100))
+    }
+
+    @Test func aLeaseOfAReplicaThatDiedLapsesAndAnotherReplicaFetches() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let limits = FleetLimits(leaseDuration: .milliseconds(400), sharesCredentials: true)
+        let dying = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
+        let survivor = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
+        let held = try credential("carol@example.com", lifetime: 300)
+        let fetch = FleetFetch(account: "carol", isNeeded: false, heldExpiry: held.expirationDate)
+        guard case .start = try await dying.decide(fetch) else {
+            Issue.record("no lease for the first replica")
+            return
+        }
+        // The replica dies here: it never reports. The other waits for it until its lease lapses, then fetches.
+        var waited = 0
+        var started = false
+        let deadline = ContinuousClock.now + callBound
+        while !started, ContinuousClock.now < deadline {
+            switch try await survivor.decide(fetch) {
+            case .awaitPeer(let retryIn):
+                waited += 1
+                try await Task.sleep(for: retryIn)
+            case .start: started = true
+            case let other:
+                Issue.record("unexpected decision \(other)")
+                return
+            }
+        }
+        #expect(started, "the dead replica's lease never lapsed")
+        #expect(waited >= 1)
+    }
+
+    @Test func aServerKilledStartedAgainEmptyOrPausedCostsACallItsTimeoutAndCoordinationResumes() async throws {
+        var server = try await RedisServer.start()
+        let port = server.port
+        let coordinator = try RedisFleetCoordinator(configuration: server.configuration())
+        let fetch = FleetFetch(account: "dave", isNeeded: true, heldExpiry: nil)
+        func decidesAgain() async throws {
+            guard case .start(let lease) = try await coordinator.decide(fetch) else {
+                Issue.record("coordination did not resume")
+                return
+            }
+            try await coordinator.fetchEnded(fetch, lease: lease, outcome: .issued(expiresAt: .now + 600))
+        }
+        try await decidesAgain()
+
+        // Killed: the call fails at once or within its timeouts.
+        await server.kill()
+        let (killed, killedTook) = await timed { await Result { try await coordinator.decide(fetch) } }
+        #expect(throws: RedisCoordinatorError.self) { try killed.get() }
+        #expect(killedTook < callBound)
+
+        // Started again empty on the same port: no scripts, no state; the coordinator loads its scripts again.
+        await server.stop()
+        server = try await RedisServer.start(port: port)
+        try await decidesAgain()
+        try await decidesAgain()
+
+        // Paused past the deadline: the call fails within the command's timeout, and the calls after it are not
+        // stuck behind it once the server comes back.
+        server.pause()
+        let (paused, pausedTook) = await timed { await Result { try await coordinator.decide(fetch) } }
+        let error = try #require(paused.failure as? RedisCoordinatorError)
+        #expect(error.code == .connectionLost || error.code == .timedOut, "\(error)")
+        #expect(pausedTook < callBound)
+        server.resume()
+        try await decidesAgain()
+        await server.stop()
+    }
+
+    @Test func aRefusedPasswordIsATypedErrorThatNamesNoSecret() async throws {
+        let server = try await RedisServer.start(password: "correct-horse-battery")
+        defer { Task { await server.stop() } }
+        let wrong = "wrong-staple-\(UUID().uuidString)"
+        let refused = try RedisFleetCoordinator(configuration: server.configuration(password: wrong))
+        let fetch = FleetFetch(account: "erin", isNeeded: true, heldExpiry: nil)
+        do {
+            _ = try await refused.decide(fetch)
+            Issue.record("a wrong password was accepted")
+        } catch let error as RedisCoordinatorError {
+            #expect(error.code == .authenticationFailed)
+            #expect(!"\(error)".contains(wrong) && !"\(error)".contains("correct-horse"))
+        }
+        #expect(!"\(refused.configuration)".contains(wrong))
+        let accepted = try RedisFleetCoordinator(configuration: server.configuration())
+        try await accepted.ping()
+        #expect(try await accepted.decide(fetch) != .hold(retryIn: .zero, reason: .budget))
+    }
+
+    @Test func poolsOverRedisStayIdentifiedWhileTheServerIsGoneAndCoordinateWhenItIsBack() async throws {
+        let server = try await RedisServer.start()
+        let port = server.port
+        let signer = try IdentitySigner(projectID: "proj_redis", secret: "redis-secret", lifetime: .seconds(600))
+        let fetcher = ScriptedCredentialFetcher { account in try signer.sign(email: "\(account.rawValue)@example.com") }
+        let coordinator = try RedisFleetCoordinator(
+            configuration: server.configuration(limits: FleetLimits(sharesCredentials: true)))
+        let coordination = FleetCoordination(coordinator, callTimeout: .seconds(2), retryInterval: .milliseconds(200))
+        let pools = (0..<2).map { _ in SessionPool(fetcher: fetcher, coordination: coordination) }
+        for pool in pools { try await pool.signIn("frank") }
+        #expect(pools.allSatisfy { $0.metrics.fleet?.started ?? 0 >= 1 })
+
+        await server.kill()
+        for pool in pools { try await pool.signIn("grace") }
+        for pool in pools {
+            #expect(try pool.identityHeaders(for: "grace").credential().email == "grace@example.com")
+            #expect(pool.metrics.fleet?.decidedLocally ?? 0 >= 1)
+        }
+
+        await server.stop()
+        let restarted = try await RedisServer.start(port: port)
+        try await Task.sleep(for: .milliseconds(300))
+        let before = pools[0].metrics.fleet?.started ?? 0
+        try await pools[0].signIn("heidi")
+        #expect(pools[0].metrics.fleet?.started ?? 0 > before, "coordination did not resume")
+        for pool in pools { await pool.shutdown() }
+        await restarted.stop()
+    }
+
+    @Test(arguments: [
+        ("", 6379, "the host"), ("bad host", 6379, "the host"), ("127.0.0.1", 0, "the port"),
+        ("127.0.0.1", 65_536, "the port"),
+    ])
+    func aConfigurationOutOfRangeIsRefusedWithTheValueNamed(host: String, port: Int, named: String) {
+        #expect {
+            _ = try RedisFleetCoordinator.Configuration(host: host, port: port)
+        } throws: { error in
+            let error = error as? RedisCoordinatorError
+            return error?.code == .invalidConfiguration && error?.reason.contains(named) == true
+        }
+    }
+
+    @Test func aURLIsReadWithoutRepeatingItsPassword() throws {
+        let configuration = try RedisFleetCoordinator.Configuration(url: "redis://app:s3cret-pw@10.0.0.5:6380")
+        #expect(configuration.host == "10.0.0.5" && configuration.port == 6380)
+        #expect(configuration.username == "app" && configuration.password == "s3cret-pw")
+        #expect(!configuration.description.contains("s3cret"))
+        for url in ["rediss://10.0.0.5", "http://10.0.0.5", "redis://", "redis://:s3cret-pw@/"] {
+            #expect {
+                _ = try RedisFleetCoordinator.Configuration(url: url)
+            } throws: { error in
+                (error as? RedisCoordinatorError)?.code == .invalidConfiguration && !"\(error)".contains("s3cret")
+            }
+        }
+        #expect(throws: RedisCoordinatorError.self) {
+            _ = try RedisFleetCoordinator.Configuration(keyPrefix: "has{brace}")
+        }
+    }
+}
+
+extension Result where Failure == any Error {
+    /// The error, when it is one.
+    fileprivate var failure: (any Error)? {
+        if case .failure(let error) = self { return error }
+        return nil
+    }
+
+    /// The result of `body`.
+    fileprivate init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
+    }
+}
