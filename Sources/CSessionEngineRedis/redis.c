@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +108,22 @@ se_redis *se_redis_connect(const char *host, int port, int timeout_ms, int io_ti
 
 se_redis_reply *se_redis_command(se_redis *connection, int argc, const char **argv, const size_t *lengths,
                                  char *error, size_t error_size) {
+    // hiredis 0.14 writes with write(2), which raises SIGPIPE on a connection the server reset, and SIGPIPE ends the
+    // process unless the host ignores it. The thread blocks it around the command and takes back one it raised.
+    sigset_t pipe_only, previous;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
+    sigset_t pending_before;
+    sigpending(&pending_before);
     se_redis_reply *reply = api.command_argv(connection->context, argc, argv, lengths);
+    sigset_t pending_after;
+    sigpending(&pending_after);
+    if (sigismember(&pending_after, SIGPIPE) && !sigismember(&pending_before, SIGPIPE)) {
+        struct timespec now = {0, 0};
+        sigtimedwait(&pipe_only, NULL, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
     if (reply == NULL) {
         const redis_context_head *head = connection->context;
         copy_error(error, error_size, head->err != 0 ? head->errstr : "no reply");

@@ -167,7 +167,10 @@ final class RedisConnection: Sendable {
             switch reply.type {
             case Int32(SE_REDIS_REPLY_STRING): return .success(.string(bytes))
             case Int32(SE_REDIS_REPLY_STATUS): return .success(.status(String(decoding: bytes, as: UTF8.self)))
-            default: return .success(.error(String(decoding: bytes.prefix(200), as: UTF8.self)))
+            default:
+                // The server's words, shortened and without control characters, for an error's reason.
+                let printable = bytes.prefix(200).map { $0 < 0x20 || $0 == 0x7F ? UInt8(ascii: " ") : $0 }
+                return .success(.error(String(decoding: printable, as: UTF8.self)))
             }
         case Int32(SE_REDIS_REPLY_INTEGER):
             return .success(.integer(reply.integer))
@@ -213,7 +216,8 @@ final class RedisConnection: Sendable {
 
     /// A duration in whole milliseconds, at least one and at most a minute.
     private static func milliseconds(_ duration: Duration) -> Int32 {
-        let value = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
+        let seconds = min(max(duration.components.seconds, 0), 60)
+        let value = seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
         return Int32(min(60_000, max(1, value)))
     }
 }

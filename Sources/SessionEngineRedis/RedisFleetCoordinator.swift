@@ -26,23 +26,23 @@ public import SessionEngine
 /// ```
 public final class RedisFleetCoordinator: FleetCoordinator {
     /// Where the server is, how to log in, and the fleet's limits.
-    public struct Configuration: Sendable, CustomStringConvertible {
+    public struct Configuration: Sendable, CustomStringConvertible, CustomReflectable {
         /// The server's host name or address.
-        public var host: String
+        public let host: String
         /// The server's port.
-        public var port: Int
+        public let port: Int
         /// The ACL user (Redis 6 and later); `nil` authenticates as the default user when there is a password.
-        public var username: String?
+        public let username: String?
         /// The password; `nil` sends no `AUTH`. Never part of a description, an error or a log.
-        public var password: String?
+        public let password: String?
         /// The prefix of every key, set in braces so all of them share one hash slot; one per fleet.
-        public var keyPrefix: String
+        public let keyPrefix: String
         /// The limits every replica is held to together.
-        public var limits: FleetLimits
+        public let limits: FleetLimits
         /// How long a connection may take to open.
-        public var connectTimeout: Duration
+        public let connectTimeout: Duration
         /// How long a command may wait for the connection and for its reply.
-        public var commandTimeout: Duration
+        public let commandTimeout: Duration
 
         /// Creates a configuration, checking every value.
         ///
@@ -127,6 +127,18 @@ public final class RedisFleetCoordinator: FleetCoordinator {
                 keyPrefix: keyPrefix, limits: limits)
         }
 
+        /// The configuration's parts for `dump` and debuggers, without the password.
+        public var customMirror: Mirror {
+            Mirror(
+                self,
+                children: [
+                    "host": host, "port": port, "username": username as Any, "hasPassword": password != nil,
+                    "keyPrefix": keyPrefix, "limits": limits, "connectTimeout": connectTimeout,
+                    "commandTimeout": commandTimeout,
+                ],
+                displayStyle: .struct)
+        }
+
         /// The server and the prefix, without the password.
         public var description: String {
             let login = username.map { "\($0)@" } ?? (password != nil ? "(password)@" : "")
@@ -166,7 +178,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
     ///   does; a shared credential that does not decode is one too.
     public func decide(_ fetch: FleetFetch) async throws -> FleetDecision {
         let limits = configuration.limits
-        let held = fetch.heldExpiry.map { String(Int64($0.timeIntervalSince1970.rounded(.down))) } ?? ""
+        let held = fetch.heldExpiry.map { String(Self.unixSeconds($0)) } ?? ""
         let reply = try await evaluate(
             \.decide, RedisScripts.decide, account: fetch.account,
             arguments: [
@@ -198,7 +210,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
             if limits.sharesCredentials { json = String(decoding: try JSONEncoder().encode(credential), as: UTF8.self) }
         case .issued(let expiry):
             kind = "issued"
-            expiresAt = String(Int64(expiry.timeIntervalSince1970.rounded(.down)))
+            expiresAt = String(Self.unixSeconds(expiry))
         case .outage: kind = "outage"
         case .retryAfter(let duration):
             kind = "retryAfter"
@@ -246,7 +258,8 @@ public final class RedisFleetCoordinator: FleetCoordinator {
         }
         let reply = try await connection.run(Self.command(["EVAL", script] + tail), before: deadline())
         if case .error = reply { return try Self.checked(reply) }
-        try await learnDigests()
+        // The script ran (a decision may hold a lease now): a failure to learn the digests must not hide its reply.
+        try? await learnDigests()
         return reply
     }
 
@@ -303,8 +316,16 @@ public final class RedisFleetCoordinator: FleetCoordinator {
         }
     }
 
-    /// A duration in whole milliseconds, at least one.
+    /// A duration in whole milliseconds, at least one and at most a year.
     private static func milliseconds(_ duration: Duration) -> Int64 {
-        max(1, duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+        let seconds = min(max(duration.components.seconds, 0), 31_536_000)
+        return max(1, seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// A date in whole Unix seconds, clamped to ±10^12 (a date from a hostile backend never traps).
+    private static func unixSeconds(_ date: Date) -> Int64 {
+        let seconds = date.timeIntervalSince1970.rounded(.down)
+        guard seconds.isFinite else { return 0 }
+        return Int64(min(max(seconds, -1e12), 1e12))
     }
 }

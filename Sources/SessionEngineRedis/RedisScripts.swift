@@ -59,7 +59,7 @@ enum RedisScripts {
         local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or burst)
         local refilled = tonumber(redis.call('HGET', KEYS[1], 'refilled') or now)
         tokens = math.min(burst, tokens + math.max(0, now - refilled) * rate / 1000)
-        redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'refilled', now)
+        redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'refilled', math.max(refilled, now))
         if redis.call('ZCARD', KEYS[2]) >= most then return {'hold', math.max(1, math.ceil(1000 / rate)), 'budget'} end
         if tokens < 1 then return {'hold', math.max(1, math.ceil((1 - tokens) * 1000 / rate)), 'budget'} end
         redis.call('HSET', KEYS[1], 'tokens', tostring(tokens - 1))
@@ -91,11 +91,13 @@ enum RedisScripts {
         if outcome == 'credential' then
           answered()
           local expiresAt = tonumber(ARGV[3])
-          if shares and ARGV[4] ~= '' and expiresAt and expiresAt > wall then
+          -- Only a credential that expires within two days: no replica installs a longer one, and the expiry is then
+          -- an integer that EXPIREAT takes as it was given.
+          if shares and ARGV[4] ~= '' and expiresAt and expiresAt > wall and expiresAt < wall + 172800 then
             local kept = tonumber(redis.call('HGET', KEYS[4], 'expiresAt') or '0')
             if kept < expiresAt then
               redis.call('HSET', KEYS[4], 'expiresAt', ARGV[3], 'json', ARGV[4])
-              redis.call('PEXPIREAT', KEYS[4], expiresAt * 1000)
+              redis.call('EXPIREAT', KEYS[4], ARGV[3])
             end
           end
         elseif outcome == 'issued' or outcome == 'refused' then

@@ -127,7 +127,7 @@ struct RedisFleetTests {
         let server = try await RedisServer.start()
         defer { Task { await server.stop() } }
         let limits = FleetLimits(
-            startsPerSecond: 1000, burst: 100, outageThreshold: 2, probeInterval: .milliseconds(300))
+            startsPerSecond: 1000, burst: 100, outageThreshold: 2, probeInterval: .seconds(2))
         let first = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
         let second = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
         for index in 0..<2 {
@@ -172,7 +172,7 @@ struct RedisFleetTests {
     @Test func aLeaseOfAReplicaThatDiedLapsesAndAnotherReplicaFetches() async throws {
         let server = try await RedisServer.start()
         defer { Task { await server.stop() } }
-        let limits = FleetLimits(leaseDuration: .milliseconds(400), sharesCredentials: true)
+        let limits = FleetLimits(leaseDuration: .seconds(2), sharesCredentials: true)
         let dying = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
         let survivor = try RedisFleetCoordinator(configuration: server.configuration(limits: limits))
         let held = try credential("carol@example.com", lifetime: 300)
@@ -254,7 +254,43 @@ struct RedisFleetTests {
         #expect(!"\(refused.configuration)".contains(wrong))
         let accepted = try RedisFleetCoordinator(configuration: server.configuration())
         try await accepted.ping()
-        #expect(try await accepted.decide(fetch) != .hold(retryIn: .zero, reason: .budget))
+        guard case .start(let lease) = try await accepted.decide(fetch) else {
+            Issue.record("the right password did not coordinate")
+            return
+        }
+        try await accepted.fetchEnded(fetch, lease: lease, outcome: .abandoned)
+    }
+
+    @Test func hostileExpiriesNeitherTrapNorHoldTheFleet() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let coordinator = try RedisFleetCoordinator(
+            configuration: server.configuration(limits: FleetLimits(sharesCredentials: true)))
+        // Expiries no replica would install, as a hostile backend or a corrupt share could hand a replica: far
+        // beyond what a Double converts to an Int64, and not a number at all.
+        for expiry in [Date(timeIntervalSince1970: 1e300), Date(timeIntervalSince1970: -1e300), Date.distantFuture] {
+            let fetch = FleetFetch(account: "ivan", isNeeded: false, heldExpiry: expiry)
+            guard case .start(let lease) = try await coordinator.decide(fetch) else {
+                Issue.record("a fetch holding a credential until \(expiry) did not start")
+                return
+            }
+            try await coordinator.fetchEnded(fetch, lease: lease, outcome: .issued(expiresAt: expiry))
+        }
+        // The fleet still decides: nothing was left held.
+        let fetch = FleetFetch(account: "ivan", isNeeded: true, heldExpiry: nil)
+        guard case .start = try await coordinator.decide(fetch) else {
+            Issue.record("a hostile expiry left the fleet holding")
+            return
+        }
+    }
+
+    @Test func thePasswordIsInNoDescriptionAndNoMirror() throws {
+        let configuration = try RedisFleetCoordinator.Configuration(username: "app", password: "hunter2-secret")
+        var dumped = ""
+        dump(configuration, to: &dumped)
+        for text in [dumped, "\(configuration)", String(reflecting: configuration)] {
+            #expect(!text.contains("hunter2"), "\(text)")
+        }
     }
 
     @Test func poolsOverRedisStayIdentifiedWhileTheServerIsGoneAndCoordinateWhenItIsBack() async throws {

@@ -19,7 +19,8 @@ final class RedisServer: Sendable {
         } catch {
             return "\(error) (Scripts/install-test-servers.sh installs it)"
         }
-        return NginxFront.unavailableReason
+        if PythonServer.python == nil { return "python3 is not on PATH, so the server's wrapper cannot start" }
+        return nil
     }
 
     /// The port it listens on, on 127.0.0.1.
