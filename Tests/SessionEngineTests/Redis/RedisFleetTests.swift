@@ -261,6 +261,80 @@ struct RedisFleetTests {
         try await accepted.fetchEnded(fetch, lease: lease, outcome: .abandoned)
     }
 
+    /// The scripts and `FleetLedger` decide alike: random sequences of decisions and reports by replicas about three
+    /// accounts, with sharing, a small budget, outages and `Retry-After`, go to both, and every decision must be of the
+    /// same kind (a start, a wait for a peer, the same shared credential, or a hold for the same reason).
+    ///
+    /// The server's clock runs on while the ledger's is given; the steps come in short phases with 1.1 s between them,
+    /// and every interval that can come due (the probe, a `Retry-After`) is 0.5 s, so both sides pass it between two
+    /// phases and neither within one. No token refills and no lease lapses within a run.
+    @Test(arguments: [1, 2] as [UInt64])
+    func theScriptsDecideAsTheLedgerDoes(seed: UInt64) async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let limits = FleetLimits(
+            startsPerSecond: 0.0001, burst: 12, maximumInFlight: 3, leaseDuration: .seconds(3600), outageThreshold: 2,
+            probeInterval: .milliseconds(500), sharesCredentials: true)
+        let redis = try RedisFleetCoordinator(
+            configuration: server.configuration(prefix: "diff\(seed)", limits: limits))
+        var ledger = FleetLedger(limits: limits, now: .zero)
+        var now = Duration.zero
+        var random = SplitMix64(seed: seed)
+        let accounts: [AccountID] = ["ann", "ben", "cat"]
+        let held = try accounts.map { try credential("\($0.rawValue)@example.com", lifetime: 300) }
+        // The leases each side gave, for the fetches that started on both.
+        var open: [(fetch: FleetFetch, ledger: FleetLease, redis: FleetLease)] = []
+        var kinds: Set<String> = []
+        func kind(_ decision: FleetDecision) -> String {
+            switch decision {
+            case .start: "start"
+            case .awaitPeer: "await"
+            case .shared(let credential): "shared \(credential.expiresAt)"
+            case .hold(_, let reason): "hold \(reason)"
+            }
+        }
+        for phase in 0..<8 {
+            for step in 0..<8 {
+                if !open.isEmpty, random.next() % 3 == 0 {
+                    let ended = open.remove(at: Int(random.next() % UInt64(open.count)))
+                    let outcome: FleetOutcome =
+                        switch random.next() % 4 {
+                        case 0: .outage
+                        case 1: .retryAfter(.milliseconds(500))
+                        case 2: .issued(expiresAt: .now + 600)
+                        default:
+                            .credential(try credential("\(ended.fetch.account.rawValue)@example.com", lifetime: 600))
+                        }
+                    ledger.fetchEnded(ended.fetch, lease: ended.ledger, outcome: outcome, now: now, wall: .now)
+                    try await redis.fetchEnded(ended.fetch, lease: ended.redis, outcome: outcome)
+                    continue
+                }
+                let index = Int(random.next() % UInt64(accounts.count))
+                let holds = random.next() % 4 != 0
+                let fetch = FleetFetch(
+                    account: accounts[index], isNeeded: !holds, heldExpiry: holds ? held[index].expirationDate : nil)
+                let expected = ledger.decide(fetch, now: now, wall: .now)
+                let actual = try await redis.decide(fetch)
+                kinds.insert(kind(expected).components(separatedBy: " ").prefix(2).joined(separator: " "))
+                #expect(
+                    kind(actual) == kind(expected),
+                    "phase \(phase), step \(step), \(fetch): the ledger \(expected), Redis \(actual)")
+                if case .start(let mine) = expected, case .start(let theirs) = actual {
+                    open.append((fetch, mine, theirs))
+                } else if case .start(let lease) = expected {
+                    ledger.fetchEnded(fetch, lease: lease, outcome: .abandoned, now: now, wall: .now)
+                } else if case .start(let lease) = actual {
+                    try await redis.fetchEnded(fetch, lease: lease, outcome: .abandoned)
+                }
+            }
+            try await Task.sleep(for: .milliseconds(1100))
+            now += .milliseconds(1100)
+        }
+        // The runs reach the rules they compare: starts, waits for a peer, shares and holds.
+        #expect(
+            kinds.contains("start") && kinds.contains("await") && kinds.contains { $0.hasPrefix("hold") }, "\(kinds)")
+    }
+
     @Test func hostileExpiriesNeitherTrapNorHoldTheFleet() async throws {
         let server = try await RedisServer.start()
         defer { Task { await server.stop() } }
