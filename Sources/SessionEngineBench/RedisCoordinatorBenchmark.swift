@@ -53,15 +53,15 @@ struct RedisCoordinatorBenchmark: Benchmark {
                 let started = ContinuousClock.now
                 guard case .start(let lease) = try await coordinator.decide(fetch) else { continue }
                 try await coordinator.fetchEnded(fetch, lease: lease, outcome: issued)
-                fetches.append(Self.seconds(ContinuousClock.now - started))
+                fetches.append((ContinuousClock.now - started).seconds)
                 let pinged = ContinuousClock.now
                 try await coordinator.ping()
-                pings.append(Self.seconds(ContinuousClock.now - pinged))
+                pings.append((ContinuousClock.now - pinged).seconds)
                 let inProcessStarted = ContinuousClock.now
                 if case .start(let lease) = try await inProcess.decide(fetch) {
                     try await inProcess.fetchEnded(fetch, lease: lease, outcome: issued)
                 }
-                local.append(Self.seconds(ContinuousClock.now - inProcessStarted))
+                local.append((ContinuousClock.now - inProcessStarted).seconds)
             }
             guard round >= options.warmupRounds else { continue }
             fetches.sort()
@@ -165,9 +165,5 @@ struct RedisCoordinatorBenchmark: Benchmark {
                 connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
             }
         }
-    }
-
-    private static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }

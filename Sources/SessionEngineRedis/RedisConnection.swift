@@ -112,8 +112,8 @@ final class RedisConnection: Sendable {
     private func connect() -> Result<OpaquePointer?, RedisCoordinatorError> {
         var error = [CChar](repeating: 0, count: 160)
         let connection = se_redis_connect(
-            endpoint.host, Int32(endpoint.port), Self.milliseconds(endpoint.connectTimeout),
-            Self.milliseconds(endpoint.commandTimeout), &error, error.count)
+            endpoint.host, Int32(endpoint.port), Int32(Self.milliseconds(endpoint.connectTimeout, atMost: 60_000)),
+            Int32(Self.milliseconds(endpoint.commandTimeout, atMost: 60_000)), &error, error.count)
         guard let connection else {
             let reason = RedisConnection.text(of: error)
             return .failure(
@@ -150,7 +150,7 @@ final class RedisConnection: Sendable {
             return .failure(RedisCoordinatorError(.connectionLost, reason: reason.isEmpty ? "no reply" : reason))
         }
         defer { se_redis_free_reply(reply) }
-        return copy(reply.pointee, depth: 0).mapError { $0 }
+        return copy(reply.pointee, depth: 0)
     }
 
     /// The reply as a value, refusing one deeper or larger than the coordinator's scripts return.
@@ -214,10 +214,10 @@ final class RedisConnection: Sendable {
         String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// A duration in whole milliseconds, at least one and at most a minute.
-    private static func milliseconds(_ duration: Duration) -> Int32 {
-        let seconds = min(max(duration.components.seconds, 0), 60)
+    /// A duration in whole milliseconds, at least one and at most `limit` (a duration never overflows on the way).
+    static func milliseconds(_ duration: Duration, atMost limit: Int64) -> Int64 {
+        let seconds = min(max(duration.components.seconds, 0), limit / 1000 + 1)
         let value = seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
-        return Int32(min(60_000, max(1, value)))
+        return min(limit, max(1, value))
     }
 }

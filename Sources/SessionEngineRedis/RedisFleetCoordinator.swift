@@ -318,8 +318,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
 
     /// A duration in whole milliseconds, at least one and at most a year.
     private static func milliseconds(_ duration: Duration) -> Int64 {
-        let seconds = min(max(duration.components.seconds, 0), 31_536_000)
-        return max(1, seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+        RedisConnection.milliseconds(duration, atMost: 31_536_000_000)
     }
 
     /// A date in whole Unix seconds, clamped to ±10^12 (a date from a hostile backend never traps).

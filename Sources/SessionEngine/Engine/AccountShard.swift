@@ -461,7 +461,7 @@ actor AccountShard {
             return system.next()
         }
         guard let account = slot.membership?.account else { return seed }
-        return account.rawValue.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
+        return SplitMix64.seed(from: account.rawValue, mixedWith: seed)
     }
 
     // MARK: - Waiting callers

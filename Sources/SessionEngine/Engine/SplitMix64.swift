@@ -22,4 +22,15 @@ package struct SplitMix64: RandomNumberGenerator, Sendable, Hashable {
     package mutating func nextUnit() -> Double {
         Double(next() >> 11) * 0x1.0p-53
     }
+
+    /// A seed from text that is the same in every process (Swift's `Hasher` is not): FNV-1a over its UTF-8 bytes,
+    /// starting from the offset basis mixed with `seed`.
+    ///
+    /// - Parameters:
+    ///   - text: The text.
+    ///   - seed: Mixed into the offset basis; 0 gives plain FNV-1a.
+    /// - Returns: The hash.
+    package static func seed(from text: String, mixedWith seed: UInt64 = 0) -> UInt64 {
+        text.utf8.reduce(seed ^ 0xCBF2_9CE4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01B3 }
+    }
 }

@@ -128,11 +128,8 @@ extension SessionStateMachine {
     /// A uniform draw in `0 ..< 1` that is the same for the same credential in every process: FNV-1a over its user
     /// and its expiry, mixed by SplitMix64. The signature takes no part, so the renewal time tells nothing of it.
     static func renewalDraw(for credential: IdentityCredential) -> Double {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in credential.email.utf8 {
-            hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3
-        }
-        var generator = SplitMix64(seed: hash ^ UInt64(bitPattern: credential.expiresAt))
+        let user = SplitMix64.seed(from: credential.email)
+        var generator = SplitMix64(seed: user ^ UInt64(bitPattern: credential.expiresAt))
         return generator.nextUnit()
     }
 
