@@ -56,7 +56,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "SessionEngineDemo",
-            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit"],
+            dependencies: ["SessionEngine", "SessionEngineBackend", "SessionEngineTestKit", "SessionEngineRedis"],
             swiftSettings: strictSettings
         ),
         .executableTarget(

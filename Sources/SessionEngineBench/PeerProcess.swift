@@ -64,6 +64,21 @@ final class PeerProcess {
     }
 }
 
+extension PeerProcess {
+    /// Asks `Scripts/fault-soak-backend.py` for its requests so far and its counts per Unix second since the last
+    /// call, or `nil` when it does not answer with them.
+    func backendStats() -> (requests: Int, perSecond: [(second: Int, count: Int)])? {
+        struct Stats: Decodable {
+            var requests: Int
+            var perSecond: [[Int]]
+        }
+        guard let line = ask("stats"), let stats = try? JSONDecoder().decode(Stats.self, from: Data(line.utf8)) else {
+            return nil
+        }
+        return (stats.requests, stats.perSecond.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil })
+    }
+}
+
 /// The peers' programs. Each reads a JSON configuration line, checks its signatures against the Swift signer's and
 /// answers `ok`, then answers every `<set> <seconds>` line with the rate at which it signed that payload set in an
 /// in-process loop of that many seconds, per second of the process's CPU time.

@@ -125,10 +125,11 @@ struct RedisCoordinatorBenchmark: Benchmark {
         }
     }
 
-    /// Starts `redis-server` on a free loopback port and waits until it answers, or returns `nil`.
-    private static func startServer() -> (process: Process, port: Int)? {
+    /// Starts `redis-server` with nothing saved on `port` (a free loopback port when `nil`) and waits until it answers,
+    /// or returns `nil`.
+    static func startServer(port fixed: Int? = nil) -> (process: Process, port: Int)? {
         for _ in 0..<5 {
-            let port = Int.random(in: 20_000..<60_000)
+            let port = fixed ?? Int.random(in: 20_000..<60_000)
             let process = Process()
             process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             process.arguments = [

@@ -178,13 +178,7 @@ final class SoakRun {
 
     /// The backend's requests so far and its counts per second since the last call.
     private func backendStats() -> (requests: Int, perSecond: [(Int, Int)]) {
-        struct Stats: Decodable {
-            var requests: Int
-            var perSecond: [[Int]]
-        }
-        guard let line = backend.ask("stats"), let stats = try? JSONDecoder().decode(Stats.self, from: Data(line.utf8))
-        else { return (0, []) }
-        return (stats.requests, stats.perSecond.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil })
+        backend.backendStats() ?? (0, [])
     }
 }
 

@@ -36,6 +36,7 @@ let benchmarks: [any Benchmark] = [
     PoolDayBenchmark(),
     FaultSoakBenchmark(),
     RedisCoordinatorBenchmark(),
+    FleetReplicasBenchmark(),
 ]
 
 func parseOptions(_ arguments: [String]) -> Options? {

@@ -1,4 +1,5 @@
-// SessionEngineDemo: the daemon scenario, and the `sign` and `verify` tools for backend operators.
+// SessionEngineDemo: the daemon scenario, the `sign` and `verify` tools for backend operators, and `replica`, one
+// process of a fleet.
 import Foundation
 
 let arguments = Array(CommandLine.arguments.dropFirst())
@@ -8,6 +9,8 @@ case "sign":
     status = SignCommand.run(Array(arguments.dropFirst()))
 case "verify":
     status = VerifyCommand.run(Array(arguments.dropFirst()))
+case "replica":
+    status = await ReplicaCommand.run(Array(arguments.dropFirst()))
 case "help":
     print(ScenarioOptions.usage)
     status = 0

@@ -185,6 +185,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
                 held, String(limits.startsPerSecond), String(limits.burst), String(limits.maximumInFlight),
                 String(Self.milliseconds(limits.leaseDuration)), String(Self.milliseconds(limits.probeInterval)),
                 limits.sharesCredentials ? "1" : "0", String(Self.milliseconds(limits.peerPollInterval)),
+                fetch.followsRejection ? "1" : "0",
             ])
         return try Self.decision(from: reply)
     }
@@ -248,6 +249,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
         let prefix = "{\(configuration.keyPrefix)}"
         let keys = [
             "\(prefix):fleet", "\(prefix):inflight", "\(prefix):lease:\(account)", "\(prefix):shared:\(account)",
+            "\(prefix):fence:\(account)",
         ]
         let tail = [String(keys.count)] + keys + arguments
         if let known = digests.withLock({ $0 })?[keyPath: digest] {

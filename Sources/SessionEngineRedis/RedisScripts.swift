@@ -6,12 +6,16 @@
 ///   `probe`), the outages in a row (`outages`) and the lease counter (`seq`);
 /// - `KEYS[2]`, `{prefix}:inflight`: a sorted set of the leases in flight by the millisecond they lapse at;
 /// - `KEYS[3]`, `{prefix}:lease:{account}`: the account's lease, expiring with it (only when credentials are shared);
-/// - `KEYS[4]`, `{prefix}:shared:{account}`: the account's shared credential (`expiresAt`, `json`), expiring when it
-///   does.
+/// - `KEYS[4]`, `{prefix}:shared:{account}`: the account's shared credential (`expiresAt`, `json`, and `started`, the
+///   millisecond its fetch started, or `-1` when unknown), expiring when it does;
+/// - `KEYS[5]`, `{prefix}:fence:{account}`: the fence, the millisecond of the first report of a rejection of the
+///   account's credentials (`at`), the latest expiry reported rejected since (`expiresAt`), when it expires, and the
+///   earliest expiry of a credential fetched since (`firstSince`).
 enum RedisScripts {
     /// Decides a fetch. `ARGV`: the held credential's expiry in Unix seconds (empty for none), then the limits:
     /// starts per second, burst, most in flight, lease milliseconds, probe milliseconds, sharing (`1` or `0`), peer
-    /// poll milliseconds. Returns `{'start', lease}`, `{'await', ms}`, `{'shared', json}` or `{'hold', ms, reason}`.
+    /// poll milliseconds; last whether the service rejected the held credential (`1` or `0`). Returns
+    /// `{'start', lease}`, `{'await', ms}`, `{'shared', json}` or `{'hold', ms, reason}`.
     static let decide = """
         local time = redis.call('TIME')
         local wall = tonumber(time[1])
@@ -32,19 +36,48 @@ enum RedisScripts {
           return name
         end
         if shares then
-          local kept = redis.call('HMGET', KEYS[4], 'expiresAt', 'json')
+          -- After a rejection only a fetch started at or after the fence counts: one before may carry the old secret.
+          -- The fence moves only when a rejected credential expires no earlier than one fetched since: a new rotation.
+          local fence = nil
+          local function startedSince(start, at) return start ~= nil and start >= 0 and start >= at end
+          if held ~= '' and ARGV[9] == '1' then
+            local heldAt = tonumber(held)
+            local kept = redis.call('HMGET', KEYS[5], 'expiresAt', 'at', 'firstSince')
+            if kept[2] then
+              local rotatedAgain = kept[3] and heldAt >= tonumber(kept[3])
+              if not rotatedAgain then
+                fence = tonumber(kept[2])
+                if heldAt > tonumber(kept[1]) and heldAt < wall + 172800 then
+                  redis.call('HSET', KEYS[5], 'expiresAt', held)
+                  redis.call('EXPIREAT', KEYS[5], held)
+                end
+              end
+            end
+            if fence == nil then
+              fence = now
+              redis.call('DEL', KEYS[5])
+              if heldAt > wall and heldAt < wall + 172800 then
+                redis.call('HSET', KEYS[5], 'expiresAt', held, 'at', now)
+                redis.call('EXPIREAT', KEYS[5], held)
+              end
+            end
+          end
+          local function after(start) return fence == nil or startedSince(start, fence) end
+          local kept = redis.call('HMGET', KEYS[4], 'expiresAt', 'json', 'started')
           if kept[1] then
             local expiresAt = tonumber(kept[1])
             if expiresAt <= wall then
               redis.call('DEL', KEYS[4])
-            elseif held ~= '' and expiresAt > tonumber(held) then
+            elseif held ~= '' and expiresAt > tonumber(held) and after(tonumber(kept[3] or '-1')) then
               return {'shared', kept[2]}
             end
           end
           if held ~= '' then
             local holder = redis.call('GET', KEYS[3])
             local lapse = holder and redis.call('ZSCORE', KEYS[2], holder)
-            if lapse then return {'await', math.max(1, math.min(pollMs, tonumber(lapse) - now))} end
+            if lapse and after(tonumber(string.match(holder, '-(%d+)$'))) then
+              return {'await', math.max(1, math.min(pollMs, tonumber(lapse) - now))}
+            end
           end
         end
         local hold = redis.call('HGET', KEYS[1], 'hold')
@@ -76,7 +109,10 @@ enum RedisScripts {
         local now = wall * 1000 + math.floor(tonumber(time[2]) / 1000)
         local lease, outcome = ARGV[1], ARGV[2]
         local threshold, probeMs, shares = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
+        -- When the fetch started, if its lease was still in flight: the lease's name ends with that millisecond.
+        local started = -1
         if lease ~= '' and redis.call('ZREM', KEYS[2], lease) == 1 then
+          started = tonumber(string.match(lease, '-(%d+)$')) or -1
           if redis.call('GET', KEYS[3]) == lease then redis.call('DEL', KEYS[3]) end
           if redis.call('HGET', KEYS[1], 'probe') == lease then redis.call('HDEL', KEYS[1], 'probe') end
         end
@@ -94,9 +130,16 @@ enum RedisScripts {
           -- Only a credential that expires within two days: no replica installs a longer one, and the expiry is then
           -- an integer that EXPIREAT takes as it was given.
           if shares and ARGV[4] ~= '' and expiresAt and expiresAt > wall and expiresAt < wall + 172800 then
+            -- A credential fetched since the account's fence carried the new secret: its rejection is a new rotation.
+            local at = tonumber(redis.call('HGET', KEYS[5], 'at') or '-1')
+            if started >= 0 and at >= 0 and started >= at then
+              local first = tonumber(redis.call('HGET', KEYS[5], 'firstSince') or ARGV[3])
+              redis.call('HSET', KEYS[5], 'firstSince', math.min(first, expiresAt))
+            end
+            -- One that expires as late replaces the kept one: it was reported later.
             local kept = tonumber(redis.call('HGET', KEYS[4], 'expiresAt') or '0')
-            if kept < expiresAt then
-              redis.call('HSET', KEYS[4], 'expiresAt', ARGV[3], 'json', ARGV[4])
+            if kept <= expiresAt then
+              redis.call('HSET', KEYS[4], 'expiresAt', ARGV[3], 'json', ARGV[4], 'started', started)
               redis.call('EXPIREAT', KEYS[4], ARGV[3])
             end
           end

@@ -15,6 +15,12 @@ public import SessionEngine
 ///   replica's fetch of the account then waits for it (`FleetDecision/awaitPeer(retryIn:)`) and is handed its
 ///   credential (`FleetDecision/shared(_:)`) when the replica holds a credential of the account that expires
 ///   earlier. A credential is never handed out after it expires, and is dropped when its account is next asked about.
+/// - **A rejection fences.** The first fetch that follows the service's rejection of a credential
+///   (`FleetFetch/followsRejection`) sets the account's fence at that moment; until the credentials reported rejected
+///   would have expired, a fetch that follows a rejection is handed only a credential whose fetch started at or after
+///   the fence, and waits only for such a fetch. A credential fetched before the rotation was signed with the old
+///   secret, however late it expires. The fence moves only when a rejected credential expires no earlier than one
+///   fetched since the fence: the secret rotated again.
 ///
 /// Every lease lapses `FleetLimits/leaseDuration` after it was taken, so a replica that dies while it fetches holds
 /// nothing for longer than that.
@@ -24,7 +30,22 @@ public struct FleetLedger: Sendable {
 
     private struct Lease: Sendable {
         let account: AccountID
+        let startedAt: Duration
         let lapsesAt: Duration
+    }
+
+    /// A credential kept for the account's other replicas, and when its fetch started (`nil`: decided locally).
+    private struct Shared: Sendable {
+        let credential: IdentityCredential
+        let startedAt: Duration?
+    }
+
+    /// The first report of a rejection of the account's credentials, the latest expiry of those reported since, and
+    /// the earliest expiry of a credential fetched since (which carried the new secret).
+    private struct Fence: Sendable {
+        let at: Duration
+        var rejectedExpiry: Date
+        var firstSince: Date?
     }
 
     /// The limits the ledger decides by.
@@ -33,7 +54,8 @@ public struct FleetLedger: Sendable {
     private var refilledAt: Duration
     private var leases: [String: Lease] = [:]
     private var accountLeases: [AccountID: String] = [:]
-    private var shared: [AccountID: IdentityCredential] = [:]
+    private var shared: [AccountID: Shared] = [:]
+    private var fences: [AccountID: Fence] = [:]
     private var outagesInARow = 0
     /// Why the fleet holds, while it does.
     private var hold: FleetDecision.HoldReason?
@@ -69,16 +91,21 @@ public struct FleetLedger: Sendable {
     public mutating func decide(_ fetch: FleetFetch, now: Duration, wall: Date) -> FleetDecision {
         lapseLeases(at: now)
         if limits.sharesCredentials {
-            if let credential = shared[fetch.account] {
-                if credential.expirationDate <= wall {
+            let fence = self.fence(for: fetch, now: now, wall: wall)
+            if let kept = shared[fetch.account] {
+                if kept.credential.expirationDate <= wall {
                     shared[fetch.account] = nil
-                } else if let held = fetch.heldExpiry, credential.expirationDate > held {
-                    return .shared(credential)
+                } else if let held = fetch.heldExpiry, kept.credential.expirationDate > held,
+                    Self.startedAfter(kept.startedAt, fence)
+                {
+                    return .shared(kept.credential)
                 }
             }
             // A replica holding no credential of the account takes no share (it has no user to match it with), so
-            // it does not wait for one either.
-            if fetch.heldExpiry != nil, let holder = accountLeases[fetch.account], let lease = leases[holder] {
+            // it does not wait for one either; nor for a fetch whose credential it would not be handed.
+            if fetch.heldExpiry != nil, let holder = accountLeases[fetch.account], let lease = leases[holder],
+                Self.startedAfter(lease.startedAt, fence)
+            {
                 return .awaitPeer(retryIn: min(limits.peerPollInterval, lease.lapsesAt - now))
             }
         }
@@ -113,7 +140,10 @@ public struct FleetLedger: Sendable {
     public mutating func fetchEnded(
         _ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome, now: Duration, wall: Date
     ) {
-        if let lease, leases.removeValue(forKey: lease.rawValue) != nil {
+        // When the fetch started, if its lease was still in flight.
+        var startedAt: Duration?
+        if let lease, let ended = leases.removeValue(forKey: lease.rawValue) {
+            startedAt = ended.startedAt
             if accountLeases[fetch.account] == lease.rawValue { accountLeases[fetch.account] = nil }
             if probe == lease.rawValue { probe = nil }
         }
@@ -121,8 +151,13 @@ public struct FleetLedger: Sendable {
         case .credential(let credential):
             backendAnswered()
             guard limits.sharesCredentials, credential.expirationDate > wall else { return }
-            if let kept = shared[fetch.account], kept.expiresAt >= credential.expiresAt { return }
-            shared[fetch.account] = credential
+            if let startedAt, var fence = fences[fetch.account], startedAt >= fence.at {
+                fence.firstSince = min(fence.firstSince ?? credential.expirationDate, credential.expirationDate)
+                fences[fetch.account] = fence
+            }
+            // One that expires as late replaces the kept one: it was reported later.
+            if let kept = shared[fetch.account], kept.credential.expiresAt > credential.expiresAt { return }
+            shared[fetch.account] = Shared(credential: credential, startedAt: startedAt)
         case .refused, .issued:
             backendAnswered()
         case .outage:
@@ -142,6 +177,30 @@ public struct FleetLedger: Sendable {
         }
     }
 
+    /// The fence a fetch that follows a rejection must respect; `nil` for any other fetch.
+    ///
+    /// The first such fetch sets it. Later ones keep it, unless the credential they report rejected expires no
+    /// earlier than one fetched since the fence: that one carried the new secret, so the secret rotated again, and
+    /// the fence moves to now. A fence lapses when every credential reported rejected would have expired.
+    private mutating func fence(for fetch: FleetFetch, now: Duration, wall: Date) -> Duration? {
+        if let fence = fences[fetch.account], fence.rejectedExpiry <= wall { fences[fetch.account] = nil }
+        guard fetch.followsRejection, let held = fetch.heldExpiry else { return nil }
+        if var fence = fences[fetch.account], fence.firstSince.map({ held < $0 }) ?? true {
+            fence.rejectedExpiry = max(fence.rejectedExpiry, held)
+            fences[fetch.account] = fence
+            return fence.at
+        }
+        if held > wall { fences[fetch.account] = Fence(at: now, rejectedExpiry: held) }
+        return now
+    }
+
+    /// Whether a fetch that started at `start` (`nil`: unknown) is after `fence` (`nil`: no fence).
+    private static func startedAfter(_ start: Duration?, _ fence: Duration?) -> Bool {
+        guard let fence else { return true }
+        guard let start else { return false }
+        return start >= fence
+    }
+
     private mutating func backendAnswered() {
         outagesInARow = 0
         hold = nil
@@ -151,7 +210,7 @@ public struct FleetLedger: Sendable {
     private mutating func take(for account: AccountID, at now: Duration) -> FleetLease {
         leasesIssued += 1
         let name = "fleet-\(leasesIssued)"
-        leases[name] = Lease(account: account, lapsesAt: now + limits.leaseDuration)
+        leases[name] = Lease(account: account, startedAt: now, lapsesAt: now + limits.leaseDuration)
         if limits.sharesCredentials { accountLeases[account] = name }
         return FleetLease(name)
     }

@@ -99,6 +99,42 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         #expect(perRenewal <= 1.1, "fetches per renewal per account: \(perRenewal) (\(fleet))")
     }
 
+    /// Two pools holding alice's credential both hear the service reject it after a rotation: one fetches, the other
+    /// installs its credential, signed with the new secret.
+    @Test func afterARotationReplicasFetchOnceAndShareTheNewSecretsCredential() async throws {
+        let clock = ManualClock()
+        let signer = Locked(
+            try IdentitySigner(projectID: "proj_fleet", secret: "old-secret", lifetime: .seconds(600), clock: clock))
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { request in
+            .credential(try signer.withLock { try $0.sign(email: "\(request.account.rawValue)@example.com") })
+        }
+        let coordinator = InProcessFleetCoordinator(limits: FleetLedger.Limits(sharesCredentials: true), clock: clock)
+        let pools = (0..<2).map { _ in
+            SessionPool(
+                fetcher: fetcher, clock: clock, coordination: FleetCoordination(coordinator, sharesCredentials: true))
+        }
+        for pool in pools { try await pool.startCall { try await $0.signIn("alice") }.value }
+        let signIns = fetcher.requests.count
+        signer.withLock {
+            $0 = try! IdentitySigner(
+                projectID: "proj_fleet", secret: "new-secret", lifetime: .seconds(600), clock: clock)
+        }
+        let verifier = try IdentityVerifier(projectID: "proj_fleet", secret: "new-secret", clock: clock)
+        for pool in pools {
+            let rejected = try pool.identityHeaders(for: "alice").credential()
+            await pool.credentialRejected(rejected, for: "alice")
+        }
+        let renewed = await clock.advance(upTo: .seconds(30)) {
+            pools.allSatisfy { pool in
+                (try? pool.identityHeaders(for: "alice").credential()).map { verifier.verify($0).isValid } ?? false
+            }
+        }
+        #expect(renewed, "both pools hold a credential of the new secret")
+        #expect(fetcher.requests.count - signIns == 1, "one fetch for the fleet")
+        #expect(pools[1].metrics.fleet?.sharesInstalled == 1)
+        for pool in pools { await pool.shutdown() }
+    }
+
     /// The gate hands a credential of another replica to the account only when it is the held credential's user's,
     /// expires later than the held one, and has not expired.
     @Test func aSharedCredentialMustBeTheSameUsersNewerAndUnexpired() throws {
@@ -422,6 +458,67 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
             return #expect(Bool(false), "expired: dropped")
         }
         #expect(ledger.sharedCredentials == 0)
+    }
+
+    /// After a rotation a replica's credential fetched before it may expire later than a rejected one and still carry
+    /// the old secret: the first report of the rejection fences it off, and only a fetch started since is shared or
+    /// waited for.
+    @Test func afterARejectionOnlyAFetchStartedSinceIsSharedOrWaitedFor() throws {
+        var ledger = FleetLedger(limits: .init(sharesCredentials: true), now: now)
+        let rejected = try credential(expiringIn: 300)
+        let beforeRotation = try credential(expiringIn: 600)
+        let afterRotation = try credential(expiringIn: 610)
+        let renewal = fetch("a", holding: rejected.expirationDate)
+        let afterRejection = FleetFetch(
+            account: "a", isNeeded: true, heldExpiry: rejected.expirationDate, followsRejection: true)
+        guard case .start(let early) = ledger.decide(renewal, now: now, wall: wall) else {
+            return #expect(Bool(false), "a renewal under way when the secret rotates")
+        }
+        guard case .start(let fenced) = ledger.decide(afterRejection, now: now + .seconds(1), wall: wall) else {
+            return #expect(Bool(false), "no wait for a fetch that started before the rejection")
+        }
+        ledger.fetchEnded(
+            renewal, lease: early, outcome: .credential(beforeRotation), now: now + .seconds(2), wall: wall)
+        #expect(ledger.decide(renewal, now: now + .seconds(2), wall: wall) == .shared(beforeRotation))
+        guard case .awaitPeer = ledger.decide(afterRejection, now: now + .seconds(2), wall: wall) else {
+            return #expect(Bool(false), "the same rejection reported again keeps the fence: wait for its fetch")
+        }
+        ledger.fetchEnded(
+            afterRejection, lease: fenced, outcome: .credential(afterRotation), now: now + .seconds(3), wall: wall)
+        #expect(ledger.decide(afterRejection, now: now + .seconds(3), wall: wall) == .shared(afterRotation))
+    }
+
+    /// Replicas may hold different credentials of one account when the secret rotates: one that expires later than
+    /// the credential whose rejection set the fence keeps it, and waits for the fenced fetch. Only the rejection of a
+    /// credential fetched since the fence (the secret rotated again) moves it.
+    @Test func theFenceMovesOnlyWhenACredentialFetchedSinceIsRejected() throws {
+        var ledger = FleetLedger(limits: .init(sharesCredentials: true), now: now)
+        let older = try credential(expiringIn: 300)
+        let newer = try credential(expiringIn: 400)
+        let fetched = try credential(expiringIn: 600)
+        func rejecting(_ held: IdentityCredential) -> FleetFetch {
+            FleetFetch(account: "a", isNeeded: true, heldExpiry: held.expirationDate, followsRejection: true)
+        }
+        guard case .start(let lease) = ledger.decide(rejecting(older), now: now, wall: wall) else {
+            return #expect(Bool(false), "the first rejection sets the fence and fetches")
+        }
+        guard case .awaitPeer = ledger.decide(rejecting(newer), now: now + .seconds(1), wall: wall) else {
+            return #expect(Bool(false), "a newer credential from before the rotation keeps the fence")
+        }
+        ledger.fetchEnded(
+            rejecting(older), lease: lease, outcome: .credential(fetched), now: now + .seconds(2), wall: wall)
+        #expect(ledger.decide(rejecting(newer), now: now + .seconds(2), wall: wall) == .shared(fetched))
+        // A renewal of the credential fetched since, then the secret rotates again and that credential is rejected:
+        // the renewal's result may carry the second secret or not, so it is not handed out.
+        let later = try credential(expiringIn: 900)
+        let renewing = fetch("a", holding: fetched.expirationDate)
+        guard case .start(let third) = ledger.decide(renewing, now: now + .seconds(3), wall: wall) else {
+            return #expect(Bool(false))
+        }
+        ledger.fetchEnded(renewing, lease: third, outcome: .credential(later), now: now + .seconds(4), wall: wall)
+        guard case .start = ledger.decide(rejecting(fetched), now: now + .seconds(5), wall: wall) else {
+            return #expect(Bool(false), "the credential fetched since is rejected: a new fence, nothing shared")
+        }
     }
 
     @Test func aFailedProbeNeverCutsARetryAfterShort() {

@@ -186,11 +186,14 @@ extension AccountShard {
         let ticket = budget?.ticket(urgency: urgency, deadline: deadline, account: request.account)
         // What the fleet's coordinator hears of the fetch, and the credential a shared one must match and outlive.
         // After the service rejected the held credential (a rotation), another replica's credential may have been
-        // signed before it too: the account takes none, and fetches its own through the fleet's budget.
+        // signed before the rotation too: the coordinator then shares only one whose fetch started after the fleet
+        // first heard of the rejection.
         let session = fleet == nil ? nil : lives[index]!.machine.currentSession
-        let held = session?.rejectedSignature == nil ? session?.credential : nil
+        let held = session?.credential
         let fleetFetch = fleet.map { _ in
-            FleetFetch(account: request.account, isNeeded: urgency == .needed, heldExpiry: held?.expirationDate)
+            FleetFetch(
+                account: request.account, isNeeded: urgency == .needed, heldExpiry: held?.expirationDate,
+                followsRejection: session?.rejectedSignature != nil)
         }
         let configuration = self.configuration
         let taskExecutor = shared.taskExecutor

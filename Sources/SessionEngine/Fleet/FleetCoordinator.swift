@@ -46,6 +46,10 @@ public struct FleetFetch: Sendable, Hashable, CustomStringConvertible {
     /// When the credential the replica holds for the account expires, by its `expiresAt`; `nil` when it holds none. A
     /// credential shared with the replica must expire later than this.
     public let heldExpiry: Date?
+    /// Whether the service rejected the held credential (a secret rotation): a credential shared with the replica
+    /// must then come from a fetch that started after the fleet first heard of that rejection, so that it was signed
+    /// with the new secret. A credential fetched before it may expire later and still be signed with the old one.
+    public let followsRejection: Bool
 
     /// Creates a fetch.
     ///
@@ -53,15 +57,18 @@ public struct FleetFetch: Sendable, Hashable, CustomStringConvertible {
     ///   - account: The account the fetch is for.
     ///   - isNeeded: Whether the account needs it now.
     ///   - heldExpiry: The expiry of the credential the replica holds for the account.
-    public init(account: AccountID, isNeeded: Bool, heldExpiry: Date?) {
+    ///   - followsRejection: Whether the service rejected the held credential.
+    public init(account: AccountID, isNeeded: Bool, heldExpiry: Date?, followsRejection: Bool = false) {
         self.account = account
         self.isNeeded = isNeeded
         self.heldExpiry = heldExpiry
+        self.followsRejection = followsRejection && heldExpiry != nil
     }
 
     /// The account, the urgency and the held credential's expiry; never a credential.
     public var description: String {
-        let expiry = heldExpiry.map { "holding one until \(Int($0.timeIntervalSince1970))" } ?? "holding none"
+        var expiry = heldExpiry.map { "holding one until \(Int($0.timeIntervalSince1970))" } ?? "holding none"
+        if followsRejection { expiry += ", rejected" }
         return "fetch for \(account) (\(isNeeded ? "needed" : "proactive"), \(expiry))"
     }
 }

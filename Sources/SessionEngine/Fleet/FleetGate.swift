@@ -127,7 +127,8 @@ final class FleetGate: Sendable {
                     // not offer it again, and the fetch goes through the fleet's budget and holds.
                     fetch = FleetFetch(
                         account: fetch.account, isNeeded: fetch.isNeeded,
-                        heldExpiry: max(fetch.heldExpiry ?? credential.expirationDate, credential.expirationDate))
+                        heldExpiry: max(fetch.heldExpiry ?? credential.expirationDate, credential.expirationDate),
+                        followsRejection: fetch.followsRejection)
                     continue
                 }
                 count { $0.sharesInstalled += 1 }

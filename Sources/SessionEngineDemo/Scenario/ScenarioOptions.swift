@@ -8,6 +8,7 @@ struct ScenarioOptions: Sendable {
                                  [--backend URL [--project-id ID] [--ca-file PEM]]
                SessionEngineDemo sign ...      (see SessionEngineDemo sign --help)
                SessionEngineDemo verify ...    (see SessionEngineDemo verify --help)
+               SessionEngineDemo replica ...   (see SessionEngineDemo replica --help)
 
         Runs a daemon for H simulated hours in a few seconds: a backend issues 15-minute credentials, the session
         engine keeps the signed-in account's credential fresh, and a stand-in for the service checks every

@@ -267,7 +267,10 @@ struct RedisFleetTests {
     ///
     /// The server's clock runs on while the ledger's is given; the steps come in short phases with 1.1 s between them,
     /// and every interval that can come due (the probe, a `Retry-After`) is 0.5 s, so both sides pass it between two
-    /// phases and neither within one. No token refills and no lease lapses within a run.
+    /// phases and neither within one. No token refills and no lease lapses within a run. Within a phase the ledger's
+    /// clock follows the test's, so a fence (a fetch after a rejection) and the leases before and after it are in the
+    /// same order on both sides; a fence waits 2 ms first, so that no lease before it shares its millisecond on the
+    /// server.
     @Test(arguments: [1, 2] as [UInt64])
     func theScriptsDecideAsTheLedgerDoes(seed: UInt64) async throws {
         let server = try await RedisServer.start()
@@ -281,7 +284,11 @@ struct RedisFleetTests {
         var now = Duration.zero
         var random = SplitMix64(seed: seed)
         let accounts: [AccountID] = ["ann", "ben", "cat"]
-        let held = try accounts.map { try credential("\($0.rawValue)@example.com", lifetime: 300) }
+        // Each account's credential a replica may hold: one older than every shared one, one newer (a replica that
+        // renewed since, or a credential fetched after a fence being rejected in turn).
+        let held = try accounts.map { account in
+            try [300, 900].map { try credential("\(account.rawValue)@example.com", lifetime: $0) }
+        }
         // The leases each side gave, for the fetches that started on both.
         var open: [(fetch: FleetFetch, ledger: FleetLease, redis: FleetLease)] = []
         var kinds: Set<String> = []
@@ -294,7 +301,10 @@ struct RedisFleetTests {
             }
         }
         for phase in 0..<8 {
+            let phaseStart = ContinuousClock.now
+            let phaseTime = now
             for step in 0..<8 {
+                now = phaseTime + phaseStart.duration(to: .now)
                 if !open.isEmpty, random.next() % 3 == 0 {
                     let ended = open.remove(at: Int(random.next() % UInt64(open.count)))
                     let outcome: FleetOutcome =
@@ -303,7 +313,10 @@ struct RedisFleetTests {
                         case 1: .retryAfter(.milliseconds(500))
                         case 2: .issued(expiresAt: .now + 600)
                         default:
-                            .credential(try credential("\(ended.fetch.account.rawValue)@example.com", lifetime: 600))
+                            .credential(
+                                try credential(
+                                    "\(ended.fetch.account.rawValue)@example.com",
+                                    lifetime: random.next() % 2 == 0 ? 600 : 1200))
                         }
                     ledger.fetchEnded(ended.fetch, lease: ended.ledger, outcome: outcome, now: now, wall: .now)
                     try await redis.fetchEnded(ended.fetch, lease: ended.redis, outcome: outcome)
@@ -311,8 +324,15 @@ struct RedisFleetTests {
                 }
                 let index = Int(random.next() % UInt64(accounts.count))
                 let holds = random.next() % 4 != 0
+                let rejected = holds && random.next() % 3 == 0
+                if rejected {
+                    try await Task.sleep(for: .milliseconds(2))
+                    now = phaseTime + phaseStart.duration(to: .now)
+                }
                 let fetch = FleetFetch(
-                    account: accounts[index], isNeeded: !holds, heldExpiry: holds ? held[index].expirationDate : nil)
+                    account: accounts[index], isNeeded: !holds,
+                    heldExpiry: holds ? held[index][Int(random.next() % 2)].expirationDate : nil,
+                    followsRejection: rejected)
                 let expected = ledger.decide(fetch, now: now, wall: .now)
                 let actual = try await redis.decide(fetch)
                 kinds.insert(kind(expected).components(separatedBy: " ").prefix(2).joined(separator: " "))
@@ -328,11 +348,60 @@ struct RedisFleetTests {
                 }
             }
             try await Task.sleep(for: .milliseconds(1100))
-            now += .milliseconds(1100)
+            now = phaseTime + .milliseconds(1100)
         }
         // The runs reach the rules they compare: starts, waits for a peer, shares and holds.
         #expect(
             kinds.contains("start") && kinds.contains("await") && kinds.contains { $0.hasPrefix("hold") }, "\(kinds)")
+    }
+
+    /// The fence on the server: a fetch that follows a rejection takes no credential fetched before the fleet heard
+    /// of it, waits for the fetch started at it even when it held a newer credential from before the rotation, and
+    /// the fence moves when a credential fetched since is rejected in turn.
+    @Test func aRejectionFencesOffEarlierFetchesAndOnlyANewRotationMovesTheFence() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let redis = try RedisFleetCoordinator(
+            configuration: server.configuration(prefix: "fence", limits: FleetLimits(sharesCredentials: true)))
+        let rejected = try credential("alice@example.com", lifetime: 300)
+        let newer = try credential("alice@example.com", lifetime: 400)
+        let beforeRotation = try credential("alice@example.com", lifetime: 500)
+        let fetched = try credential("alice@example.com", lifetime: 600)
+        let later = try credential("alice@example.com", lifetime: 900)
+        func rejecting(_ held: IdentityCredential) -> FleetFetch {
+            FleetFetch(account: "alice", isNeeded: true, heldExpiry: held.expirationDate, followsRejection: true)
+        }
+        let renewal = FleetFetch(account: "alice", isNeeded: false, heldExpiry: rejected.expirationDate)
+        guard case .start(let early) = try await redis.decide(renewal) else {
+            Issue.record("a renewal under way when the secret rotates")
+            return
+        }
+        try await Task.sleep(for: .milliseconds(5))
+        guard case .start(let fenced) = try await redis.decide(rejecting(rejected)) else {
+            Issue.record("no wait for a fetch that started before the rejection")
+            return
+        }
+        try await redis.fetchEnded(renewal, lease: early, outcome: .credential(beforeRotation))
+        guard case .awaitPeer = try await redis.decide(rejecting(newer)) else {
+            Issue.record("a newer credential from before the rotation keeps the fence: wait for its fetch")
+            return
+        }
+        try await redis.fetchEnded(rejecting(rejected), lease: fenced, outcome: .credential(fetched))
+        #expect(try await redis.decide(rejecting(newer)) == .shared(fetched))
+        // A renewal of the credential fetched since, then the secret rotates again and that credential is rejected:
+        // the renewal's result may carry the second secret or not, so it is not handed out.
+        let renewing = FleetFetch(account: "alice", isNeeded: false, heldExpiry: fetched.expirationDate)
+        guard case .start(let third) = try await redis.decide(renewing) else {
+            Issue.record("the renewal")
+            return
+        }
+        try await redis.fetchEnded(renewing, lease: third, outcome: .credential(later))
+        try await Task.sleep(for: .milliseconds(5))
+        guard case .start(let moved) = try await redis.decide(rejecting(fetched)) else {
+            Issue.record("the fence moved: nothing fetched before it is handed out")
+            return
+        }
+        try await redis.fetchEnded(rejecting(fetched), lease: moved, outcome: .abandoned)
     }
 
     @Test func hostileExpiriesNeitherTrapNorHoldTheFleet() async throws {

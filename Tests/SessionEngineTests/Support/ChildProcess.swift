@@ -160,14 +160,18 @@ final class ChildProcess: Sendable {
         _ = try await channel.wait(for: .line(line), within: limit)
     }
 
-    /// Waits until the child has printed at least `count` lines on standard output.
+    /// Waits until the child has printed at least `count` lines on standard output, and returns the first `count`.
     ///
     /// - Parameters:
     ///   - count: How many newlines standard output must hold.
     ///   - limit: How long to wait before the child is killed and this throws.
+    /// - Returns: The first `count` lines, without their newlines.
     /// - Throws: As ``firstLine(within:)``.
-    func printedLines(_ count: Int, within limit: Duration) async throws {
-        _ = try await channel.wait(for: .lines(count), within: limit)
+    @discardableResult
+    func printedLines(_ count: Int, within limit: Duration) async throws -> [String] {
+        let snapshot = try await channel.wait(for: .lines(count), within: limit)
+        return String(decoding: snapshot.output, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false)
+            .prefix(count).map(String.init)
     }
 
     /// Waits until the child has exited and closed its output, and returns how it ended.

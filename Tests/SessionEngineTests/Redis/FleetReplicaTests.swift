@@ -1,0 +1,166 @@
+import Foundation
+import Testing
+
+/// Replicas of a daemon as processes: four `SessionEngineDemo replica` processes keep the same accounts identified
+/// against one loopback backend (`Scripts/fault-soak-backend.py`, which counts its requests) and one real
+/// `redis-server`, sharing credentials. Skipped with the reason where `redis-server`, hiredis 0.14 or python3 is
+/// missing; `SessionEngineBench --filter fleet-replicas` measures the same fleet at 2,000 accounts.
+@Suite(
+    .serialized,
+    .enabled(if: RedisServer.unavailableReason == nil, Comment(rawValue: RedisServer.unavailableReason ?? ""))
+)
+struct FleetReplicaTests {
+    static let replicas = 4
+    static let accounts = 100
+    static let startsPerSecond = 50
+    static let burst = 1
+    static let secret = "fleet-replica-test-secret-0123456789"
+
+    /// Through a secret rotation the fleet fetches each account about once, never faster than its one budget, and
+    /// every replica installs credentials another fetched; every identity is back on every replica.
+    @Test func aRotationCostsTheFleetOneFetchPerAccountWithinItsOneBudget() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let backend = try await LineChild.backend()
+        defer { backend.child.closeInput() }
+        var environment = ProcessInfo.processInfo.environment
+        environment["APPNORTH_PROJECT_ID"] = "proj_fleet"
+        environment["APPNORTH_IDENTITY_SECRET"] = Self.secret
+        // A command's timeout far above a loopback round trip on a busy machine: the budget under test is Redis's,
+        // not each replica's own after a call failed.
+        let arguments = [
+            "replica", "--backend", "http://127.0.0.1:\(backend.port)/identity", "--accounts", String(Self.accounts),
+            "--redis", "redis://127.0.0.1:\(server.port)", "--key-prefix", "replicas", "--share-credentials",
+            "--redis-timeout", "2000", "--starts-per-second", String(Self.startsPerSecond), "--burst",
+            String(Self.burst),
+        ]
+        var replicas: [LineChild] = []
+        for index in 0..<Self.replicas {
+            let child = try ChildProcess.launch(
+                ToolSecurityTests.demo, arguments: arguments, environment: environment, name: "replica \(index)",
+                keepsInputOpen: true)
+            replicas.append(LineChild(child))
+        }
+        let total = Self.replicas * Self.accounts
+        #expect(try await identified(replicas, total, within: .seconds(120)), "every replica signed every account in")
+
+        let before = try await backend.stats().requests
+        _ = try await backend.ask("rotate")
+        let rotatedAt = Int(Date().timeIntervalSince1970)
+        for replica in replicas { _ = try await replica.ask("rotate") }
+        #expect(try await identified(replicas, total, within: .seconds(120)), "every identity is back after rotation")
+        try await Task.sleep(for: .seconds(1.1))
+        let stats = try await backend.stats()
+        let fetches = stats.requests - before
+        let busiest = stats.perSecond.filter { $0.second >= rotatedAt }.map(\.count).max() ?? 0
+
+        let statuses = try await replicas.asyncMap { try await $0.status() }
+        for (index, status) in statuses.enumerated() {
+            #expect(status.fleet?.callsFailed == 0, "replica \(index) decided locally: \(status)")
+            #expect((status.fleet?.sharesInstalled ?? 0) > 0, "replica \(index) installed no shared credential")
+        }
+        // Each replica on its own would fetch every account: four times as many.
+        #expect(fetches <= Self.accounts * 3 / 2, "\(fetches) fetches for \(Self.accounts) accounts")
+        #expect(
+            busiest <= Self.startsPerSecond + Self.burst,
+            "the busiest second after the rotation: \(busiest), budget \(Self.startsPerSecond)/s")
+
+        for replica in replicas { replica.child.closeInput() }
+        for (index, replica) in replicas.enumerated() {
+            let outcome = try await replica.child.finish(within: .seconds(60))
+            #expect(outcome.status == 0, "replica \(index): \(outcome.errorText)")
+            #expect(!outcome.outputText.contains(Self.secret) && !outcome.errorText.contains(Self.secret))
+        }
+    }
+
+    /// Whether every replica has every account identified within `limit`, asked twice a second.
+    private func identified(_ replicas: [LineChild], _ total: Int, within limit: Duration) async throws -> Bool {
+        let started = ContinuousClock.now
+        while ContinuousClock.now - started < limit {
+            var sum = 0
+            for replica in replicas { sum += try await replica.status().identified }
+            if sum == total { return true }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        return false
+    }
+}
+
+/// A child answering one line per command line: a replica, or the loopback backend.
+private final class LineChild {
+    struct Status: Decodable {
+        struct Fleet: Decodable {
+            var started: Int
+            var sharesInstalled: Int
+            var callsFailed: Int
+        }
+
+        var identified: Int
+        var installed: Int
+        var fleet: Fleet?
+    }
+
+    struct Stats: Decodable {
+        var requests: Int
+        var perSecond: [[Int]]
+    }
+
+    let child: ChildProcess
+    /// Lines read so far, the first ones excluded (`skipped`).
+    private var answered = 0
+    private let skipped: Int
+    private(set) var port = 0
+
+    init(_ child: ChildProcess, skipped: Int = 0) {
+        self.child = child
+        self.skipped = skipped
+    }
+
+    /// Starts `Scripts/fault-soak-backend.py` with two-minute credentials and reads its port.
+    static func backend() async throws -> LineChild {
+        guard let python = PythonServer.python else { throw NetworkTestFailure("python3 is not on PATH") }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(
+                "Scripts/fault-soak-backend.py")
+        var environment = ProcessInfo.processInfo.environment
+        environment["APPNORTH_PROJECT_ID"] = "proj_fleet"
+        environment["APPNORTH_IDENTITY_SECRET"] = FleetReplicaTests.secret
+        let child = try ChildProcess.launch(
+            python, arguments: [script.path, "--lifetime", "120"], environment: environment,
+            name: "fault-soak-backend.py", keepsInputOpen: true)
+        let line = try await child.firstLine(within: .seconds(30))
+        guard line.hasPrefix("port "), let port = Int(line.dropFirst(5)) else {
+            child.kill()
+            throw NetworkTestFailure("the backend did not print its port")
+        }
+        let backend = LineChild(child, skipped: 1)
+        backend.port = port
+        return backend
+    }
+
+    /// Sends `command` and returns its one-line answer.
+    func ask(_ command: String) async throws -> String {
+        answered += 1
+        child.sendInput(Data((command + "\n").utf8))
+        let lines = try await child.printedLines(skipped + answered, within: .seconds(30))
+        return lines.last ?? ""
+    }
+
+    func status() async throws -> Status {
+        try JSONDecoder().decode(Status.self, from: Data(try await ask("status").utf8))
+    }
+
+    /// The backend's requests so far, and its counts per Unix second since the last call.
+    func stats() async throws -> (requests: Int, perSecond: [(second: Int, count: Int)]) {
+        let stats = try JSONDecoder().decode(Stats.self, from: Data(try await ask("stats").utf8))
+        return (stats.requests, stats.perSecond.compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil })
+    }
+}
+
+extension Array {
+    fileprivate func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var values: [T] = []
+        for element in self { values.append(try await transform(element)) }
+        return values
+    }
+}
