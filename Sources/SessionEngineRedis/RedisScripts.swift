@@ -3,7 +3,8 @@
 ///
 /// Keys, all under the configured prefix in braces (one hash slot, so a cluster runs the scripts too):
 /// - `KEYS[1]`, `{prefix}:fleet`: a hash of the bucket (`tokens`, `refilled`), the hold (`hold`, `nextProbe`,
-///   `probe`), the outages in a row (`outages`) and the lease counter (`seq`);
+///   `probe`), the outages in a row (`outages`), the lease counter (`seq`) and the latest millisecond seen (`clock`),
+///   which the scripts' time never goes behind;
 /// - `KEYS[2]`, `{prefix}:inflight`: a sorted set of the leases in flight by the millisecond they lapse at;
 /// - `KEYS[3]`, `{prefix}:lease:{account}`: the account's lease, expiring with it (only when credentials are shared);
 /// - `KEYS[4]`, `{prefix}:shared:{account}`: the account's shared credential (`expiresAt`, `json`, and `started`, the
@@ -20,6 +21,9 @@ enum RedisScripts {
         local time = redis.call('TIME')
         local wall = tonumber(time[1])
         local now = wall * 1000 + math.floor(tonumber(time[2]) / 1000)
+        -- The fleet's milliseconds never go back, whatever the server's clock does: they order leases and fences.
+        local latest = tonumber(redis.call('HGET', KEYS[1], 'clock') or '0')
+        if now < latest then now = latest else redis.call('HSET', KEYS[1], 'clock', now) end
         local held = ARGV[1]
         local rate, burst, most = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
         local leaseMs, probeMs, shares, pollMs = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1', tonumber(ARGV[8])
@@ -107,6 +111,9 @@ enum RedisScripts {
         local time = redis.call('TIME')
         local wall = tonumber(time[1])
         local now = wall * 1000 + math.floor(tonumber(time[2]) / 1000)
+        -- The fleet's milliseconds never go back, whatever the server's clock does: they order leases and fences.
+        local latest = tonumber(redis.call('HGET', KEYS[1], 'clock') or '0')
+        if now < latest then now = latest else redis.call('HSET', KEYS[1], 'clock', now) end
         local lease, outcome = ARGV[1], ARGV[2]
         local threshold, probeMs, shares = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == '1'
         -- When the fetch started, if its lease was still in flight: the lease's name ends with that millisecond.

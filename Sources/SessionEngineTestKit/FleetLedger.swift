@@ -190,7 +190,8 @@ public struct FleetLedger: Sendable {
             fences[fetch.account] = fence
             return fence.at
         }
-        if held > wall { fences[fetch.account] = Fence(at: now, rejectedExpiry: held) }
+        // A new fence, or none while the credential reported rejected has expired: the old one is gone either way.
+        fences[fetch.account] = held > wall ? Fence(at: now, rejectedExpiry: held) : nil
         return now
     }
 

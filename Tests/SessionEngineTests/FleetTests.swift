@@ -135,6 +135,44 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         for pool in pools { await pool.shutdown() }
     }
 
+    /// A renewal waiting for its pool's budget when the service rejects the held credential becomes the fetch after
+    /// the rejection, and asks the fleet as one: another replica's credential fetched before the rotation, though it
+    /// expires later, is not installed.
+    @Test func aRenewalQueuedWhenTheRejectionComesAsksAsFollowingIt() async throws {
+        let clock = ManualClock()
+        let signer = Locked(
+            try IdentitySigner(projectID: "proj_fleet", secret: "old-secret", lifetime: .seconds(600), clock: clock))
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { request in
+            .credential(try signer.withLock { try $0.sign(email: "\(request.account.rawValue)@example.com") })
+        }
+        let coordinator = InProcessFleetCoordinator(limits: FleetLedger.Limits(sharesCredentials: true), clock: clock)
+        let coordination = FleetCoordination(coordinator, sharesCredentials: true)
+        // A's budget has one start, for the sign-in; its renewal then waits about 1,000 s for the next.
+        let starved = SessionPoolConfiguration(budget: .init(maximumInFlight: 4, startsPerSecond: 0.001, burst: 1))
+        let a = SessionPool(fetcher: fetcher, configuration: starved, clock: clock, coordination: coordination)
+        let b = SessionPool(fetcher: fetcher, clock: clock, coordination: coordination)
+        for pool in [a, b] { try await pool.startCall { try await $0.signIn("alice") }.value }
+        let held = try a.identityHeaders(for: "alice").credential()
+        // B renews first and shares its credential, signed with the old secret; A's renewal waits for its budget.
+        let renewed = await clock.advance(upTo: .seconds(600)) {
+            (try? b.identityHeaders(for: "alice").credential().expiresAt).map { $0 > held.expiresAt } ?? false
+        }
+        #expect(renewed)
+        #expect(a.metrics.queuedProactive == 1, "A's renewal waits for its budget")
+        signer.withLock {
+            $0 = try! IdentitySigner(
+                projectID: "proj_fleet", secret: "new-secret", lifetime: .seconds(600), clock: clock)
+        }
+        await a.credentialRejected(held, for: "alice")
+        let verifier = try IdentityVerifier(projectID: "proj_fleet", secret: "new-secret", clock: clock)
+        let recovered = await clock.advance(upTo: .seconds(1_200)) {
+            (try? a.identityHeaders(for: "alice").credential()).map { verifier.verify($0).isValid } ?? false
+        }
+        #expect(recovered, "A holds a credential of the new secret")
+        #expect(a.metrics.fleet?.sharesInstalled == 0, "the credential from before the rotation was not installed")
+        for pool in [a, b] { await pool.shutdown() }
+    }
+
     /// The gate hands a credential of another replica to the account only when it is the held credential's user's,
     /// expires later than the held one, and has not expired.
     @Test func aSharedCredentialMustBeTheSameUsersNewerAndUnexpired() throws {

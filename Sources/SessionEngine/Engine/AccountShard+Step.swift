@@ -214,7 +214,8 @@ extension AccountShard {
                 let budgetWaited = ticket == nil ? Duration.zero : max(.zero, clock.uptime - now.uptime)
                 var lease: FleetLease?
                 if let fleet, let fleetFetch {
-                    switch await fleet.admit(fleetFetch, holding: held) {
+                    let rejected = { @Sendable in await self.followsRejection(slot) }
+                    switch await fleet.admit(fleetFetch, holding: held, followsRejection: rejected) {
                     case .start(let granted): lease = granted
                     case .shared(let credential):
                         if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }
@@ -266,6 +267,13 @@ extension AccountShard {
         }
         lives[index]!.fetch = OutOfLine(RunningFetch(id: request.id, task: task, ticket: ticket))
         log(.debug, "fetch started", ["account": request.account.rawValue, "fetch": "\(request.id)"])
+    }
+
+    /// Whether the service rejected the credential the slot's account session holds: read again each time the fleet is
+    /// asked, since a fetch under way when a rejection comes becomes the renewal after it.
+    func followsRejection(_ slot: Slot) -> Bool {
+        guard let index = lifeIndex(of: slot) else { return false }
+        return lives[index]!.machine.currentSession?.rejectedSignature != nil
     }
 
     /// The failure of a fetch whose fetcher had not answered by ``SessionConfiguration/fetchTimeout``: transient, an

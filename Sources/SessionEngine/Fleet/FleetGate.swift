@@ -90,13 +90,21 @@ final class FleetGate: Sendable {
     /// - Parameters:
     ///   - fetch: The fetch, as the coordinator hears it.
     ///   - held: The credential the account holds, which a shared one must match and outlive; `nil` when it holds
-    ///     none, or the service rejected it.
+    ///     none.
+    ///   - followsRejection: Whether the service has rejected the held credential by now, asked before each question:
+    ///     a fetch under way when a rejection comes becomes the renewal after it (`FleetFetch/followsRejection`).
     /// - Returns: What the fetch does.
-    func admit(_ fetch: FleetFetch, holding held: IdentityCredential?) async -> Admission {
+    func admit(
+        _ fetch: FleetFetch, holding held: IdentityCredential?, followsRejection: @Sendable () async -> Bool
+    ) async -> Admission {
         var fetch = fetch
         var peerWaitStarted: Duration?
         var refusals = 0
         while true {
+            if !fetch.followsRejection, await followsRejection() {
+                fetch = FleetFetch(
+                    account: fetch.account, isNeeded: true, heldExpiry: fetch.heldExpiry, followsRejection: true)
+            }
             let asked = fetch
             // A lease granted after the replica stopped waiting is given back, not left to lapse.
             let giveBack: @Sendable (Result<FleetDecision, any Error>) -> Void = { [weak self] answer in

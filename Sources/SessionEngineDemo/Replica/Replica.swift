@@ -6,6 +6,13 @@ import SessionEngineRedis
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// One replica of a daemon: a pool keeping every account identified in real time, the service's checks of its
 /// credentials, and the commands of standard input.
@@ -39,6 +46,8 @@ final class Replica: Sendable {
 
     /// Signs every account in, answers standard input's commands until it ends, then shuts the pool down.
     func run() async {
+        // A reader that went away makes an answer fail, not the process end: the end of input ends it.
+        signal(SIGPIPE, SIG_IGN)
         let pool = self.pool
         let signIns = accounts.map { account in Task { _ = try? await pool.signIn(account) } }
         let checks = Task {
@@ -104,7 +113,7 @@ final class Replica: Sendable {
 
     private func answer(_ object: [String: Any]) {
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
-        FileHandle.standardOutput.write(data + Data("\n".utf8))
+        try? FileHandle.standardOutput.write(contentsOf: data + Data("\n".utf8))
     }
 
     /// Standard input's lines, read on a thread of their own: a read blocks, and no thread of the concurrency pool

@@ -27,8 +27,9 @@ enum ReplicaCommand {
 
           --backend URL           the credential endpoint: https, or plain http to a loopback host
           --accounts N            accounts to keep identified (1 to 100000, default 100)
-          --redis URL             coordinate over the Redis server at redis://[[user]:password@]host[:port];
-                                  without it the replica decides alone
+          --redis URL             coordinate over the Redis server at redis://host[:port]; a URL with a
+                                  password goes in SESSION_ENGINE_REDIS_URL instead, never in an argument
+                                  (arguments show in ps); without either the replica decides alone
           --key-prefix P          the fleet's key prefix on Redis (default session-engine-demo)
           --share-credentials     hand fetched credentials to the other replicas through Redis (bearer
                                   credentials in Redis until they expire: see the article Many replicas)
@@ -82,6 +83,9 @@ enum ReplicaCommand {
 
 /// The replica's options, each checked.
 struct ReplicaSettings {
+    /// The environment variable that may hold the Redis URL, password included.
+    static let redisVariable = "SESSION_ENGINE_REDIS_URL"
+
     var backend: URL
     var accounts: Int
     var redis: RedisFleetCoordinator.Configuration?
@@ -109,7 +113,12 @@ struct ReplicaSettings {
         budget = SessionPoolConfiguration.Budget(
             maximumInFlight: inFlight, startsPerSecond: Double(startsPerSecond), burst: burst)
         sharesCredentials = options.has("share-credentials")
-        if let url = options["redis"] {
+        if options["redis"].flatMap({ URLComponents(string: $0) })?.password != nil {
+            throw Options.UsageError(
+                description: "--redis holds a password, which every user of the machine can read in the process "
+                    + "list: put the URL in \(Self.redisVariable) instead (not shown)")
+        }
+        if let url = options["redis"] ?? ProcessInfo.processInfo.environment[Self.redisVariable] {
             let timeout = try options.integer("redis-timeout", in: 1...60_000, default: 250)
             let limits = FleetLimits(
                 startsPerSecond: Double(startsPerSecond), burst: burst, maximumInFlight: inFlight,

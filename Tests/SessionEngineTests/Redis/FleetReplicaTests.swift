@@ -16,8 +16,8 @@ struct FleetReplicaTests {
     static let burst = 1
     static let secret = "fleet-replica-test-secret-0123456789"
 
-    /// Through a secret rotation the fleet fetches each account about once, never faster than its one budget, and
-    /// every replica installs credentials another fetched; every identity is back on every replica.
+    /// Through a secret rotation the fleet fetches each account about once, never faster than its one budget, and the
+    /// other replicas install the credentials it fetched; every identity is back on every replica.
     @Test func aRotationCostsTheFleetOneFetchPerAccountWithinItsOneBudget() async throws {
         let server = try await RedisServer.start()
         defer { Task { await server.stop() } }
@@ -57,8 +57,11 @@ struct FleetReplicaTests {
         let statuses = try await replicas.asyncMap { try await $0.status() }
         for (index, status) in statuses.enumerated() {
             #expect(status.fleet?.callsFailed == 0, "replica \(index) decided locally: \(status)")
-            #expect((status.fleet?.sharesInstalled ?? 0) > 0, "replica \(index) installed no shared credential")
         }
+        // Every identity took a new credential, by a fetch or a share: the replica that rejected first may well have
+        // fetched every account itself, and the others taken shares.
+        let shares = statuses.reduce(0) { $0 + ($1.fleet?.sharesInstalled ?? 0) }
+        #expect(shares + fetches >= total, "\(shares) shares and \(fetches) fetches for \(total) identities")
         // Each replica on its own would fetch every account: four times as many.
         #expect(fetches <= Self.accounts * 3 / 2, "\(fetches) fetches for \(Self.accounts) accounts")
         #expect(
