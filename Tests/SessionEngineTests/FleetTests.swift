@@ -173,21 +173,71 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         for pool in [a, b] { await pool.shutdown() }
     }
 
-    /// The gate hands a credential of another replica to the account only when it is the held credential's user's,
-    /// expires later than the held one, and has not expired.
-    @Test func aSharedCredentialMustBeTheSameUsersNewerAndUnexpired() throws {
+    /// The gate hands a credential of another replica to the account only when it is the pinned user's, byte for
+    /// byte, expires later than the held one, and has not expired; before the first credential, only when the host
+    /// named the user.
+    @Test func aSharedCredentialMustBeThePinnedUsersNewerAndUnexpired() throws {
         let clock = ManualClock()
         let signer = try IdentitySigner(projectID: "proj_fleet", secret: "s", lifetime: .seconds(600), clock: clock)
         let held = try signer.sign(email: "alice@example.com")
         clock.advance(by: .seconds(60))
         let newer = try signer.sign(email: "alice@example.com")
         let mallory = try signer.sign(email: "mallory@example.com")
-        #expect(FleetGate.accepts(newer, holding: held, now: clock.now))
-        #expect(!FleetGate.accepts(held, holding: held, now: clock.now), "not newer")
-        #expect(!FleetGate.accepts(held, holding: newer, now: clock.now), "older")
-        #expect(!FleetGate.accepts(mallory, holding: held, now: clock.now), "another user's")
-        #expect(!FleetGate.accepts(newer, holding: nil, now: clock.now), "no user to match")
-        #expect(!FleetGate.accepts(newer, holding: held, now: newer.expirationDate), "expired")
+        let alice = "alice@example.com"
+        #expect(FleetGate.accepts(newer, pinnedTo: alice, holding: held, now: clock.now))
+        #expect(!FleetGate.accepts(held, pinnedTo: alice, holding: held, now: clock.now), "not newer")
+        #expect(!FleetGate.accepts(held, pinnedTo: alice, holding: newer, now: clock.now), "older")
+        #expect(!FleetGate.accepts(mallory, pinnedTo: alice, holding: held, now: clock.now), "another user's")
+        #expect(!FleetGate.accepts(newer, pinnedTo: alice, holding: held, now: newer.expirationDate), "expired")
+        #expect(FleetGate.accepts(newer, pinnedTo: alice, holding: nil, now: clock.now), "a sign-in naming alice")
+        #expect(!FleetGate.accepts(mallory, pinnedTo: alice, holding: nil, now: clock.now), "naming alice, mallory's")
+        #expect(!FleetGate.accepts(newer, pinnedTo: nil, holding: nil, now: clock.now), "no user to match")
+        // Canonically equivalent, but not the bytes the backend signed: refused, as the install would refuse it.
+        let accented = try signer.sign(email: "al\u{E9}@example.com")
+        #expect(FleetGate.accepts(accented, pinnedTo: "al\u{E9}@example.com", holding: nil, now: clock.now))
+        #expect(
+            !FleetGate.accepts(accented, pinnedTo: "ale\u{301}@example.com", holding: nil, now: clock.now),
+            "canonically equivalent, but not the bytes the backend signed")
+    }
+
+    /// Replicas signing alice in at once, each naming her, send the backend one fetch: the first fetches, the others
+    /// wait for it and install its credential. A sign-in that names nobody fetches its own.
+    @Test func signInsThatNameTheUserShareOneFetch() async throws {
+        let clock = ManualClock()
+        let signer = try IdentitySigner(projectID: "proj_fleet", secret: "s", lifetime: .seconds(600), clock: clock)
+        // The backend takes a second, so the replicas' sign-ins overlap.
+        let fetcher = ScriptedCredentialFetcher(clock: clock) { request in
+            .credential(try signer.sign(email: "\(request.account.rawValue)@example.com"), after: .seconds(1))
+        }
+        let coordinator = InProcessFleetCoordinator(limits: FleetLedger.Limits(sharesCredentials: true), clock: clock)
+        let pools = (0..<4).map { index in
+            SessionPool(
+                fetcher: fetcher,
+                configuration: SessionPoolConfiguration(session: SessionConfiguration(randomSeed: UInt64(index))),
+                clock: clock, coordination: FleetCoordination(coordinator, sharesCredentials: true))
+        }
+        var signIns: [Task<Void, any Error>] = []
+        for pool in pools.prefix(3) {
+            signIns.append(await pool.startCall { try await $0.signIn("alice", expecting: "alice@example.com") })
+        }
+        await pools[0].waitUntilIdle()
+        #expect(fetcher.requests.count == 1, "the others wait for the first replica's fetch")
+        let identified = await clock.advance(upTo: .seconds(10)) {
+            pools.prefix(3).allSatisfy { $0.state(of: "alice").isIdentified }
+        }
+        #expect(identified)
+        for signIn in signIns { try await signIn.value }
+        #expect(fetcher.requests.count == 1)
+        #expect(pools.prefix(3).reduce(0) { $0 + ($1.metrics.fleet?.sharesInstalled ?? 0) } == 2)
+        for pool in pools.prefix(3) {
+            #expect(try pool.identityHeaders(for: "alice").credential().email == "alice@example.com")
+        }
+        let last = await pools[3].startCall { try await $0.signIn("alice") }
+        #expect(await clock.advance(upTo: .seconds(10)) { pools[3].state(of: "alice").isIdentified })
+        try await last.value
+        #expect(fetcher.requests.count == 2, "a sign-in naming nobody has no user to match a shared credential with")
+        #expect(pools[3].metrics.fleet?.sharesInstalled == 0)
+        for pool in pools { await pool.shutdown() }
     }
 
     /// A coordinator that hands an account another user's credential gets nowhere: the account fetches its own and

@@ -184,15 +184,19 @@ extension AccountShard {
         let clock = self.clock
         let (urgency, deadline) = lives[index]!.machine.fetchUrgency(at: now, callersWaiting: slot.waitingCallers > 0)
         let ticket = budget?.ticket(urgency: urgency, deadline: deadline, account: request.account)
-        // What the fleet's coordinator hears of the fetch, and the credential a shared one must match and outlive.
+        // What the fleet's coordinator hears of the fetch, and the user and credential a shared one must match and
+        // outlive. Before the first credential of a session pinned to a user (a sign-in that named one), a shared
+        // credential need only be unexpired, so the coordinator hears the fetch as holding one that expires now.
         // After the service rejected the held credential (a rotation), another replica's credential may have been
         // signed before the rotation too: the coordinator then shares only one whose fetch started after the fleet
         // first heard of the rejection.
-        let session = fleet == nil ? nil : lives[index]!.machine.currentSession
+        let session = fleet == nil ? nil : lives[index]!.machine.activeSession
         let held = session?.credential
+        let pinnedEmail = session?.pinnedEmail
         let fleetFetch = fleet.map { _ in
             FleetFetch(
-                account: request.account, isNeeded: urgency == .needed, heldExpiry: held?.expirationDate,
+                account: request.account, isNeeded: urgency == .needed,
+                heldExpiry: held?.expirationDate ?? (pinnedEmail == nil ? nil : now.wall),
                 followsRejection: session?.rejectedSignature != nil)
         }
         let configuration = self.configuration
@@ -215,7 +219,9 @@ extension AccountShard {
                 var lease: FleetLease?
                 if let fleet, let fleetFetch {
                     let rejected = { @Sendable in await self.followsRejection(slot) }
-                    switch await fleet.admit(fleetFetch, holding: held, followsRejection: rejected) {
+                    switch await fleet.admit(
+                        fleetFetch, pinnedTo: pinnedEmail, holding: held, followsRejection: rejected)
+                    {
                     case .start(let granted): lease = granted
                     case .shared(let credential):
                         if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }

@@ -43,8 +43,10 @@ public struct FleetFetch: Sendable, Hashable, CustomStringConvertible {
     /// Whether the account needs the fetch now (a caller waits for it, or it holds no usable credential), rather than
     /// renewing a credential that is still usable.
     public let isNeeded: Bool
-    /// When the credential the replica holds for the account expires, by its `expiresAt`; `nil` when it holds none. A
-    /// credential shared with the replica must expire later than this.
+    /// When the credential the replica holds for the account expires, by its `expiresAt`; `nil` when it holds none
+    /// and takes no shared credential (a sign-in that names no user). A sign-in that names the user holds none yet
+    /// and gives the time it asks: any credential that has not expired will do. A credential shared with the replica
+    /// must expire later than this.
     public let heldExpiry: Date?
     /// Whether the service rejected the held credential (a secret rotation): a credential shared with the replica
     /// must then come from a fetch that started after the fleet first heard of that rejection, so that it was signed

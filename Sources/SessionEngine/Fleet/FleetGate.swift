@@ -13,7 +13,7 @@ final class FleetGate: Sendable {
     enum Admission: Sendable {
         /// Fetch, reporting the end with the lease, or with none when decided locally.
         case start(FleetLease?)
-        /// Install another replica's credential, which the gate found the held credential's user's and newer.
+        /// Install another replica's credential, which the gate found the pinned user's and newer than the held one.
         case shared(IdentityCredential)
         /// The fetch's task was cancelled while it asked or waited.
         case cancelled
@@ -89,13 +89,16 @@ final class FleetGate: Sendable {
     ///
     /// - Parameters:
     ///   - fetch: The fetch, as the coordinator hears it.
-    ///   - held: The credential the account holds, which a shared one must match and outlive; `nil` when it holds
-    ///     none.
+    ///   - email: The user every credential of the account session must name: the held credential's, or before the
+    ///     first one the user the host named (``SessionPool/signIn(_:expecting:timeout:)``); `nil` when there is none,
+    ///     and then no shared credential is installed.
+    ///   - held: The credential the account holds, which a shared one must outlive; `nil` when it holds none.
     ///   - followsRejection: Whether the service has rejected the held credential by now, asked before each question:
     ///     a fetch under way when a rejection comes becomes the renewal after it (`FleetFetch/followsRejection`).
     /// - Returns: What the fetch does.
     func admit(
-        _ fetch: FleetFetch, holding held: IdentityCredential?, followsRejection: @Sendable () async -> Bool
+        _ fetch: FleetFetch, pinnedTo email: String?, holding held: IdentityCredential?,
+        followsRejection: @Sendable () async -> Bool
     ) async -> Admission {
         var fetch = fetch
         var peerWaitStarted: Duration?
@@ -127,7 +130,7 @@ final class FleetGate: Sendable {
                 count { $0.started += 1 }
                 return .start(lease)
             case .shared(let credential):
-                guard Self.accepts(credential, holding: held, now: clock.now) else {
+                guard Self.accepts(credential, pinnedTo: email, holding: held, now: clock.now) else {
                     count { $0.sharesRefused += 1 }
                     refusals += 1
                     guard refusals < 2 else { return .start(nil) }
@@ -182,13 +185,15 @@ final class FleetGate: Sendable {
         }
     }
 
-    /// Whether a credential another replica fetched may be installed for an account holding `held`: the same user's,
-    /// expiring later than the held one and after `now`. With no credential held there is no user to match, and the
-    /// replica fetches its own.
-    static func accepts(_ credential: IdentityCredential, holding held: IdentityCredential?, now: Date) -> Bool {
-        guard let held else { return false }
-        return credential.email == held.email && credential.expiresAt > held.expiresAt
-            && credential.expirationDate > now
+    /// Whether a credential another replica fetched may be installed for an account pinned to `email` and holding
+    /// `held`: the pinned user's, byte for byte (as every install checks it), expiring later than the held one and
+    /// after `now`. With no user pinned (a first sign-in that names none) there is none to match, and the replica
+    /// fetches its own.
+    static func accepts(
+        _ credential: IdentityCredential, pinnedTo email: String?, holding held: IdentityCredential?, now: Date
+    ) -> Bool {
+        guard let email, credential.email.utf8.elementsEqual(email.utf8) else { return false }
+        return (held.map { credential.expiresAt > $0.expiresAt } ?? true) && credential.expirationDate > now
     }
 
     /// One call to the coordinator, raced against its deadline; `nil` when it failed, passed its deadline, was

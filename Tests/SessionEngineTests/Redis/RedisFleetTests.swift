@@ -48,6 +48,12 @@ struct RedisFleetTests {
             return
         }
         #expect(retryIn > .zero && retryIn <= limits.peerPollInterval)
+        // A sign-in that names the user asks as holding one that expires now: it waits, then takes the share.
+        let naming = FleetFetch(account: "alice", isNeeded: true, heldExpiry: Date())
+        guard case .awaitPeer = try await second.decide(naming) else {
+            Issue.record("a sign-in naming the user did not wait for the first replica's fetch")
+            return
+        }
         // A replica that holds nothing of the account has no user to match a share with: it fetches.
         let signingIn = FleetFetch(account: "alice", isNeeded: true, heldExpiry: nil)
         guard case .start(let own) = try await second.decide(signingIn) else {
@@ -59,6 +65,7 @@ struct RedisFleetTests {
         let fetched = try credential("alice@example.com", lifetime: 600)
         try await first.fetchEnded(fetch, lease: lease, outcome: .credential(fetched))
         #expect(try await second.decide(fetch) == .shared(fetched))
+        #expect(try await second.decide(naming) == .shared(fetched))
         // Fencing: a replica that holds the fetched one already, or a newer one, is not handed it.
         let holding = FleetFetch(account: "alice", isNeeded: false, heldExpiry: fetched.expirationDate)
         guard case .start(let next) = try await second.decide(holding) else {
