@@ -53,6 +53,7 @@ struct FleetBenchmark: Benchmark {
             }
         }
         let validation = try await validateAgainstEngines(policy: policy, quick: options.quick)
+        let replicaFigures = await replicaFleet(quick: options.quick)
 
         let jitterPercent = Int((policy.jitter * 100).rounded())
         let settled = Summary(jittered.map { $0.settledAfter / 3600 }).median
@@ -126,6 +127,81 @@ struct FleetBenchmark: Benchmark {
                 paired: true
             ),
             validation,
+        ] + replicaFigures
+    }
+
+    /// The fleet as 100 replicas of one daemon through a rotation and an outage (``SimulatedReplicas``), each replica on
+    /// its own and then over one coordinator.
+    private func replicaFleet(quick: Bool) async -> [Figure] {
+        // A smoke run moves the clock in coarser steps: its timers fire up to half a second late.
+        let fleet = SimulatedReplicas(
+            replicas: quick ? 8 : 100, accounts: quick ? 800 : 12_500, step: .milliseconds(quick ? 500 : 100))
+        let perReplica = fleet.accounts * SimulatedReplicas.copies / fleet.replicas
+        let budget = fleet.budget
+        progress("  fleet: \(fleet.replicas) replicas × \(grouped(perReplica)) accounts, each on its own")
+        let alone = await fleet.run(coordinated: false, seed: 1)
+        progress("  fleet: the same replicas over one coordinator")
+        let together = await fleet.run(coordinated: true, seed: 1)
+        let scale =
+            "\(fleet.replicas) replicas, \(grouped(fleet.accounts)) accounts each on \(SimulatedReplicas.copies)"
+        let bound = budget.startsPerSecond + Double(budget.burst)
+        let ideal = Double(fleet.accounts) / budget.startsPerSecond
+        let steadyPerRenewal = { (load: SimulatedReplicas.Load) in
+            Double(load.steadyFetches) / (Double(load.steadyRenewals) / Double(SimulatedReplicas.copies))
+        }
+        let budgetText = String(format: "%.1f starts/s, a bucket of %d", budget.startsPerSecond, budget.burst)
+        return [
+            Figure(
+                name,
+                Measurement(
+                    "\(scale): backend peak / mean fetch starts per second, hours 1 to 4, through a rotation and an outage",
+                    .ratio, [together.peak / together.mean]),
+                against: Measurement("each replica on its own", .ratio, [alone.peak / alone.mean]),
+                // A smoke run's fleet starts too few fetches a second for a ratio of per-second counts.
+                goal: quick ? nil : Goal(text: "< 1.5×", met: together.peak / together.mean < 1.5),
+                note: String(
+                    format: "peak %.0f/s, mean %.1f/s (on its own: peak %.0f/s, mean %.1f/s); the fleet's budget %@",
+                    together.peak, together.mean, alone.peak, alone.mean, budgetText)),
+            Figure(
+                name,
+                Measurement("\(scale): backend peak fetch starts per second", .perSecond, [together.peak]),
+                against: Measurement("the fleet's budget: rate plus bucket", .perSecond, [bound])
+            ).goal("≤ 1.0×") { $0 <= 1.0 },
+            Figure(
+                name,
+                Measurement(
+                    "\(scale): fetches per renewal per account in the steady hour", .ratio, [steadyPerRenewal(together)]
+                ),
+                against: Measurement("each replica on its own", .ratio, [steadyPerRenewal(alone)]),
+                goal: Goal(text: "≤ 1.1", met: steadyPerRenewal(together) <= 1.1)),
+            Figure(
+                name,
+                Measurement(
+                    "\(scale): rotation, every identity back after (virtual)", .seconds, [together.rotationSeconds]),
+                against: Measurement("accounts / the fleet's rate", .seconds, [ideal]),
+                note: String(
+                    format: "%d accounts fetched more than once meanwhile; on its own: %.0f s",
+                    together.rotationRefetched, alone.rotationSeconds)
+            ).goal("≤ 1.1×") { $0 <= 1.1 },
+            Figure(
+                name,
+                Measurement(
+                    "\(scale): fetches the backend received while it was down for 5 minutes", .count,
+                    [Double(together.outageFetches)]),
+                against: Measurement("each replica on its own", .count, [Double(alone.outageFetches)])),
+            Figure(
+                name,
+                Measurement(
+                    "\(scale): the coordinator's decisions in its busiest second", .perSecond, [together.decisionPeak]),
+                note: together.fleet.map { "\($0)" }),
+            Figure(
+                name,
+                Measurement(
+                    "\(scale): identities without a usable credential at the end", .count,
+                    [Double(together.notIdentified)]),
+                against: Measurement("each replica on its own", .count, [Double(alone.notIdentified)]),
+                goal: Goal(text: "0", met: together.notIdentified == 0),
+                note: "identities expired over the run: \(together.expiries) (on its own: \(alone.expiries))"),
         ]
     }
 

@@ -348,7 +348,7 @@ struct PoolDayBenchmark: Benchmark {
 
 /// The day's backend: signs for every account after a latency on the manual clock, fails every fetch at once while
 /// it is down, rotates its secret, and records when each fetch began.
-private final class DayBackend: CredentialFetcher {
+final class DayBackend: CredentialFetcher {
     /// What the backend saw.
     struct Record {
         /// Fetch starts per virtual second since the clock's start.

@@ -185,7 +185,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
                 held, String(limits.startsPerSecond), String(limits.burst), String(limits.maximumInFlight),
                 String(Self.milliseconds(limits.leaseDuration)), String(Self.milliseconds(limits.probeInterval)),
                 limits.sharesCredentials ? "1" : "0", String(Self.milliseconds(limits.peerPollInterval)),
-                fetch.followsRejection ? "1" : "0",
+                fetch.followsRejection ? "1" : "0", fetch.reservation?.rawValue ?? "",
             ])
         return try Self.decision(from: reply)
     }
@@ -305,6 +305,9 @@ public final class RedisFleetCoordinator: FleetCoordinator {
                 throw unexpected
             }
             return .hold(retryIn: try milliseconds(1), reason: reason)
+        case "reserved":
+            guard parts.count == 3, let name = parts[1].text, !name.isEmpty else { throw unexpected }
+            return .reserved(FleetReservation(name), retryIn: try milliseconds(2))
         case "shared":
             guard parts.count == 2, case .string(let json) = parts[1] else { throw unexpected }
             do {

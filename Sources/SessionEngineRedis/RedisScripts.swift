@@ -10,13 +10,15 @@
 /// - `KEYS[4]`, `{prefix}:shared:{account}`: the account's shared credential (`expiresAt`, `json`, and `started`, the
 ///   millisecond its fetch started, or `-1` when unknown), expiring when it does;
 /// - `KEYS[5]`, `{prefix}:fence:{account}`: the fence, the millisecond of the first report of a rejection of the
-///   account's credentials (`at`), the latest expiry reported rejected since (`expiresAt`), when it expires, and the
-///   earliest expiry of a credential fetched since (`firstSince`).
+///   account's credentials (`at`), the latest expiry reported rejected since (`expiresAt`; the report's time if that
+///   had passed), expiring a day after it, and the earliest expiry of a credential fetched since (`firstSince`).
 enum RedisScripts {
     /// Decides a fetch. `ARGV`: the held credential's expiry in Unix seconds (empty for none), then the limits:
     /// starts per second, burst, most in flight, lease milliseconds, probe milliseconds, sharing (`1` or `0`), peer
-    /// poll milliseconds; last whether the service rejected the held credential (`1` or `0`). Returns
-    /// `{'start', lease}`, `{'await', ms}`, `{'shared', json}` or `{'hold', ms, reason}`.
+    /// poll milliseconds; whether the service rejected the held credential (`1` or `0`); last the reservation the fetch
+    /// carries (empty for none). Returns `{'start', lease}`, `{'await', ms}`, `{'shared', json}`, `{'hold', ms,
+    /// reason}` or `{'reserved', name, ms}`. A reservation is named `reserved-{era}-{ms}`: the hold count it was made
+    /// in (`era` in `KEYS[1]`) and the millisecond its start comes.
     static let decide = """
         local time = redis.call('TIME')
         local wall = tonumber(time[1])
@@ -53,16 +55,20 @@ enum RedisScripts {
                 fence = tonumber(kept[2])
                 if heldAt > tonumber(kept[1]) and heldAt < wall + 172800 then
                   redis.call('HSET', KEYS[5], 'expiresAt', held)
-                  redis.call('EXPIREAT', KEYS[5], held)
+                  redis.call('EXPIREAT', KEYS[5], heldAt + 86400)
                 end
               end
             end
             if fence == nil then
               fence = now
               redis.call('DEL', KEYS[5])
-              if heldAt > wall and heldAt < wall + 172800 then
-                redis.call('HSET', KEYS[5], 'expiresAt', held, 'at', now)
-                redis.call('EXPIREAT', KEYS[5], held)
+              -- Kept a day past the rejected credential's expiry, or past now if it has expired: the queue that
+              -- follows a rotation may take longer than the credentials' lifetime, and until every credential
+              -- fetched before the rotation has expired only a fetch started since is shared.
+              if heldAt < wall + 172800 then
+                local rejectedAt = math.max(heldAt, wall)
+                redis.call('HSET', KEYS[5], 'expiresAt', rejectedAt, 'at', now)
+                redis.call('EXPIREAT', KEYS[5], rejectedAt + 86400)
               end
             end
           end
@@ -78,9 +84,21 @@ enum RedisScripts {
           end
           if held ~= '' then
             local holder = redis.call('GET', KEYS[3])
-            local lapse = holder and redis.call('ZSCORE', KEYS[2], holder)
-            if lapse and after(tonumber(string.match(holder, '-(%d+)$'))) then
-              return {'await', math.max(1, math.min(pollMs, tonumber(lapse) - now))}
+            local era, at = nil, nil
+            if holder then era, at = string.match(holder, '^reserved%-(%d+)%-(%d+)$') end
+            if era then
+              -- Another replica's fetch of the account has a start reserved: wait for that start, then its fetch,
+              -- rather than queue a second start; the reservation lapses a lease's duration after its start.
+              local hold = redis.call('HGET', KEYS[1], 'hold')
+              if tonumber(at) + leaseMs > now and era == (redis.call('HGET', KEYS[1], 'era') or '0')
+                and holder ~= ARGV[10] and not (hold and hold ~= '') then
+                return {'hold', math.max(0, tonumber(at) - now) + pollMs, 'budget'}
+              end
+            else
+              local lapse = holder and redis.call('ZSCORE', KEYS[2], holder)
+              if lapse and after(tonumber(string.match(holder, '-(%d+)$'))) then
+                return {'await', math.max(1, math.min(pollMs, tonumber(lapse) - now))}
+              end
             end
           end
         end
@@ -98,8 +116,23 @@ enum RedisScripts {
         tokens = math.min(burst, tokens + math.max(0, now - refilled) * rate / 1000)
         redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'refilled', math.max(refilled, now))
         if redis.call('ZCARD', KEYS[2]) >= most then return {'hold', math.max(1, math.ceil(1000 / rate)), 'budget'} end
-        if tokens < 1 then return {'hold', math.max(1, math.ceil((1 - tokens) * 1000 / rate)), 'budget'} end
-        redis.call('HSET', KEYS[1], 'tokens', tostring(tokens - 1))
+        local era = redis.call('HGET', KEYS[1], 'era') or '0'
+        local reservedEra, reservedAt = string.match(ARGV[10], '^reserved%-(%d+)%-(%d+)$')
+        if reservedEra == era then
+          -- Counted when it was reserved.
+          reservedAt = tonumber(reservedAt)
+          if reservedAt > now then return {'reserved', ARGV[10], reservedAt - now} end
+          return {'start', take()}
+        end
+        tokens = tokens - 1
+        redis.call('HSET', KEYS[1], 'tokens', tostring(tokens))
+        if tokens < 0 then
+          -- The next free start: when the bucket, refilling, has made up every start counted before it.
+          local at = now + math.max(1, math.ceil(-tokens * 1000 / rate))
+          local name = 'reserved-' .. era .. '-' .. at
+          if shares and held ~= '' then redis.call('SET', KEYS[3], name, 'PX', at - now + leaseMs) end
+          return {'reserved', name, at - now}
+        end
         return {'start', take()}
         """
 
@@ -126,6 +159,17 @@ enum RedisScripts {
         local function answered()
           redis.call('HSET', KEYS[1], 'outages', 0, 'hold', '')
           redis.call('HDEL', KEYS[1], 'probe')
+        end
+        -- The hold begins: every reservation lapses, and the starts they counted are given back, so the fetches held
+        -- meanwhile queue again at the fleet's rate when it ends.
+        local function beginHold(reason)
+          local hold = redis.call('HGET', KEYS[1], 'hold')
+          if not hold or hold == '' then
+            redis.call('HINCRBY', KEYS[1], 'era', 1)
+            local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0')
+            if tokens < 0 then redis.call('HSET', KEYS[1], 'tokens', '0') end
+          end
+          redis.call('HSET', KEYS[1], 'hold', reason)
         end
         local function nextProbeAtLeast(at)
           local nextProbe = tonumber(redis.call('HGET', KEYS[1], 'nextProbe') or '0')
@@ -158,10 +202,11 @@ enum RedisScripts {
           if hold and hold ~= '' then
             nextProbeAtLeast(now + probeMs)
           elseif outages >= threshold then
-            redis.call('HSET', KEYS[1], 'hold', 'outage', 'nextProbe', now + probeMs)
+            beginHold('outage')
+            redis.call('HSET', KEYS[1], 'nextProbe', now + probeMs)
           end
         elseif outcome == 'retryAfter' then
-          if redis.call('HGET', KEYS[1], 'hold') ~= 'outage' then redis.call('HSET', KEYS[1], 'hold', 'retryAfter') end
+          if redis.call('HGET', KEYS[1], 'hold') ~= 'outage' then beginHold('retryAfter') end
           nextProbeAtLeast(now + tonumber(ARGV[5]))
         end
         return 1

@@ -5,8 +5,11 @@ public import SessionEngine
 /// in, so that every rule is a function a test can call.
 ///
 /// - **One budget.** At most `FleetLimits/startsPerSecond` fetch starts a second (a bucket of `FleetLimits/burst`) and
-///   `FleetLimits/maximumInFlight` fetches in flight across every replica; a fetch over it is held
-///   (`FleetDecision/HoldReason/budget`) until the next start would be allowed.
+///   `FleetLimits/maximumInFlight` fetches in flight across every replica. A fetch that finds no start left is given
+///   the next free one, counted now (`FleetDecision/reserved(_:retryIn:)`): the starts go in the order fetches asked,
+///   and a queue costs each fetch two questions, not one each time a start frees. A fetch over the fetches in flight is
+///   held (`FleetDecision/HoldReason/budget`) until one may end. A hold for an outage or a `Retry-After` voids every
+///   reservation, so the fetches held meanwhile queue again at the fleet's rate when it ends.
 /// - **One outage.** After `FleetLimits/outageThreshold` fetches in a row end as an outage, every replica's fetches are
 ///   held (`FleetDecision/HoldReason/outage`) but one probe every `FleetLimits/probeInterval`; a `Retry-After` holds
 ///   them until it has passed (`FleetDecision/HoldReason/retryAfter`), then one probe goes. The first answer of the
@@ -14,11 +17,13 @@ public import SessionEngine
 /// - **One fetch per account** (only with `FleetLimits/sharesCredentials`). A fetch takes the account's lease; another
 ///   replica's fetch of the account then waits for it (`FleetDecision/awaitPeer(retryIn:)`) and is handed its
 ///   credential (`FleetDecision/shared(_:)`) when the replica holds a credential of the account that expires
-///   earlier. A credential is never handed out after it expires, and is dropped when its account is next asked about.
+///   earlier. A reservation stands for its account's lease until its fetch takes one: another replica's fetch of the
+///   account is held (`FleetDecision/HoldReason/budget`) until then rather than queueing a second start, and the
+///   reservation lapses `FleetLimits/leaseDuration` after its start if no fetch takes it. A credential is never handed out after it expires, and is dropped when its account is next asked about.
 /// - **A rejection fences.** The first fetch that follows the service's rejection of a credential
-///   (`FleetFetch/followsRejection`) sets the account's fence at that moment; until the credentials reported rejected
-///   would have expired, a fetch that follows a rejection is handed only a credential whose fetch started at or after
-///   the fence, and waits only for such a fetch. A credential fetched before the rotation was signed with the old
+///   (`FleetFetch/followsRejection`) sets the account's fence at that moment; until a day after the credentials
+///   reported rejected expired, a fetch that follows a rejection is handed only a credential whose fetch started at or
+///   after the fence, and waits only for such a fetch. A credential fetched before the rotation was signed with the old
 ///   secret, however late it expires. The fence moves only when a rejected credential expires no earlier than one
 ///   fetched since the fence: the secret rotated again.
 ///
@@ -62,6 +67,10 @@ public struct FleetLedger: Sendable {
     private var nextProbeAt = Duration.zero
     private var probe: String?
     private var leasesIssued: UInt64 = 0
+    /// Counts the holds that voided every reservation; a reservation names the one it was made in.
+    private var reservationEra: UInt64 = 0
+    /// Per account, the start reserved for a replica's fetch of it, until that start comes.
+    private var accountReservations: [AccountID: (name: String, at: Duration)] = [:]
 
     /// Creates a ledger with a full bucket and nothing in flight.
     ///
@@ -108,6 +117,16 @@ public struct FleetLedger: Sendable {
             {
                 return .awaitPeer(retryIn: min(limits.peerPollInterval, lease.lapsesAt - now))
             }
+            // Another replica's fetch of the account has a start reserved: this one waits for that start rather
+            // than queueing a second one, then for its fetch. Like a lease, the reservation lapses `leaseDuration`
+            // after its start if its fetch never comes to take it (the replica died, the fetch was cancelled).
+            if let reserved = accountReservations[fetch.account] {
+                if reserved.at + limits.leaseDuration <= now || Self.era(of: reserved.name) != reservationEra {
+                    accountReservations[fetch.account] = nil
+                } else if fetch.heldExpiry != nil, fetch.reservation?.rawValue != reserved.name, hold == nil {
+                    return .hold(retryIn: max(.zero, reserved.at - now) + limits.peerPollInterval, reason: .budget)
+                }
+            }
         }
         if let hold {
             if probe != nil || now < nextProbeAt {
@@ -122,11 +141,50 @@ public struct FleetLedger: Sendable {
         guard leases.count < limits.maximumInFlight else {
             return .hold(retryIn: .seconds(1.0 / limits.startsPerSecond), reason: .budget)
         }
-        guard tokens >= 1 else {
-            return .hold(retryIn: .seconds((1 - tokens) / limits.startsPerSecond), reason: .budget)
+        if let reservation = fetch.reservation, let at = reservedStart(reservation) {
+            // Counted when it was reserved.
+            guard at <= now else { return .reserved(reservation, retryIn: at - now) }
+            return .start(lease: take(for: fetch.account, at: now))
         }
         tokens -= 1
+        guard tokens >= 0 else {
+            // The next free start: when the bucket, refilling, has made up every start counted before it.
+            let at = now + .seconds(-tokens / limits.startsPerSecond)
+            let name = "reserved-\(reservationEra)-\(at.components.seconds)-\(at.components.attoseconds)"
+            if limits.sharesCredentials, fetch.heldExpiry != nil {
+                // The account's one holder, as the scripts keep it: a lease before it is no longer waited for.
+                accountReservations[fetch.account] = (name, at)
+                accountLeases[fetch.account] = nil
+            }
+            return .reserved(FleetReservation(name), retryIn: at - now)
+        }
         return .start(lease: take(for: fetch.account, at: now))
+    }
+
+    /// When `reservation` may start, if it was made by this ledger since the last hold began.
+    private func reservedStart(_ reservation: FleetReservation) -> Duration? {
+        let parts = reservation.rawValue.split(separator: "-")
+        guard parts.count == 4, parts[0] == "reserved", UInt64(parts[1]) == reservationEra,
+            let seconds = Int64(parts[2]), let attoseconds = Int64(parts[3])
+        else { return nil }
+        return Duration(secondsComponent: seconds, attosecondsComponent: attoseconds)
+    }
+
+    /// The hold count a reservation's name carries.
+    private static func era(of name: String) -> UInt64? {
+        let parts = name.split(separator: "-")
+        return parts.count == 4 ? UInt64(parts[1]) : nil
+    }
+
+    /// Begins the fleet's hold: every reservation lapses, and the starts they counted are given back, so the fetches
+    /// held meanwhile queue again at the fleet's rate when it ends.
+    private mutating func beginHold(_ reason: FleetDecision.HoldReason) {
+        if hold == nil {
+            reservationEra += 1
+            tokens = max(tokens, 0)
+            accountReservations = [:]
+        }
+        hold = reason
     }
 
     /// A fetch a replica started has ended.
@@ -166,11 +224,11 @@ public struct FleetLedger: Sendable {
                 // A failed probe waits the interval again; never less than a Retry-After still running.
                 nextProbeAt = max(nextProbeAt, now + limits.probeInterval)
             } else if outagesInARow >= limits.outageThreshold {
-                hold = .outage
+                beginHold(.outage)
                 nextProbeAt = now + limits.probeInterval
             }
         case .retryAfter(let pause):
-            if hold != .outage { hold = .retryAfter }
+            if hold != .outage { beginHold(.retryAfter) }
             nextProbeAt = max(nextProbeAt, now + pause)
         case .abandoned:
             break
@@ -181,9 +239,12 @@ public struct FleetLedger: Sendable {
     ///
     /// The first such fetch sets it. Later ones keep it, unless the credential they report rejected expires no
     /// earlier than one fetched since the fence: that one carried the new secret, so the secret rotated again, and
-    /// the fence moves to now. A fence lapses when every credential reported rejected would have expired.
+    /// the fence moves to now. A fence lapses a day after the latest credential reported rejected expired (after it was
+    /// reported, if it had expired by then): the queue that follows a rotation may outlast the credentials' lifetime.
     private mutating func fence(for fetch: FleetFetch, now: Duration, wall: Date) -> Duration? {
-        if let fence = fences[fetch.account], fence.rejectedExpiry <= wall { fences[fetch.account] = nil }
+        if let fence = fences[fetch.account], fence.rejectedExpiry.addingTimeInterval(Self.fenceLinger) <= wall {
+            fences[fetch.account] = nil
+        }
         guard fetch.followsRejection, let held = fetch.heldExpiry else { return nil }
         if var fence = fences[fetch.account], fence.firstSince.map({ held < $0 }) ?? true {
             fence.rejectedExpiry = max(fence.rejectedExpiry, held)
@@ -191,9 +252,15 @@ public struct FleetLedger: Sendable {
             return fence.at
         }
         // A new fence, or none while the credential reported rejected has expired: the old one is gone either way.
-        fences[fetch.account] = held > wall ? Fence(at: now, rejectedExpiry: held) : nil
+        fences[fetch.account] =
+            held < wall.addingTimeInterval(Self.longestExpiry) ? Fence(at: now, rejectedExpiry: max(held, wall)) : nil
         return now
     }
+
+    /// How long a fence outlasts the latest expiry reported rejected.
+    static let fenceLinger: TimeInterval = 86_400
+    /// The latest expiry the fleet takes a credential's for, from now: two days, as the scripts.
+    static let longestExpiry: TimeInterval = 172_800
 
     /// Whether a fetch that started at `start` (`nil`: unknown) is after `fence` (`nil`: no fence).
     private static func startedAfter(_ start: Duration?, _ fence: Duration?) -> Bool {
@@ -212,7 +279,10 @@ public struct FleetLedger: Sendable {
         leasesIssued += 1
         let name = "fleet-\(leasesIssued)"
         leases[name] = Lease(account: account, startedAt: now, lapsesAt: now + limits.leaseDuration)
-        if limits.sharesCredentials { accountLeases[account] = name }
+        if limits.sharesCredentials {
+            accountLeases[account] = name
+            accountReservations[account] = nil
+        }
         return FleetLease(name)
     }
 

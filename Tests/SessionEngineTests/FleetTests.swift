@@ -350,6 +350,35 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         await engine.shutdown()
     }
 
+    /// A hold between two waits for a peer starts the count again: a fetch the fleet's budget or outage held longer
+    /// than the longest wait for a peer then waits for the peer fetching after it, and does not start outside the
+    /// fleet's budget.
+    @Test func aHoldBetweenTwoWaitsForAPeerStartsTheirCountAgain() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let asked = Locked(0)
+        let coordinator = FaultyCoordinator(clock: clock) { _ in
+            switch asked.withLock({ count -> Int in
+                count += 1
+                return count
+            }) {
+            case 1: .awaitPeer(retryIn: .milliseconds(500))
+            case 2: .hold(retryIn: .seconds(5), reason: .outage)
+            case 3, 4: .awaitPeer(retryIn: .milliseconds(500))
+            default: .start(lease: FleetLease("after"))
+            }
+        }
+        let engine = SessionEngine(
+            fetcher: fetcher, configuration: SessionConfiguration(randomSeed: 4), clock: clock,
+            coordination: FleetCoordination(coordinator, maximumPeerWait: .seconds(2)))
+        let signIn = await engine.startCall { try await $0.signIn("alice") }
+        #expect(await clock.advance(upTo: .seconds(60)) { !fetcher.requests.isEmpty })
+        try await signIn.value
+        #expect(engine.metrics.fleet?.peerWaitsGivenUp == 0, "\(String(describing: engine.metrics.fleet))")
+        #expect(engine.metrics.fleet?.started == 1, "it started on the fleet's lease")
+        await engine.shutdown()
+    }
+
     /// A sign-out while the fetch waits for the fleet ends the wait: nothing reaches the backend, and the pool's
     /// budget slot is free.
     @Test func aSignOutWhileTheFleetHoldsTheFetchSendsNothing() async throws {
@@ -453,15 +482,110 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         return try signer.sign(email: "alice@example.com")
     }
 
-    @Test func theBudgetStartsItsBurstThenHoldsUntilTheNextToken() {
+    @Test func theBudgetStartsItsBurstThenReservesTheNextStartsInTurn() {
         var ledger = FleetLedger(limits: .init(startsPerSecond: 2, burst: 2), now: now)
         guard case .start = ledger.decide(fetch("a"), now: now, wall: wall),
             case .start = ledger.decide(fetch("b"), now: now, wall: wall)
         else { return #expect(Bool(false), "the burst starts two") }
-        #expect(ledger.decide(fetch("c"), now: now, wall: wall) == .hold(retryIn: .milliseconds(500), reason: .budget))
-        guard case .start = ledger.decide(fetch("c"), now: now + .milliseconds(500), wall: wall) else {
-            return #expect(Bool(false), "a token half a second later")
+        // The bucket is empty: the next fetches are given the next free starts, half a second apart, in turn.
+        guard case .reserved(let first, let firstIn) = ledger.decide(fetch("c"), now: now, wall: wall),
+            case .reserved(let second, let secondIn) = ledger.decide(fetch("d"), now: now, wall: wall)
+        else { return #expect(Bool(false), "an empty bucket reserves") }
+        #expect(firstIn == .milliseconds(500) && secondIn == .seconds(1))
+        // Asked again early, a reservation keeps its place; asked when its start has come, it starts without a token.
+        var c = fetch("c")
+        c.reservation = first
+        #expect(
+            ledger.decide(c, now: now + .milliseconds(200), wall: wall) == .reserved(first, retryIn: .milliseconds(300))
+        )
+        guard case .start = ledger.decide(c, now: now + .milliseconds(500), wall: wall) else {
+            return #expect(Bool(false), "the reserved start")
         }
+        // A fetch without a reservation asking now queues behind d: its start is 1.5 s from the first question.
+        guard case .reserved(_, let thirdIn) = ledger.decide(fetch("e"), now: now + .milliseconds(500), wall: wall)
+        else { return #expect(Bool(false)) }
+        #expect(thirdIn == .seconds(1))
+        var d = fetch("d")
+        d.reservation = second
+        guard case .start = ledger.decide(d, now: now + .seconds(1), wall: wall) else {
+            return #expect(Bool(false), "d's start, though the bucket is still short")
+        }
+    }
+
+    /// A reservation stands for its account's lease: another replica's fetch of the account waits for its start rather
+    /// than queueing a second one, then waits for its fetch and takes its credential.
+    @Test func anotherReplicaOfAReservedAccountWaitsForItsStartAndTakesItsCredential() throws {
+        var ledger = FleetLedger(
+            limits: .init(startsPerSecond: 1, burst: 1, sharesCredentials: true, peerPollInterval: .milliseconds(100)),
+            now: now)
+        let held = try credential(expiringIn: 300)
+        let renewal = fetch("alice", holding: held.expirationDate)
+        guard case .start = ledger.decide(fetch("bob", holding: held.expirationDate), now: now, wall: wall),
+            case .reserved(let reservation, let retryIn) = ledger.decide(renewal, now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+        #expect(retryIn == .seconds(1))
+        #expect(
+            ledger.decide(renewal, now: now, wall: wall) == .hold(retryIn: .milliseconds(1100), reason: .budget),
+            "the second replica of alice waits for the first one's start")
+        var reserved = renewal
+        reserved.reservation = reservation
+        guard case .start(let lease) = ledger.decide(reserved, now: now + .seconds(1), wall: wall) else {
+            return #expect(Bool(false))
+        }
+        guard case .awaitPeer = ledger.decide(renewal, now: now + .milliseconds(1100), wall: wall) else {
+            return #expect(Bool(false), "then for its fetch")
+        }
+        let fetched = try credential(expiringIn: 600)
+        ledger.fetchEnded(reserved, lease: lease, outcome: .credential(fetched), now: now + .seconds(1), wall: wall)
+        #expect(ledger.decide(renewal, now: now + .milliseconds(1200), wall: wall) == .shared(fetched))
+    }
+
+    /// A replica that asks after the reserved start has come, before the reserving fetch took it, still waits for it;
+    /// a reservation no fetch takes lapses a lease's duration after its start, and the account's fetch goes through the
+    /// budget again.
+    @Test func aReservationHoldsTheAccountUntilItsFetchTakesItOrItLapses() throws {
+        var ledger = FleetLedger(
+            limits: .init(
+                startsPerSecond: 1, burst: 1, leaseDuration: .seconds(35), sharesCredentials: true,
+                peerPollInterval: .milliseconds(100)),
+            now: now)
+        let held = try credential(expiringIn: 300)
+        let renewal = fetch("alice", holding: held.expirationDate)
+        guard case .start = ledger.decide(fetch("bob", holding: held.expirationDate), now: now, wall: wall),
+            case .reserved = ledger.decide(renewal, now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+        #expect(
+            ledger.decide(renewal, now: now + .seconds(2), wall: wall)
+                == .hold(retryIn: .milliseconds(100), reason: .budget),
+            "the start has come and its fetch is late: wait for it")
+        guard case .start = ledger.decide(renewal, now: now + .seconds(36), wall: wall) else {
+            return #expect(Bool(false), "35 s after its start the reservation lapsed: the bucket, refilled, starts it")
+        }
+    }
+
+    /// The fleet's hold voids every reservation and gives back the starts they counted: when it ends, the fetches
+    /// held meanwhile queue again at the fleet's rate, rather than all starting on reservations made before it.
+    @Test func aHoldVoidsTheReservationsMadeBeforeIt() {
+        var ledger = FleetLedger(
+            limits: .init(startsPerSecond: 1, burst: 1, outageThreshold: 1, probeInterval: .seconds(5)), now: now)
+        guard case .start(let lease) = ledger.decide(fetch("a"), now: now, wall: wall),
+            case .reserved(let reservation, _) = ledger.decide(fetch("b"), now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+        ledger.fetchEnded(fetch("a"), lease: lease, outcome: .outage, now: now, wall: wall)
+        var b = fetch("b")
+        b.reservation = reservation
+        guard case .hold(_, .outage) = ledger.decide(b, now: now + .seconds(5) - .milliseconds(1), wall: wall) else {
+            return #expect(Bool(false), "held")
+        }
+        guard case .start(let probe) = ledger.decide(fetch("c"), now: now + .seconds(5), wall: wall) else {
+            return #expect(Bool(false), "the probe")
+        }
+        ledger.fetchEnded(fetch("c"), lease: probe, outcome: .refused, now: now + .seconds(5), wall: wall)
+        // b's reservation lapsed with the hold: it takes the bucket's token as any fetch would, and the next waits.
+        guard case .start = ledger.decide(b, now: now + .seconds(5), wall: wall),
+            case .reserved(_, let retryIn) = ledger.decide(b, now: now + .seconds(5), wall: wall)
+        else { return #expect(Bool(false)) }
+        #expect(retryIn == .seconds(1))
     }
 
     @Test func theBudgetHoldsAtItsFetchesInFlightUntilOneEnds() {
@@ -574,6 +698,32 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         ledger.fetchEnded(
             afterRejection, lease: fenced, outcome: .credential(afterRotation), now: now + .seconds(3), wall: wall)
         #expect(ledger.decide(afterRejection, now: now + .seconds(3), wall: wall) == .shared(afterRotation))
+    }
+
+    /// The fleet's queue after a rotation may outlast the rejected credential: a replica that reports the rejection
+    /// after that credential expired still waits for the fetch started at the fence and takes its credential, rather
+    /// than fetching its own; a fetch started before the fence is still not handed to it.
+    @Test func aFenceOutlivesTheRejectedCredential() throws {
+        var ledger = FleetLedger(limits: .init(sharesCredentials: true), now: now)
+        let rejected = try credential(expiringIn: 10)
+        let beforeRotation = try credential(expiringIn: 900)
+        let afterRotation = try credential(expiringIn: 1200)
+        let renewal = fetch("a", holding: rejected.expirationDate)
+        let afterRejection = FleetFetch(
+            account: "a", isNeeded: true, heldExpiry: rejected.expirationDate, followsRejection: true)
+        guard case .start(let early) = ledger.decide(renewal, now: now, wall: wall),
+            case .start(let fenced) = ledger.decide(afterRejection, now: now + .seconds(1), wall: wall)
+        else { return #expect(Bool(false)) }
+        ledger.fetchEnded(
+            renewal, lease: early, outcome: .credential(beforeRotation), now: now + .seconds(2), wall: wall)
+        // Twenty seconds on, the fenced fetch still under way: the rejected credential expired ten seconds ago.
+        let later = wall.addingTimeInterval(20)
+        guard case .awaitPeer = ledger.decide(afterRejection, now: now + .seconds(20), wall: later) else {
+            return #expect(Bool(false), "the fenced fetch is still the one to wait for")
+        }
+        ledger.fetchEnded(
+            afterRejection, lease: fenced, outcome: .credential(afterRotation), now: now + .seconds(21), wall: later)
+        #expect(ledger.decide(afterRejection, now: now + .seconds(21), wall: later) == .shared(afterRotation))
     }
 
     /// Replicas may hold different credentials of one account when the secret rotates: one that expires later than

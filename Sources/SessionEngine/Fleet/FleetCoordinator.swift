@@ -52,6 +52,9 @@ public struct FleetFetch: Sendable, Hashable, CustomStringConvertible {
     /// must then come from a fetch that started after the fleet first heard of that rejection, so that it was signed
     /// with the new secret. A credential fetched before it may expire later and still be signed with the old one.
     public let followsRejection: Bool
+    /// The start the fleet's budget reserved for the fetch when it last asked (``FleetDecision/reserved(_:retryIn:)``),
+    /// if it did: once its time has come the fetch starts without waiting its turn again.
+    public var reservation: FleetReservation?
 
     /// Creates a fetch.
     ///
@@ -60,17 +63,23 @@ public struct FleetFetch: Sendable, Hashable, CustomStringConvertible {
     ///   - isNeeded: Whether the account needs it now.
     ///   - heldExpiry: The expiry of the credential the replica holds for the account.
     ///   - followsRejection: Whether the service rejected the held credential.
-    public init(account: AccountID, isNeeded: Bool, heldExpiry: Date?, followsRejection: Bool = false) {
+    ///   - reservation: The start the fleet's budget reserved for the fetch, if it did.
+    public init(
+        account: AccountID, isNeeded: Bool, heldExpiry: Date?, followsRejection: Bool = false,
+        reservation: FleetReservation? = nil
+    ) {
         self.account = account
         self.isNeeded = isNeeded
         self.heldExpiry = heldExpiry
         self.followsRejection = followsRejection && heldExpiry != nil
+        self.reservation = reservation
     }
 
     /// The account, the urgency and the held credential's expiry; never a credential.
     public var description: String {
         var expiry = heldExpiry.map { "holding one until \(Int($0.timeIntervalSince1970))" } ?? "holding none"
         if followsRejection { expiry += ", rejected" }
+        if reservation != nil { expiry += ", a start reserved" }
         return "fetch for \(account) (\(isNeeded ? "needed" : "proactive"), \(expiry))"
     }
 }
@@ -89,6 +98,27 @@ public struct FleetLease: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The lease's name.
+    public var description: String { rawValue }
+}
+
+/// A start the fleet's budget counted for one fetch ahead of its time: the coordinator's name for it.
+///
+/// The budget hands out its starts in the order fetches ask for them: a fetch that finds no start left is given the
+/// next free one (``FleetDecision/reserved(_:retryIn:)``) and asks again when it comes, carrying the reservation
+/// (``FleetFetch/reservation``), so that a queue of fetches costs the coordinator about two questions each rather than
+/// one every time a start frees. A reservation lapses when the fleet's hold begins (an outage, a `Retry-After`).
+public struct FleetReservation: Sendable, Hashable, CustomStringConvertible {
+    /// The coordinator's name for the reservation.
+    public let rawValue: String
+
+    /// Creates a reservation.
+    ///
+    /// - Parameter rawValue: The coordinator's name for it.
+    public init(_ rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// The reservation's name.
     public var description: String { rawValue }
 }
 
@@ -114,6 +144,9 @@ public enum FleetDecision: Sendable, Hashable {
     case shared(IdentityCredential)
     /// The fleet holds fetches for now; ask again after `retryIn` (at most ``SessionConfiguration/maximumRetryAfter``).
     case hold(retryIn: Duration, reason: HoldReason)
+    /// The fleet's budget reserved a start for the fetch `retryIn` from now: ask again then, carrying the reservation
+    /// (``FleetFetch/reservation``), and it starts without waiting its turn again.
+    case reserved(FleetReservation, retryIn: Duration)
 }
 
 /// How a fetch a replica started ended, as its ``FleetCoordinator`` hears it.

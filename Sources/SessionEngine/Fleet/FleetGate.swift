@@ -106,7 +106,8 @@ final class FleetGate: Sendable {
         while true {
             if !fetch.followsRejection, await followsRejection() {
                 fetch = FleetFetch(
-                    account: fetch.account, isNeeded: true, heldExpiry: fetch.heldExpiry, followsRejection: true)
+                    account: fetch.account, isNeeded: true, heldExpiry: fetch.heldExpiry, followsRejection: true,
+                    reservation: fetch.reservation)
             }
             let asked = fetch
             // A lease granted after the replica stopped waiting is given back, not left to lapse.
@@ -139,7 +140,7 @@ final class FleetGate: Sendable {
                     fetch = FleetFetch(
                         account: fetch.account, isNeeded: fetch.isNeeded,
                         heldExpiry: max(fetch.heldExpiry ?? credential.expirationDate, credential.expirationDate),
-                        followsRejection: fetch.followsRejection)
+                        followsRejection: fetch.followsRejection, reservation: fetch.reservation)
                     continue
                 }
                 count { $0.sharesInstalled += 1 }
@@ -149,13 +150,21 @@ final class FleetGate: Sendable {
                 let started = peerWaitStarted ?? now
                 peerWaitStarted = started
                 wait = max(Self.shortestWait, retryIn)
-                // In all, on the clock: the calls' own time counts, and so do holds in between.
+                // In all, on the clock: the calls' own time counts. A hold in between ends the wait: the fleet's
+                // budget or outage held the fetch, and the peer it waits for after it is another fetch.
                 guard now - started + wait <= maximumPeerWait else {
                     count { $0.peerWaitsGivenUp += 1 }
                     return .start(nil)
                 }
                 count { $0.peerWaits += 1 }
             case .hold(let retryIn, _):
+                peerWaitStarted = nil
+                wait = min(maximumHold, max(Self.shortestWait, retryIn))
+                count { $0.holds += 1 }
+            case .reserved(let reservation, let retryIn):
+                // Asked again when the start comes, with the reservation: the fetch keeps its place in the queue.
+                peerWaitStarted = nil
+                fetch.reservation = reservation
                 wait = min(maximumHold, max(Self.shortestWait, retryIn))
                 count { $0.holds += 1 }
             }

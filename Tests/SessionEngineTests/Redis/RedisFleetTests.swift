@@ -122,12 +122,30 @@ struct RedisFleetTests {
             return
         }
         try await replicas[2].fetchEnded(late, lease: third, outcome: .issued(expiresAt: .now + 600))
-        // The bucket is empty now: a start waits for the next token, 100 s away at 0.01 a second.
-        guard case .hold(let retryIn, reason: .budget) = try await replicas[1].decide(late) else {
+        // The bucket is empty now: a start is reserved at the next token, 100 s away at 0.01 a second, and the next
+        // one 100 s after it, whichever replica asks.
+        guard case .reserved(let reservation, let retryIn) = try await replicas[1].decide(late),
+            case .reserved(_, let nextIn) = try await replicas[2].decide(late)
+        else {
             Issue.record("an empty bucket let a fetch start")
             return
         }
-        #expect(retryIn > .seconds(90))
+        #expect(retryIn > .seconds(90) && retryIn <= .seconds(100))
+        #expect(nextIn > .seconds(190) && nextIn <= .seconds(200))
+        // Asked again early, it keeps its place; a name the scripts did not make (another era) reserves anew.
+        var reserved = late
+        reserved.reservation = reservation
+        guard case .reserved(let kept, let keptIn) = try await replicas[1].decide(reserved) else {
+            Issue.record("the reservation was lost")
+            return
+        }
+        #expect(kept == reservation && keptIn <= retryIn)
+        reserved.reservation = FleetReservation("reserved-7-1")
+        guard case .reserved(_, let anewIn) = try await replicas[1].decide(reserved) else {
+            Issue.record("a reservation of another era started")
+            return
+        }
+        #expect(anewIn > .seconds(290))
     }
 
     @Test func oneReplicasOutageAndRetryAfterHoldTheFleetWithOneProbe() async throws {
@@ -305,6 +323,7 @@ struct RedisFleetTests {
             case .awaitPeer: "await"
             case .shared(let credential): "shared \(credential.expiresAt)"
             case .hold(_, let reason): "hold \(reason)"
+            case .reserved: "reserved"
             }
         }
         for phase in 0..<8 {
@@ -409,6 +428,21 @@ struct RedisFleetTests {
             return
         }
         try await redis.fetchEnded(rejecting(fetched), lease: moved, outcome: .abandoned)
+
+        // The fleet's queue after a rotation may outlast the rejected credential: reported after it expired, the
+        // rejection still fences, and the second replica waits for the first one's fetch rather than fetching its own.
+        let carol = FleetFetch(
+            account: "carol", isNeeded: true, heldExpiry: Date().addingTimeInterval(-10), followsRejection: true)
+        guard case .start(let first) = try await redis.decide(carol) else {
+            Issue.record("the first replica of carol")
+            return
+        }
+        try await Task.sleep(for: .milliseconds(5))
+        guard case .awaitPeer = try await redis.decide(carol) else {
+            Issue.record("an expired rejected credential still fences: wait for the fetch started at the fence")
+            return
+        }
+        try await redis.fetchEnded(carol, lease: first, outcome: .abandoned)
     }
 
     @Test func hostileExpiriesNeitherTrapNorHoldTheFleet() async throws {
