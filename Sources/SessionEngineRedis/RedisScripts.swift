@@ -46,7 +46,11 @@ enum RedisScripts {
           -- The fence moves only when a rejected credential expires no earlier than one fetched since: a new rotation.
           local fence = nil
           local function startedSince(start, at) return start ~= nil and start >= 0 and start >= at end
-          if held ~= '' and ARGV[9] == '1' then
+          if held ~= '' and ARGV[9] ~= '1' then
+            -- A fetch that does not follow a rejection respects a fence it finds, and neither sets nor moves one.
+            local at = redis.call('HGET', KEYS[5], 'at')
+            if at then fence = tonumber(at) end
+          elseif held ~= '' then
             local heldAt = tonumber(held)
             local kept = redis.call('HMGET', KEYS[5], 'expiresAt', 'at', 'firstSince')
             if kept[2] then
@@ -90,7 +94,7 @@ enum RedisScripts {
               -- Another replica's fetch of the account has a start reserved: wait for that start, then its fetch,
               -- rather than queue a second start; the reservation lapses a lease's duration after its start.
               local hold = redis.call('HGET', KEYS[1], 'hold')
-              if tonumber(at) + leaseMs > now and era == (redis.call('HGET', KEYS[1], 'era') or '0')
+              if tonumber(at) + leaseMs > now and era == (redis.call('HGET', KEYS[1], 'era') or '')
                 and holder ~= ARGV[10] and not (hold and hold ~= '') then
                 return {'hold', math.max(0, tonumber(at) - now) + pollMs, 'budget'}
               end
@@ -116,10 +120,16 @@ enum RedisScripts {
         tokens = math.min(burst, tokens + math.max(0, now - refilled) * rate / 1000)
         redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'refilled', math.max(refilled, now))
         if redis.call('ZCARD', KEYS[2]) >= most then return {'hold', math.max(1, math.ceil(1000 / rate)), 'budget'} end
-        local era = redis.call('HGET', KEYS[1], 'era') or '0'
+        local era = redis.call('HGET', KEYS[1], 'era')
+        if not era then
+          -- A server that starts empty begins an era of its own: no reservation of an earlier server is taken.
+          era = tostring(now)
+          redis.call('HSET', KEYS[1], 'era', era)
+        end
         local reservedEra, reservedAt = string.match(ARGV[10], '^reserved%-(%d+)%-(%d+)$')
-        if reservedEra == era then
-          -- Counted when it was reserved.
+        if reservedEra == era and tonumber(reservedAt) + 1000 >= now then
+          -- Counted when it was reserved. One that comes more than a second late (held at the fetches in flight, a
+          -- replica paused) has lost its start and queues again: due starts never pile up into a burst.
           reservedAt = tonumber(reservedAt)
           if reservedAt > now then return {'reserved', ARGV[10], reservedAt - now} end
           return {'start', take()}
@@ -165,7 +175,11 @@ enum RedisScripts {
         local function beginHold(reason)
           local hold = redis.call('HGET', KEYS[1], 'hold')
           if not hold or hold == '' then
-            redis.call('HINCRBY', KEYS[1], 'era', 1)
+            if redis.call('HEXISTS', KEYS[1], 'era') == 1 then
+              redis.call('HINCRBY', KEYS[1], 'era', 1)
+            else
+              redis.call('HSET', KEYS[1], 'era', now)
+            end
             local tokens = tonumber(redis.call('HGET', KEYS[1], 'tokens') or '0')
             if tokens < 0 then redis.call('HSET', KEYS[1], 'tokens', '0') end
           end

@@ -7,7 +7,8 @@ public import SessionEngine
 /// - **One budget.** At most `FleetLimits/startsPerSecond` fetch starts a second (a bucket of `FleetLimits/burst`) and
 ///   `FleetLimits/maximumInFlight` fetches in flight across every replica. A fetch that finds no start left is given
 ///   the next free one, counted now (`FleetDecision/reserved(_:retryIn:)`): the starts go in the order fetches asked,
-///   and a queue costs each fetch two questions, not one each time a start frees. A fetch over the fetches in flight is
+///   and a queue costs each fetch two questions, not one each time a start frees. A reserved start not taken within
+///   a second of its time is lost, and the fetch queues again. A fetch over the fetches in flight is
 ///   held (`FleetDecision/HoldReason/budget`) until one may end. A hold for an outage or a `Retry-After` voids every
 ///   reservation, so the fetches held meanwhile queue again at the fleet's rate when it ends.
 /// - **One outage.** After `FleetLimits/outageThreshold` fetches in a row end as an outage, every replica's fetches are
@@ -22,7 +23,7 @@ public import SessionEngine
 ///   reservation lapses `FleetLimits/leaseDuration` after its start if no fetch takes it. A credential is never handed out after it expires, and is dropped when its account is next asked about.
 /// - **A rejection fences.** The first fetch that follows the service's rejection of a credential
 ///   (`FleetFetch/followsRejection`) sets the account's fence at that moment; until a day after the credentials
-///   reported rejected expired, a fetch that follows a rejection is handed only a credential whose fetch started at or
+///   reported rejected expired, every fetch of the account is handed only a credential whose fetch started at or
 ///   after the fence, and waits only for such a fetch. A credential fetched before the rotation was signed with the old
 ///   secret, however late it expires. The fence moves only when a rejected credential expires no earlier than one
 ///   fetched since the fence: the secret rotated again.
@@ -141,8 +142,11 @@ public struct FleetLedger: Sendable {
         guard leases.count < limits.maximumInFlight else {
             return .hold(retryIn: .seconds(1.0 / limits.startsPerSecond), reason: .budget)
         }
-        if let reservation = fetch.reservation, let at = reservedStart(reservation) {
-            // Counted when it was reserved.
+        if let reservation = fetch.reservation, let at = reservedStart(reservation),
+            now - at <= Self.reservationGrace
+        {
+            // Counted when it was reserved. One that comes later than the grace (held at the fetches in flight, a
+            // replica paused) has lost its start and queues again: due starts never pile up into a burst.
             guard at <= now else { return .reserved(reservation, retryIn: at - now) }
             return .start(lease: take(for: fetch.account, at: now))
         }
@@ -245,7 +249,9 @@ public struct FleetLedger: Sendable {
         if let fence = fences[fetch.account], fence.rejectedExpiry.addingTimeInterval(Self.fenceLinger) <= wall {
             fences[fetch.account] = nil
         }
-        guard fetch.followsRejection, let held = fetch.heldExpiry else { return nil }
+        // A fetch that does not follow a rejection (a renewal of a replica that has not heard of it yet, a sign-in
+        // naming the user) respects a fence it finds, and neither sets nor moves one.
+        guard fetch.followsRejection, let held = fetch.heldExpiry else { return fences[fetch.account]?.at }
         if var fence = fences[fetch.account], fence.firstSince.map({ held < $0 }) ?? true {
             fence.rejectedExpiry = max(fence.rejectedExpiry, held)
             fences[fetch.account] = fence
@@ -257,6 +263,9 @@ public struct FleetLedger: Sendable {
         return now
     }
 
+    /// How late a reserved start may still be taken: starts in any second stay within the rate's for the second and
+    /// this much more, plus the bucket.
+    static let reservationGrace = Duration.seconds(1)
     /// How long a fence outlasts the latest expiry reported rejected.
     static let fenceLinger: TimeInterval = 86_400
     /// The latest expiry the fleet takes a credential's for, from now: two days, as the scripts.

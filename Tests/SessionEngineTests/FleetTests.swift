@@ -540,6 +540,45 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         #expect(ledger.decide(renewal, now: now + .milliseconds(1200), wall: wall) == .shared(fetched))
     }
 
+    /// A reserved start taken more than the grace late is lost, and the fetch queues again: starts that came due while
+    /// the fetches in flight were full, or a replica was paused, never come all at once.
+    @Test func aReservedStartTakenTooLateIsLostAndTheFetchQueuesAgain() {
+        var ledger = FleetLedger(limits: .init(startsPerSecond: 1, burst: 1), now: now)
+        guard case .start = ledger.decide(fetch("a"), now: now, wall: wall),
+            case .reserved(let reservation, _) = ledger.decide(fetch("b"), now: now, wall: wall),
+            case .reserved = ledger.decide(fetch("c"), now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+        var b = fetch("b")
+        b.reservation = reservation
+        // b's start was at +1 s; at +2.5 s, more than the grace late, it is lost: the bucket, at +0.5 after c's
+        // start, reserves b the next one.
+        guard case .reserved(let again, let retryIn) = ledger.decide(b, now: now + .milliseconds(2500), wall: wall)
+        else {
+            return #expect(Bool(false), "a start a second and a half late is not taken")
+        }
+        #expect(again != reservation && retryIn == .milliseconds(500))
+    }
+
+    /// A renewal of a replica that has not heard of the rejection yet, and a sign-in naming the user, respect the
+    /// account's fence: a credential fetched before it is not handed to them, though it expires later.
+    @Test func aFetchThatDoesNotFollowTheRejectionRespectsTheFence() throws {
+        var ledger = FleetLedger(limits: .init(sharesCredentials: true), now: now)
+        let rejected = try credential(expiringIn: 300)
+        let beforeRotation = try credential(expiringIn: 600)
+        let renewal = fetch("a", holding: rejected.expirationDate)
+        let afterRejection = FleetFetch(
+            account: "a", isNeeded: true, heldExpiry: rejected.expirationDate, followsRejection: true)
+        guard case .start(let early) = ledger.decide(renewal, now: now, wall: wall),
+            case .start = ledger.decide(afterRejection, now: now + .seconds(1), wall: wall)
+        else { return #expect(Bool(false)) }
+        ledger.fetchEnded(
+            renewal, lease: early, outcome: .credential(beforeRotation), now: now + .seconds(2), wall: wall)
+        let signIn = fetch("a", holding: wall)
+        guard case .awaitPeer = ledger.decide(signIn, now: now + .seconds(2), wall: wall) else {
+            return #expect(Bool(false), "a sign-in waits for the fetch started at the fence, not the earlier one")
+        }
+    }
+
     /// A replica that asks after the reserved start has come, before the reserving fetch took it, still waits for it;
     /// a reservation no fetch takes lapses a lease's duration after its start, and the account's fetch goes through the
     /// budget again.
@@ -691,7 +730,9 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         }
         ledger.fetchEnded(
             renewal, lease: early, outcome: .credential(beforeRotation), now: now + .seconds(2), wall: wall)
-        #expect(ledger.decide(renewal, now: now + .seconds(2), wall: wall) == .shared(beforeRotation))
+        guard case .awaitPeer = ledger.decide(renewal, now: now + .seconds(2), wall: wall) else {
+            return #expect(Bool(false), "a renewal that has not heard of the rejection respects the fence too")
+        }
         guard case .awaitPeer = ledger.decide(afterRejection, now: now + .seconds(2), wall: wall) else {
             return #expect(Bool(false), "the same rejection reported again keeps the fence: wait for its fetch")
         }

@@ -148,6 +148,47 @@ struct RedisFleetTests {
         #expect(anewIn > .seconds(290))
     }
 
+    /// Reservations on the server: the next start reserved in turn, kept when asked early, taken when it comes; with
+    /// sharing, another replica of the reserved account is held behind it and the reserving fetch is not.
+    @Test func aReservedStartIsKeptTakenWhenItComesAndHoldsItsAccountsOtherReplicas() async throws {
+        let server = try await RedisServer.start()
+        defer { Task { await server.stop() } }
+        let limits = FleetLimits(startsPerSecond: 5, burst: 1, sharesCredentials: true)
+        let first = try RedisFleetCoordinator(configuration: server.configuration(prefix: "reserve", limits: limits))
+        let second = try RedisFleetCoordinator(configuration: server.configuration(prefix: "reserve", limits: limits))
+        let held = try credential("yan@example.com", lifetime: 300)
+        let x = FleetFetch(account: "xia", isNeeded: true, heldExpiry: held.expirationDate)
+        var y = FleetFetch(account: "yan", isNeeded: true, heldExpiry: held.expirationDate)
+        guard case .start(let lease) = try await first.decide(x),
+            case .reserved(let reservation, let retryIn) = try await first.decide(y)
+        else {
+            Issue.record("a start, then a reservation")
+            return
+        }
+        #expect(retryIn > .zero && retryIn <= .milliseconds(200))
+        y.reservation = reservation
+        guard case .reserved(let kept, _) = try await first.decide(y), kept == reservation else {
+            Issue.record("asked early, the reservation keeps its place")
+            return
+        }
+        let other = FleetFetch(account: "yan", isNeeded: true, heldExpiry: held.expirationDate)
+        guard case .hold(_, .budget) = try await second.decide(other) else {
+            Issue.record("another replica of yan waits for the reserved start")
+            return
+        }
+        try await Task.sleep(for: retryIn + .milliseconds(20))
+        guard case .start(let reserved) = try await first.decide(y) else {
+            Issue.record("the reserved start, taken when it came")
+            return
+        }
+        guard case .awaitPeer = try await second.decide(other) else {
+            Issue.record("then the other replica waits for its fetch")
+            return
+        }
+        try await first.fetchEnded(x, lease: lease, outcome: .abandoned)
+        try await first.fetchEnded(y, lease: reserved, outcome: .abandoned)
+    }
+
     @Test func oneReplicasOutageAndRetryAfterHoldTheFleetWithOneProbe() async throws {
         let server = try await RedisServer.start()
         defer { Task { await server.stop() } }
