@@ -38,11 +38,11 @@ let package = Package(
         .target(name: "CSessionEngineSHA256"),
         // The bounded HTTPS transfer on the system's libcurl, loaded at run time (no headers needed to build).
         .target(name: "CSessionEngineCurl"),
-        // The Redis protocol and connection of the system's hiredis 0.14, loaded at run time (no headers needed to build).
+        // The Redis protocol of the system's hiredis 0.14, loaded at run time (no headers needed to build).
         .target(name: "CSessionEngineRedis"),
         .target(
             name: "SessionEngineRedis",
-            dependencies: ["SessionEngine", "CSessionEngineRedis"],
+            dependencies: ["SessionEngine", "CSessionEngineCurl", "CSessionEngineRedis"],
             swiftSettings: strictSettings
         ),
         // Inline thread-sanitizer annotations for the package's lock; nothing without the sanitizer.

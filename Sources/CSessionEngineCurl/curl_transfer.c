@@ -14,11 +14,15 @@
 #if defined(__linux__)
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef void CURL;
 typedef void CURLM;
@@ -55,6 +59,8 @@ enum {
     SE_CURLOPT_PRIVATE = 10103,
     SE_CURLOPT_COPYPOSTFIELDS = 10165,
     SE_CURLOPT_NOPROXY = 10177,
+    SE_CURLOPT_SSLCERT = 10025,
+    SE_CURLOPT_SSLKEY = 10087,
     SE_CURLOPT_CAINFO_BLOB = 40309,
     SE_CURLOPT_WRITEFUNCTION = 20011,
     SE_CURLOPT_HEADERFUNCTION = 20079,
@@ -68,6 +74,10 @@ enum {
     SE_CURLOPT_SSL_VERIFYHOST = 81,
     SE_CURLOPT_NOSIGNAL = 99,
     SE_CURLOPT_TIMEOUT_MS = 155,
+    SE_CURLOPT_CONNECT_ONLY = 141,
+    SE_CURLOPT_CONNECTTIMEOUT_MS = 156,
+    SE_CURLOPT_TCP_KEEPALIVE = 213,
+    SE_CURLE_AGAIN = 81,
     SE_CURLOPT_HTTP_CONTENT_DECODING = 158,
     SE_CURLOPT_PROTOCOLS = 181,
     SE_CURLOPT_SUPPRESS_CONNECT_HEADERS = 265,
@@ -82,6 +92,7 @@ enum {
     SE_CURLINFO_HTTP_CONNECTCODE = 0x200016,
     SE_CURLINFO_PROXY_SSL_VERIFYRESULT = 0x20002F,  // libcurl 7.52 and later
     SE_CURLINFO_PROXY_ERROR = 0x20003B,  // libcurl 7.73 and later
+    SE_CURLINFO_ACTIVESOCKET = 0x50002C,  // CURLINFO_SOCKET + 44, libcurl 7.45 and later
     // How many idle connections the driver's cache keeps.
     SE_CURL_IDLE_CONNECTIONS = 64,
     // libcurl's CURL_MAX_INPUT_LENGTH: the largest string or blob an option takes.
@@ -109,6 +120,10 @@ typedef CURL *(*curl_easy_init_f)(void);
 typedef int (*curl_easy_setopt_f)(CURL *handle, int option, ...);
 typedef int (*curl_easy_getinfo_f)(CURL *handle, int info, ...);
 typedef void (*curl_easy_cleanup_f)(CURL *handle);
+typedef int (*curl_easy_perform_f)(CURL *handle);
+typedef int (*curl_easy_send_f)(CURL *handle, const void *buffer, size_t length, size_t *sent);
+typedef int (*curl_easy_recv_f)(CURL *handle, void *buffer, size_t length, size_t *received);
+typedef const char *(*curl_easy_strerror_f)(int code);
 typedef struct curl_slist *(*curl_slist_append_f)(struct curl_slist *list, const char *line);
 typedef void (*curl_slist_free_all_f)(struct curl_slist *list);
 typedef CURLM *(*curl_multi_init_f)(void);
@@ -121,6 +136,7 @@ typedef int (*curl_multi_wakeup_f)(CURLM *multi);
 typedef int (*curl_multi_setopt_f)(CURLM *multi, int option, ...);
 typedef void *(*d2i_X509_f)(void **certificate, const unsigned char **input, long length);
 typedef void (*X509_free_f)(void *certificate);
+typedef const char *(*X509_verify_cert_error_string_f)(long result);
 
 static struct {
     int loaded;
@@ -128,6 +144,10 @@ static struct {
     curl_easy_setopt_f easy_setopt;
     curl_easy_getinfo_f easy_getinfo;
     curl_easy_cleanup_f easy_cleanup;
+    curl_easy_perform_f easy_perform;
+    curl_easy_send_f easy_send;
+    curl_easy_recv_f easy_recv;
+    curl_easy_strerror_f easy_strerror;
     curl_slist_append_f slist_append;
     curl_slist_free_all_f slist_free_all;
     curl_multi_init_f multi_init;
@@ -144,6 +164,7 @@ static struct {
 static struct {
     d2i_X509_f d2i_X509;
     X509_free_f X509_free;
+    X509_verify_cert_error_string_f verify_error_text;
 } crypto;
 
 /// One transfer: its easy handle, the header list libcurl reads from (it does not copy it) and the caller's
@@ -178,7 +199,9 @@ static void load(void) {
     curl_global_init_f global_init = (curl_global_init_f)dlsym(library, "curl_global_init");
     int complete = global_init != NULL && LOAD(easy_init, "curl_easy_init")
         && LOAD(easy_setopt, "curl_easy_setopt") && LOAD(easy_getinfo, "curl_easy_getinfo")
-        && LOAD(easy_cleanup, "curl_easy_cleanup") && LOAD(slist_append, "curl_slist_append")
+        && LOAD(easy_cleanup, "curl_easy_cleanup") && LOAD(easy_perform, "curl_easy_perform")
+        && LOAD(easy_send, "curl_easy_send") && LOAD(easy_recv, "curl_easy_recv")
+        && LOAD(easy_strerror, "curl_easy_strerror") && LOAD(slist_append, "curl_slist_append")
         && LOAD(slist_free_all, "curl_slist_free_all") && LOAD(multi_init, "curl_multi_init")
         && LOAD(multi_add_handle, "curl_multi_add_handle") && LOAD(multi_remove_handle, "curl_multi_remove_handle")
         && LOAD(multi_perform, "curl_multi_perform") && LOAD(multi_info_read, "curl_multi_info_read")
@@ -197,6 +220,9 @@ static void load(void) {
         if (openssl != NULL) {
             crypto.d2i_X509 = (d2i_X509_f)dlsym(openssl, "d2i_X509");
             crypto.X509_free = crypto.d2i_X509 != NULL ? (X509_free_f)dlsym(openssl, "X509_free") : NULL;
+            crypto.verify_error_text = crypto.X509_free != NULL
+                ? (X509_verify_cert_error_string_f)dlsym(openssl, "X509_verify_cert_error_string")
+                : NULL;
         }
     }
     driver.multi = api.multi_init();
@@ -272,16 +298,16 @@ static int append_file(const char *path, unsigned char **buffer, size_t *length)
     return failed;
 }
 
-/// Trusts the request's authorities: instead of the system's (no bundle, no directory), or beside them (the blob
+/// Trusts the given authorities: instead of the system's (no bundle, no directory), or beside them (the blob
 /// already holds the system's bundle, read once when the trust was made, since a blob replaces libcurl's bundle file;
 /// libcurl's directory is left as it is). libcurl copies the blob. 0 on success.
-static int trust_authorities(CURL *handle, const se_curl_request *request) {
-    if (request->ca_pem_length > SE_CURL_MAX_INPUT_LENGTH) {
+static int trust_authorities(CURL *handle, const unsigned char *pem, size_t length, int include_system) {
+    if (length > SE_CURL_MAX_INPUT_LENGTH) {
         return 1;
     }
-    se_curl_blob blob = {(void *)request->ca_pem, request->ca_pem_length, SE_CURL_BLOB_COPY};
+    se_curl_blob blob = {(void *)pem, length, SE_CURL_BLOB_COPY};
     int failed = api.easy_setopt(handle, SE_CURLOPT_CAINFO_BLOB, &blob);
-    if (!request->ca_include_system) {
+    if (!include_system) {
         failed |= api.easy_setopt(handle, SE_CURLOPT_CAINFO, (char *)NULL);
         failed |= api.easy_setopt(handle, SE_CURLOPT_CAPATH, (char *)NULL);
     }
@@ -370,7 +396,7 @@ static int configure(transfer *item, const se_curl_request *request) {
     failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYPEER, 1L);
     failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYHOST, 2L);
     if (request->ca_pem != NULL) {
-        failed |= trust_authorities(handle, request);
+        failed |= trust_authorities(handle, request->ca_pem, request->ca_pem_length, request->ca_include_system);
     }
     // An empty proxy turns every proxy off, the environment's included; a named one tunnels every request.
     if (request->proxy != NULL) {
@@ -526,6 +552,175 @@ static void *drive(void *unused) {
     return NULL;
 }
 
+
+// MARK: - Streams
+
+struct se_curl_stream {
+    CURL *handle;
+    int socket;
+};
+
+static void stream_error(char *error, size_t error_size, const char *text) {
+    if (error != NULL && error_size > 0) {
+        snprintf(error, error_size, "%s", text);
+    }
+}
+
+static int64_t monotonic_ms(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/// Waits until the socket is ready for `events` or `deadline_ms` passes; 1 when ready, 0 on timeout, -1 on error.
+static int wait_for(int socket, short events, int64_t deadline_ms) {
+    for (;;) {
+        int64_t left = deadline_ms - monotonic_ms();
+        if (left <= 0) {
+            return 0;
+        }
+        struct pollfd descriptor = {.fd = socket, .events = events, .revents = 0};
+        int ready = poll(&descriptor, 1, left > 60000 ? 60000 : (int)left);
+        if (ready > 0) {
+            return 1;
+        }
+        if (ready < 0 && errno != EINTR) {
+            return -1;
+        }
+    }
+}
+
+se_curl_stream *se_curl_stream_open(const se_curl_stream_options *options, char *error, size_t error_size) {
+    if (!se_curl_is_available()) {
+        stream_error(error, error_size, "libcurl (libcurl.so.4) is not installed");
+        return NULL;
+    }
+    CURL *handle = api.easy_init();
+    if (handle == NULL) {
+        stream_error(error, error_size, "out of memory");
+        return NULL;
+    }
+    int failed = api.easy_setopt(handle, SE_CURLOPT_URL, options->url);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_CONNECT_ONLY, 1L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_PROTOCOLS, (long)(SE_CURLPROTO_HTTP | SE_CURLPROTO_HTTPS));
+    failed |= api.easy_setopt(handle, SE_CURLOPT_CONNECTTIMEOUT_MS, options->connect_timeout_ms);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_NOSIGNAL, 1L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_TCP_KEEPALIVE, 1L);
+    // The stream goes straight to its server, whatever the environment's proxy variables say.
+    failed |= api.easy_setopt(handle, SE_CURLOPT_PROXY, "");
+    failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYPEER, 1L);
+    failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYHOST, 2L);
+    if (options->ca_pem != NULL) {
+        failed |= trust_authorities(handle, options->ca_pem, options->ca_pem_length, options->ca_include_system);
+    }
+    if (options->certificate_file != NULL) {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_SSLCERT, options->certificate_file);
+    }
+    if (options->key_file != NULL) {
+        failed |= api.easy_setopt(handle, SE_CURLOPT_SSLKEY, options->key_file);
+    }
+    (void)api.easy_setopt(handle, SE_CURLOPT_QUICK_EXIT, 1L);
+    if (failed) {
+        stream_error(error, error_size, "libcurl refused an option of the connection");
+        api.easy_cleanup(handle);
+        return NULL;
+    }
+    int code = api.easy_perform(handle);
+    int socket = -1;  // curl_socket_t
+    if (code == SE_CURLE_OK && api.easy_getinfo(handle, SE_CURLINFO_ACTIVESOCKET, &socket) != SE_CURLE_OK) {
+        socket = -1;
+    }
+    if (code != SE_CURLE_OK || socket < 0) {
+        long verify = 0;
+        (void)api.easy_getinfo(handle, SE_CURLINFO_SSL_VERIFYRESULT, &verify);
+        char text[200];
+        if (code != SE_CURLE_OK && verify != 0 && crypto.verify_error_text != NULL) {
+            snprintf(text, sizeof text, "%s (%s)", api.easy_strerror(code), crypto.verify_error_text(verify));
+        } else if (code != SE_CURLE_OK && verify != 0) {
+            snprintf(text, sizeof text, "%s (X509 verification error %ld)", api.easy_strerror(code), verify);
+        } else {
+            snprintf(text, sizeof text, "%s", code != SE_CURLE_OK ? api.easy_strerror(code) : "no socket");
+        }
+        stream_error(error, error_size, text);
+        api.easy_cleanup(handle);
+        return NULL;
+    }
+    se_curl_stream *stream = malloc(sizeof *stream);
+    if (stream == NULL) {
+        stream_error(error, error_size, "out of memory");
+        api.easy_cleanup(handle);
+        return NULL;
+    }
+    stream->handle = handle;
+    stream->socket = socket;
+    return stream;
+}
+
+int se_curl_stream_send(se_curl_stream *stream, const unsigned char *bytes, size_t length, long timeout_ms,
+                        char *error, size_t error_size) {
+    int64_t deadline = monotonic_ms() + timeout_ms;
+    // A TLS library may write to a socket the server reset without MSG_NOSIGNAL, which raises SIGPIPE, and SIGPIPE
+    // ends the process unless the host ignores it: the thread blocks it and takes back one it raised.
+    sigset_t pipe_only, previous, pending_before, pending_after;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
+    sigpending(&pending_before);
+    int result = 0;
+    while (length > 0) {
+        size_t sent = 0;
+        int code = api.easy_send(stream->handle, bytes, length, &sent);
+        if (code == SE_CURLE_OK) {
+            bytes += sent;
+            length -= sent;
+            continue;
+        }
+        int ready = code == SE_CURLE_AGAIN ? wait_for(stream->socket, POLLOUT, deadline) : -1;
+        if (ready <= 0) {
+            stream_error(error, error_size,
+                         ready == 0 ? "the write did not finish within the timeout" : api.easy_strerror(code));
+            result = ready == 0 ? SE_CURL_STREAM_TIMED_OUT : SE_CURL_STREAM_FAILED;
+            break;
+        }
+    }
+    sigpending(&pending_after);
+    if (sigismember(&pending_after, SIGPIPE) && !sigismember(&pending_before, SIGPIPE)) {
+        struct timespec now = {0, 0};
+        sigtimedwait(&pipe_only, NULL, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    return result;
+}
+
+long se_curl_stream_receive(se_curl_stream *stream, unsigned char *buffer, size_t capacity, long timeout_ms,
+                            char *error, size_t error_size) {
+    int64_t deadline = monotonic_ms() + timeout_ms;
+    for (;;) {
+        size_t received = 0;
+        int code = api.easy_recv(stream->handle, buffer, capacity, &received);
+        if (code == SE_CURLE_OK) {
+            if (received == 0) {
+                stream_error(error, error_size, "the server closed the connection");
+                return SE_CURL_STREAM_FAILED;
+            }
+            return (long)received;
+        }
+        int ready = code == SE_CURLE_AGAIN ? wait_for(stream->socket, POLLIN, deadline) : -1;
+        if (ready <= 0) {
+            stream_error(error, error_size,
+                         ready == 0 ? "no reply came within the timeout" : api.easy_strerror(code));
+            return ready == 0 ? SE_CURL_STREAM_TIMED_OUT : SE_CURL_STREAM_FAILED;
+        }
+    }
+}
+
+void se_curl_stream_close(se_curl_stream *stream) {
+    if (stream != NULL) {
+        api.easy_cleanup(stream->handle);
+        free(stream);
+    }
+}
+
 #else
 
 int se_curl_is_available(void) { return 0; }
@@ -551,5 +746,37 @@ int se_curl_check_certificate(const unsigned char *der, size_t length) {
     (void)length;
     return -1;
 }
+
+se_curl_stream *se_curl_stream_open(const se_curl_stream_options *options, char *error, size_t error_size) {
+    (void)options;
+    if (error != NULL && error_size > 0) {
+        error[0] = '\0';
+    }
+    return NULL;
+}
+
+int se_curl_stream_send(se_curl_stream *stream, const unsigned char *bytes, size_t length, long timeout_ms,
+                        char *error, size_t error_size) {
+    (void)stream;
+    (void)bytes;
+    (void)length;
+    (void)timeout_ms;
+    (void)error;
+    (void)error_size;
+    return SE_CURL_STREAM_FAILED;
+}
+
+long se_curl_stream_receive(se_curl_stream *stream, unsigned char *buffer, size_t capacity, long timeout_ms,
+                            char *error, size_t error_size) {
+    (void)stream;
+    (void)buffer;
+    (void)capacity;
+    (void)timeout_ms;
+    (void)error;
+    (void)error_size;
+    return SE_CURL_STREAM_FAILED;
+}
+
+void se_curl_stream_close(se_curl_stream *stream) { (void)stream; }
 
 #endif

@@ -2,41 +2,35 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/time.h>
 
-// hiredis 0.14's context, as far as this file reads it: the error flags and text come first in every 0.14 release.
-typedef struct redis_context_head {
+// hiredis 0.14's reader, as far as this file reads it: the error flag and text come first in every 0.14 release.
+typedef struct redis_reader_head {
     int err;
     char errstr[128];
-} redis_context_head;
+} redis_reader_head;
 
-typedef void *(*connect_with_timeout_f)(const char *, int, const struct timeval);
-typedef int (*set_timeout_f)(void *, const struct timeval);
-typedef void *(*command_argv_f)(void *, int, const char **, const size_t *);
+typedef int (*format_command_argv_f)(char **, int, const char **, const size_t *);
+typedef void (*free_command_f)(char *);
+typedef void *(*reader_create_f)(void);
+typedef int (*reader_feed_f)(void *, const char *, size_t);
+typedef int (*reader_get_reply_f)(void *, void **);
+typedef void (*reader_free_f)(void *);
 typedef void (*free_reply_f)(void *);
-typedef void (*free_context_f)(void *);
-typedef int (*enable_keep_alive_f)(void *);
 
 static struct {
-    connect_with_timeout_f connect_with_timeout;
-    set_timeout_f set_timeout;
-    command_argv_f command_argv;
+    format_command_argv_f format_command_argv;
+    free_command_f free_command;
+    reader_create_f reader_create;
+    reader_feed_f reader_feed;
+    reader_get_reply_f reader_get_reply;
+    reader_free_f reader_free;
     free_reply_f free_reply;
-    free_context_f free_context;
-    enable_keep_alive_f enable_keep_alive;
 } api;
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static int loaded = 0;
 static char load_error[160];
-
-struct se_redis {
-    void *context;
-};
 
 static void load(void) {
     void *library = dlopen("libhiredis.so.0.14", RTLD_NOW | RTLD_LOCAL);
@@ -45,9 +39,10 @@ static void load(void) {
         return;
     }
 #define LOAD(name, symbol) ((api.name = (__typeof__(api.name))dlsym(library, symbol)) != NULL)
-    if (!(LOAD(connect_with_timeout, "redisConnectWithTimeout") && LOAD(set_timeout, "redisSetTimeout") &&
-          LOAD(command_argv, "redisCommandArgv") && LOAD(free_reply, "freeReplyObject") &&
-          LOAD(free_context, "redisFree") && LOAD(enable_keep_alive, "redisEnableKeepAlive"))) {
+    if (!(LOAD(format_command_argv, "redisFormatCommandArgv") && LOAD(free_command, "redisFreeCommand") &&
+          LOAD(reader_create, "redisReaderCreate") && LOAD(reader_feed, "redisReaderFeed") &&
+          LOAD(reader_get_reply, "redisReaderGetReply") && LOAD(reader_free, "redisReaderFree") &&
+          LOAD(free_reply, "freeReplyObject"))) {
         snprintf(load_error, sizeof load_error, "libhiredis.so.0.14 lacks a function this package calls");
         dlclose(library);
         return;
@@ -64,82 +59,57 @@ int se_redis_load(char *why, size_t why_size) {
     return loaded;
 }
 
-static struct timeval milliseconds(int value) {
-    struct timeval time = {.tv_sec = value / 1000, .tv_usec = (value % 1000) * 1000};
-    return time;
+long se_redis_format(int argc, const char **argv, const size_t *lengths, char **command) {
+    *command = NULL;
+    if (!se_redis_load(NULL, 0)) {
+        return -1;
+    }
+    int length = api.format_command_argv(command, argc, argv, lengths);
+    if (length < 0) {
+        *command = NULL;
+    }
+    return length;
 }
 
-static void copy_error(char *error, size_t error_size, const char *text) {
-    if (error != NULL && error_size > 0) {
-        snprintf(error, error_size, "%s", text);
+void se_redis_free_command(char *command) {
+    if (command != NULL) {
+        api.free_command(command);
     }
 }
 
-se_redis *se_redis_connect(const char *host, int port, int timeout_ms, int io_timeout_ms, char *error,
-                           size_t error_size) {
-    if (!se_redis_load(error, error_size)) {
+se_redis_reader *se_redis_reader_create(void) {
+    if (!se_redis_load(NULL, 0)) {
         return NULL;
     }
-    void *context = api.connect_with_timeout(host, port, milliseconds(timeout_ms));
-    if (context == NULL) {
-        copy_error(error, error_size, "out of memory");
-        return NULL;
-    }
-    const redis_context_head *head = context;
-    if (head->err != 0) {
-        copy_error(error, error_size, head->errstr);
-        api.free_context(context);
-        return NULL;
-    }
-    if (api.set_timeout(context, milliseconds(io_timeout_ms)) != 0 || api.enable_keep_alive(context) != 0) {
-        copy_error(error, error_size, head->err != 0 ? head->errstr : "could not set the connection's timeouts");
-        api.free_context(context);
-        return NULL;
-    }
-    se_redis *connection = malloc(sizeof *connection);
-    if (connection == NULL) {
-        api.free_context(context);
-        copy_error(error, error_size, "out of memory");
-        return NULL;
-    }
-    connection->context = context;
-    return connection;
+    return api.reader_create();
 }
 
-se_redis_reply *se_redis_command(se_redis *connection, int argc, const char **argv, const size_t *lengths,
-                                 char *error, size_t error_size) {
-    // hiredis 0.14 writes with write(2), which raises SIGPIPE on a connection the server reset, and SIGPIPE ends the
-    // process unless the host ignores it. The thread blocks it around the command and takes back one it raised.
-    sigset_t pipe_only, previous;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
-    sigset_t pending_before;
-    sigpending(&pending_before);
-    se_redis_reply *reply = api.command_argv(connection->context, argc, argv, lengths);
-    sigset_t pending_after;
-    sigpending(&pending_after);
-    if (sigismember(&pending_after, SIGPIPE) && !sigismember(&pending_before, SIGPIPE)) {
-        struct timespec now = {0, 0};
-        sigtimedwait(&pipe_only, NULL, &now);
+int se_redis_reader_feed(se_redis_reader *reader, const unsigned char *bytes, size_t length) {
+    return api.reader_feed(reader, (const char *)bytes, length) == 0 ? 0 : -1;
+}
+
+int se_redis_reader_reply(se_redis_reader *reader, se_redis_reply **reply, char *error, size_t error_size) {
+    *reply = NULL;
+    void *object = NULL;
+    if (api.reader_get_reply(reader, &object) != 0) {
+        const redis_reader_head *head = (const redis_reader_head *)reader;
+        if (error != NULL && error_size > 0) {
+            snprintf(error, error_size, "%s", head->err != 0 ? head->errstr : "the reply could not be read");
+        }
+        return -1;
     }
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
-    if (reply == NULL) {
-        const redis_context_head *head = connection->context;
-        copy_error(error, error_size, head->err != 0 ? head->errstr : "no reply");
+    *reply = object;
+    return 0;
+}
+
+void se_redis_reader_free(se_redis_reader *reader) {
+    if (reader != NULL) {
+        api.reader_free(reader);
     }
-    return reply;
 }
 
 void se_redis_free_reply(se_redis_reply *reply) {
     if (reply != NULL) {
         api.free_reply(reply);
-    }
-}
-
-void se_redis_close(se_redis *connection) {
-    if (connection != NULL) {
-        api.free_context(connection->context);
-        free(connection);
     }
 }

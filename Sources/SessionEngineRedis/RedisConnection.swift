@@ -1,3 +1,4 @@
+internal import CSessionEngineCurl
 internal import CSessionEngineRedis
 import Dispatch
 internal import SessionEngine
@@ -23,24 +24,39 @@ enum RedisValue: Sendable, Hashable {
 
 /// One connection to the server, used by one command at a time on a thread of its own.
 ///
-/// hiredis's calls block, each bounded by the connection's timeout, so they run on a serial queue of the connection's
-/// own and never on the concurrency pool's threads. A command waits its turn, at most `maximumWaiting` of them; one
-/// whose deadline has passed when its turn comes is not sent. A command that fails to get a reply drops the
-/// connection, and the next one connects again (and authenticates, when configured).
+/// The bytes go over a libcurl stream (`CSessionEngineCurl`), a plain TCP connection or TLS with the server's
+/// certificate and name verified; hiredis writes the commands and reads the replies. Every call blocks, bounded by the
+/// command's timeout, so they run on a serial queue of the connection's own and never on the concurrency pool's
+/// threads. A command waits its turn, at most `maximumWaiting` of them; one whose deadline has passed when its turn
+/// comes is not sent. A command that fails to get a reply drops the connection, and the next one connects again
+/// (and authenticates, when configured).
 final class RedisConnection: Sendable {
     struct Endpoint: Sendable {
         let host: String
         let port: Int
         let username: String?
         let password: String?
+        let tls: RedisFleetCoordinator.Configuration.TLS?
         let connectTimeout: Duration
         let commandTimeout: Duration
     }
 
-    /// The hiredis connection, touched only on `queue`.
+    /// The stream, its reader and the buffer replies are received into, touched only on `queue`.
     private final class Handle: @unchecked Sendable {
-        var connection: OpaquePointer?
+        var stream: OpaquePointer?
+        var reader: OpaquePointer?
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+
+        func close() {
+            se_curl_stream_close(stream)
+            se_redis_reader_free(reader)
+            stream = nil
+            reader = nil
+        }
     }
+
+    /// The most a reply may take on the wire; the coordinator's scripts return a few hundred bytes.
+    static let largestReply = 1 << 20
 
     private let endpoint: Endpoint
     private let queue = DispatchQueue(label: "SessionEngineRedis.connection")
@@ -55,7 +71,7 @@ final class RedisConnection: Sendable {
 
     deinit {
         // Every command's block holds the connection, so none is running: the handle is this object's alone.
-        se_redis_close(handle.connection)
+        handle.close()
     }
 
     /// Runs one command, which must be sent before `deadline` on the continuous clock.
@@ -94,63 +110,121 @@ final class RedisConnection: Sendable {
         guard ContinuousClock.now < deadline else {
             return .failure(RedisCoordinatorError(.timedOut, reason: "the command's deadline passed while it waited"))
         }
-        if handle.connection == nil {
-            switch connect() {
-            case .success(let connection): handle.connection = connection
-            case .failure(let error): return .failure(error)
-            }
+        if handle.stream == nil, case .failure(let error) = connect() {
+            return .failure(error)
         }
-        let result = Self.send(arguments, on: handle.connection)
-        if case .failure = result {
-            se_redis_close(handle.connection)
-            handle.connection = nil
-        }
+        let result = exchange(arguments)
+        if case .failure = result { handle.close() }
         return result
     }
 
     /// Connects and authenticates.
-    private func connect() -> Result<OpaquePointer?, RedisCoordinatorError> {
-        var error = [CChar](repeating: 0, count: 160)
-        let connection = se_redis_connect(
-            endpoint.host, Int32(endpoint.port), Int32(Self.milliseconds(endpoint.connectTimeout, atMost: 60_000)),
-            Int32(Self.milliseconds(endpoint.commandTimeout, atMost: 60_000)), &error, error.count)
-        guard let connection else {
+    private func connect() -> Result<Void, RedisCoordinatorError> {
+        var error = [CChar](repeating: 0, count: 200)
+        // An address with colons is IPv6, which a URL writes in brackets; the host was checked to hold nothing a
+        // URL would read as a path, a user or a port.
+        let host = endpoint.host.contains(":") ? "[\(endpoint.host)]" : endpoint.host
+        let url = "\(endpoint.tls == nil ? "http" : "https")://\(host):\(endpoint.port)"
+        let tls = endpoint.tls
+        // A trust's bundle is `nil` for exactly the system's; the configuration refused one libcurl cannot take.
+        let bundle = tls?.trust.bundle
+        let stream = url.withCString { url in
+            withOptionalBytes(bundle) { pem in
+                withOptionalCString(tls?.certificateFile) { certificate in
+                    withOptionalCString(tls?.keyFile) { key in
+                        var options = se_curl_stream_options(
+                            url: url,
+                            connect_timeout_ms: Int(Self.milliseconds(endpoint.connectTimeout, atMost: 60_000)),
+                            ca_pem: pem.baseAddress, ca_pem_length: pem.count,
+                            ca_include_system: tls?.trust.includesSystem == true ? 1 : 0, certificate_file: certificate,
+                            key_file: key)
+                        return se_curl_stream_open(&options, &error, error.count)
+                    }
+                }
+            }
+        }
+        guard let stream else {
             let reason = RedisConnection.text(of: error)
             return .failure(
                 RedisCoordinatorError(.connectionFailed, reason: "\(endpoint.host):\(endpoint.port): \(reason)"))
         }
-        guard let password = endpoint.password else { return .success(connection) }
+        guard let reader = se_redis_reader_create() else {
+            se_curl_stream_close(stream)
+            return .failure(RedisCoordinatorError(.libraryMissing, reason: "hiredis could not make a reader"))
+        }
+        handle.stream = stream
+        handle.reader = reader
+        guard let password = endpoint.password else { return .success(()) }
         var auth: [[UInt8]] = [Array("AUTH".utf8)]
         if let username = endpoint.username { auth.append(Array(username.utf8)) }
         auth.append(Array(password.utf8))
-        switch Self.send(auth, on: connection) {
+        switch exchange(auth) {
         case .success(.status):
-            return .success(connection)
+            return .success(())
         case .success:
             // The server's words are left out: a reply to AUTH is no place to look for anything but "OK".
-            se_redis_close(connection)
+            handle.close()
             return .failure(
                 RedisCoordinatorError(.authenticationFailed, reason: "the server refused the username or password"))
         case .failure(let failure):
-            se_redis_close(connection)
+            handle.close()
             return .failure(failure)
         }
     }
 
-    /// Sends a command on a connection and copies its reply.
-    private static func send(_ arguments: [[UInt8]], on connection: OpaquePointer?) -> Result<
-        RedisValue, RedisCoordinatorError
-    > {
-        var error = [CChar](repeating: 0, count: 160)
-        let reply: UnsafeMutablePointer<se_redis_reply>? = withArguments(arguments) { argv, lengths in
-            se_redis_command(connection, Int32(arguments.count), argv, lengths, &error, error.count)
+    /// Sends a command on the open connection and reads its reply, the two within the command's timeout.
+    private func exchange(_ arguments: [[UInt8]]) -> Result<RedisValue, RedisCoordinatorError> {
+        guard let stream = handle.stream, let reader = handle.reader else {
+            return .failure(RedisCoordinatorError(.connectionLost, reason: "no connection"))
         }
-        guard let reply else {
+        let deadline = ContinuousClock.now.advanced(by: endpoint.commandTimeout)
+        func left() -> Int { Int(Self.milliseconds(ContinuousClock.now.duration(to: deadline), atMost: 60_000)) }
+        func failure(_ code: Int, _ error: [CChar]) -> RedisCoordinatorError {
+            guard code != Int(SE_CURL_STREAM_TIMED_OUT) else {
+                return RedisCoordinatorError(.connectionLost, reason: "no reply within the command timeout")
+            }
             let reason = RedisConnection.text(of: error)
-            return .failure(RedisCoordinatorError(.connectionLost, reason: reason.isEmpty ? "no reply" : reason))
+            return RedisCoordinatorError(.connectionLost, reason: reason.isEmpty ? "no reply" : reason)
         }
-        defer { se_redis_free_reply(reply) }
-        return copy(reply.pointee, depth: 0)
+        var error = [CChar](repeating: 0, count: 200)
+        var command: UnsafeMutablePointer<CChar>?
+        let length = Self.withArguments(arguments) { argv, lengths in
+            se_redis_format(Int32(arguments.count), argv, lengths, &command)
+        }
+        guard length >= 0, let command else {
+            return .failure(RedisCoordinatorError(.libraryMissing, reason: "hiredis could not write the command"))
+        }
+        defer { se_redis_free_command(command) }
+        let sent = command.withMemoryRebound(to: UInt8.self, capacity: length) {
+            se_curl_stream_send(stream, $0, length, left(), &error, error.count)
+        }
+        guard sent == 0 else { return .failure(failure(Int(sent), error)) }
+        var received = 0
+        while true {
+            var reply: UnsafeMutablePointer<se_redis_reply>?
+            guard se_redis_reader_reply(reader, &reply, &error, error.count) == 0 else {
+                return .failure(
+                    RedisCoordinatorError(.unexpectedReply, reason: "not the Redis protocol: \(Self.text(of: error))"))
+            }
+            if let reply {
+                defer { se_redis_free_reply(reply) }
+                return Self.copy(reply.pointee, depth: 0)
+            }
+            guard received < Self.largestReply else {
+                return .failure(RedisCoordinatorError(.unexpectedReply, reason: "the reply is larger than a decision"))
+            }
+            let failed = handle.buffer.withUnsafeMutableBufferPointer { buffer -> RedisCoordinatorError? in
+                let count = se_curl_stream_receive(
+                    stream, buffer.baseAddress!, buffer.count, left(), &error, error.count)
+                guard count > 0 else { return failure(count, error) }
+                received += count
+                guard se_redis_reader_feed(reader, buffer.baseAddress!, count) == 0 else {
+                    return RedisCoordinatorError(.unexpectedReply, reason: "the reply could not be read")
+                }
+                return nil
+            }
+            if let failed { return .failure(failed) }
+        }
     }
 
     /// The reply as a value, refusing one deeper or larger than the coordinator's scripts return.
@@ -207,6 +281,18 @@ final class RedisConnection: Sendable {
         return pointers.withUnsafeMutableBufferPointer { argv in
             lengths.withUnsafeBufferPointer { body(argv.baseAddress!, $0.baseAddress!) }
         }
+    }
+
+    /// Calls `body` with the bytes, or with an empty buffer whose base address is `nil`.
+    private func withOptionalBytes<T>(_ bytes: [UInt8]?, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+        guard let bytes else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
+        return bytes.withUnsafeBufferPointer(body)
+    }
+
+    /// Calls `body` with the text as a C string, or with `nil`.
+    private func withOptionalCString<T>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> T) -> T {
+        guard let text else { return body(nil) }
+        return text.withCString { body($0) }
     }
 
     /// The text a C function wrote into `buffer`, up to its terminating zero.

@@ -8,7 +8,8 @@ public struct RedisCoordinatorError: Error, Sendable, Hashable, CustomStringConv
     public enum Code: String, Sendable, Hashable {
         /// A configuration value is out of range or malformed.
         case invalidConfiguration
-        /// hiredis 0.14 (`libhiredis.so.0.14`, Debian's `libhiredis0.14`) is not installed.
+        /// hiredis 0.14 (`libhiredis.so.0.14`, Debian's `libhiredis0.14`) or libcurl (`libcurl.so.4`) is not
+        /// installed.
         case libraryMissing
         /// The server could not be reached within the connect timeout.
         case connectionFailed

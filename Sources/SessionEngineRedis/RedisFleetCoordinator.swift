@@ -1,3 +1,4 @@
+internal import CSessionEngineCurl
 internal import CSessionEngineRedis
 import Foundation
 public import SessionEngine
@@ -12,9 +13,11 @@ public import SessionEngine
 ///
 /// The protocol comes from the system's hiredis 0.14 (`libhiredis.so.0.14`, Debian's `libhiredis0.14`), loaded at run
 /// time: the package builds without it, and ``init(configuration:)`` throws
-/// ``RedisCoordinatorError/Code/libraryMissing`` where it is missing. Commands go over one connection, on a thread of
-/// its own, each bounded by ``Configuration/commandTimeout``; the connection is made at the first command and again
-/// after one fails. hiredis 0.14 has no TLS: reach a server beyond the host over a tunnel that adds it.
+/// ``RedisCoordinatorError/Code/libraryMissing`` where it is missing. hiredis writes the commands and reads the
+/// replies; the bytes go over the system's libcurl, as the engine's HTTPS transport does, on a plain connection or on
+/// TLS (``Configuration/TLS``, `rediss://`) with the server's certificate and name verified and, when the server asks
+/// for one, a client certificate. Commands go over one connection, on a thread of its own, each bounded by
+/// ``Configuration/commandTimeout``; the connection is made at the first command and again after one fails.
 ///
 /// Give it to replicas with `FleetCoordination`; a replica whose call throws or passes the coordination's deadline
 /// decides locally:
@@ -27,6 +30,63 @@ public import SessionEngine
 public final class RedisFleetCoordinator: FleetCoordinator {
     /// Where the server is, how to log in, and the fleet's limits.
     public struct Configuration: Sendable, CustomStringConvertible, CustomReflectable {
+        /// How the coordinator proves the server, and itself, over TLS.
+        ///
+        /// The server's certificate must chain to an authority of ``trust`` and name the configured host (its DNS
+        /// name or IP address among the subject alternative names); the fetcher's `CertificateTrust` says which
+        /// authorities, the same way. A server started with `tls-auth-clients yes`, Redis's default, also asks for a
+        /// client certificate.
+        ///
+        /// ```swift
+        /// let tls = try RedisFleetCoordinator.Configuration.TLS(
+        ///     trust: .authorities([CertificateAuthorities(pemFile: "/etc/billing/redis-ca.pem")]),
+        ///     certificateFile: "/etc/billing/replica.pem", keyFile: "/etc/billing/replica.key")
+        /// ```
+        public struct TLS: Sendable, Hashable {
+            /// The authorities the server's certificate must chain to; `CertificateTrust.system` by default.
+            public let trust: CertificateTrust
+            /// The PEM file of the client's certificate, presented when the server asks; `nil` presents none.
+            public let certificateFile: String?
+            /// The PEM file of the client certificate's private key; `nil` when ``certificateFile`` holds it. libcurl
+            /// reads it at each connection; the coordinator never holds the key.
+            public let keyFile: String?
+
+            /// Creates the TLS options, checking that the trust can be used and that every file named can be read.
+            ///
+            /// - Parameters:
+            ///   - trust: The authorities to trust; the system's by default.
+            ///   - certificateFile: The client certificate's PEM file, or `nil`.
+            ///   - keyFile: The client key's PEM file, or `nil`; it needs `certificateFile`.
+            /// - Throws: ``RedisCoordinatorError`` with ``RedisCoordinatorError/Code/invalidConfiguration`` naming the
+            ///   file that cannot be read, a key without a certificate, or a trust libcurl cannot take.
+            public init(trust: CertificateTrust = .system, certificateFile: String? = nil, keyFile: String? = nil)
+                throws(RedisCoordinatorError)
+            {
+                if let problem = trust.problem {
+                    throw RedisCoordinatorError(.invalidConfiguration, reason: "the trust: \(problem.reason)")
+                }
+                for (name, path) in [("client certificate's", certificateFile), ("client key's", keyFile)] {
+                    guard let path else { continue }
+                    guard !path.isEmpty, path.utf8.count <= 4096, !path.utf8.contains(0) else {
+                        throw RedisCoordinatorError(
+                            .invalidConfiguration, reason: "the \(name) file's path must be 1 to 4096 bytes without NUL"
+                        )
+                    }
+                    guard FileManager.default.isReadableFile(atPath: path) else {
+                        throw RedisCoordinatorError(
+                            .invalidConfiguration, reason: "the \(name) file \(path) cannot be read")
+                    }
+                }
+                if keyFile != nil, certificateFile == nil {
+                    throw RedisCoordinatorError(
+                        .invalidConfiguration, reason: "a client key needs a client certificate")
+                }
+                self.trust = trust
+                self.certificateFile = certificateFile
+                self.keyFile = keyFile
+            }
+        }
+
         /// The server's host name or address.
         public let host: String
         /// The server's port.
@@ -35,6 +95,8 @@ public final class RedisFleetCoordinator: FleetCoordinator {
         public let username: String?
         /// The password; `nil` sends no `AUTH`. Never part of a description, an error or a log.
         public let password: String?
+        /// TLS to the server; `nil` speaks plain TCP, for a server on the host or a network the fleet trusts.
+        public let tls: TLS?
         /// The prefix of every key, set in braces so all of them share one hash slot; one per fleet.
         public let keyPrefix: String
         /// The limits every replica is held to together.
@@ -47,10 +109,12 @@ public final class RedisFleetCoordinator: FleetCoordinator {
         /// Creates a configuration, checking every value.
         ///
         /// - Parameters:
-        ///   - host: The server's host name or address: 1 to 253 characters, no spaces or control characters.
+        ///   - host: The server's host name or address: 1 to 253 letters, digits, `-`, `_`, `.` or, for an IPv6
+        ///     address, `:` (without brackets).
         ///   - port: The server's port, 1 to 65535.
         ///   - username: The ACL user, if any: 1 to 256 characters, no spaces or control characters.
         ///   - password: The password, if any: 1 to 512 bytes.
+        ///   - tls: TLS to the server, or `nil` for plain TCP.
         ///   - keyPrefix: The keys' prefix: 1 to 64 characters of letters, digits, `-`, `_`, `.` and `:`.
         ///   - limits: The fleet's limits.
         ///   - connectTimeout: How long a connection may take to open: 1 ms to 60 s.
@@ -59,7 +123,8 @@ public final class RedisFleetCoordinator: FleetCoordinator {
         public init(
             host: String = "127.0.0.1", port: Int = 6379, username: String? = nil, password: String? = nil,
             keyPrefix: String = "session-engine", limits: FleetLimits = FleetLimits(),
-            connectTimeout: Duration = .milliseconds(250), commandTimeout: Duration = .milliseconds(250)
+            connectTimeout: Duration = .milliseconds(250), commandTimeout: Duration = .milliseconds(250),
+            tls: TLS? = nil
         ) throws(RedisCoordinatorError) {
             func invalid(_ reason: String) -> RedisCoordinatorError {
                 RedisCoordinatorError(.invalidConfiguration, reason: reason)
@@ -68,8 +133,14 @@ public final class RedisFleetCoordinator: FleetCoordinator {
                 !text.isEmpty && text.count <= limit
                     && text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value != 0x7F }
             }
-            guard isPlain(host, limit: 253) else {
-                throw invalid("the host must be 1 to 253 characters without spaces or control characters")
+            // The host becomes part of the URL the stream connects to: nothing in it may read as a user, a path or a
+            // port there.
+            let hostCharacters = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+            guard !host.isEmpty, host.count <= 253, host.allSatisfy(hostCharacters.contains),
+                !host.contains(":") || host.allSatisfy(Set("0123456789abcdefABCDEF:.").contains)
+            else {
+                throw invalid(
+                    "the host must be 1 to 253 letters, digits, '-', '_', '.', or an IPv6 address without brackets")
             }
             guard (1...65_535).contains(port) else { throw invalid("the port \(port) is not in 1...65535") }
             if let username, !isPlain(username, limit: 256) {
@@ -91,40 +162,48 @@ public final class RedisFleetCoordinator: FleetCoordinator {
             self.port = port
             self.username = username
             self.password = password
+            self.tls = tls
             self.keyPrefix = keyPrefix
             self.limits = limits
             self.connectTimeout = connectTimeout
             self.commandTimeout = commandTimeout
         }
 
-        /// Reads a `redis://[[user]:password@]host[:port]` URL, the form Redis clients share; the limits and timeouts
-        /// are the defaults, and the key prefix is `keyPrefix`.
+        /// Reads a `redis://[[user]:password@]host[:port]` or `rediss://…` (TLS) URL, the form Redis clients share;
+        /// the limits and timeouts are the defaults, and the key prefix is `keyPrefix`.
         ///
         /// - Parameters:
-        ///   - url: The URL. `rediss://` (TLS) is refused: hiredis 0.14 has no TLS.
+        ///   - url: The URL.
         ///   - keyPrefix: The keys' prefix.
         ///   - limits: The fleet's limits.
+        ///   - tls: The TLS options of a `rediss://` URL; `nil` trusts the system's authorities and presents no
+        ///     client certificate. A `redis://` URL with TLS options is refused.
         /// - Throws: ``RedisCoordinatorError`` with ``RedisCoordinatorError/Code/invalidConfiguration``; the reason
         ///   never repeats the URL, which may hold the password.
-        public init(url: String, keyPrefix: String = "session-engine", limits: FleetLimits = FleetLimits())
-            throws(RedisCoordinatorError)
-        {
+        public init(
+            url: String, keyPrefix: String = "session-engine", limits: FleetLimits = FleetLimits(), tls: TLS? = nil
+        ) throws(RedisCoordinatorError) {
             guard url.utf8.count <= 2048, let components = URLComponents(string: url) else {
                 throw RedisCoordinatorError(.invalidConfiguration, reason: "the Redis URL is not a URL")
             }
-            guard components.scheme == "redis" else {
-                throw RedisCoordinatorError(
-                    .invalidConfiguration,
-                    reason: components.scheme == "rediss"
-                        ? "rediss:// needs TLS, which hiredis 0.14 does not have" : "the URL's scheme is not redis")
+            guard components.scheme == "redis" || components.scheme == "rediss" else {
+                throw RedisCoordinatorError(.invalidConfiguration, reason: "the URL's scheme is not redis or rediss")
             }
-            guard let host = components.host, !host.isEmpty else {
+            if components.scheme == "redis", tls != nil {
+                throw RedisCoordinatorError(
+                    .invalidConfiguration, reason: "TLS options were given for a redis:// URL; use rediss://")
+            }
+            guard var host = components.host, !host.isEmpty else {
                 throw RedisCoordinatorError(.invalidConfiguration, reason: "the Redis URL names no host")
             }
+            if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            var secure = tls
+            if components.scheme == "rediss", secure == nil { secure = try TLS() }
             let user = components.user.flatMap { $0.isEmpty ? nil : $0 }
             try self.init(
                 host: host, port: components.port ?? 6379, username: user, password: components.password,
-                keyPrefix: keyPrefix, limits: limits)
+                keyPrefix: keyPrefix, limits: limits,
+                tls: secure)
         }
 
         /// The configuration's parts for `dump` and debuggers, without the password.
@@ -133,6 +212,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
                 self,
                 children: [
                     "host": host, "port": port, "username": username as Any, "hasPassword": password != nil,
+                    "tls": tls as Any,
                     "keyPrefix": keyPrefix, "limits": limits, "connectTimeout": connectTimeout,
                     "commandTimeout": commandTimeout,
                 ],
@@ -142,7 +222,8 @@ public final class RedisFleetCoordinator: FleetCoordinator {
         /// The server and the prefix, without the password.
         public var description: String {
             let login = username.map { "\($0)@" } ?? (password != nil ? "(password)@" : "")
-            return "redis://\(login)\(host):\(port) prefix \(keyPrefix)"
+            let address = host.contains(":") ? "[\(host)]" : host
+            return "\(tls == nil ? "redis" : "rediss")://\(login)\(address):\(port) prefix \(keyPrefix)"
         }
     }
 
@@ -155,18 +236,21 @@ public final class RedisFleetCoordinator: FleetCoordinator {
     /// Creates a coordinator; it connects at its first call.
     ///
     /// - Parameter configuration: The server, the login and the limits.
-    /// - Throws: ``RedisCoordinatorError`` with ``RedisCoordinatorError/Code/libraryMissing`` when hiredis 0.14 is
-    ///   not installed.
+    /// - Throws: ``RedisCoordinatorError`` with ``RedisCoordinatorError/Code/libraryMissing`` when hiredis 0.14 or
+    ///   libcurl is not installed.
     public init(configuration: Configuration) throws(RedisCoordinatorError) {
         var why = [CChar](repeating: 0, count: 160)
         guard se_redis_load(&why, why.count) != 0 else {
             throw RedisCoordinatorError(.libraryMissing, reason: RedisConnection.text(of: why))
         }
+        guard se_curl_is_available() != 0 else {
+            throw RedisCoordinatorError(.libraryMissing, reason: "libcurl.so.4 is not installed (Debian: libcurl4)")
+        }
         self.configuration = configuration
         connection = RedisConnection(
             endpoint: .init(
                 host: configuration.host, port: configuration.port, username: configuration.username,
-                password: configuration.password, connectTimeout: configuration.connectTimeout,
+                password: configuration.password, tls: configuration.tls, connectTimeout: configuration.connectTimeout,
                 commandTimeout: configuration.commandTimeout))
     }
 

@@ -121,6 +121,57 @@ void se_curl_free(void *_Nullable bytes);
 ///   ask (libcurl is not there, or uses another TLS library).
 int se_curl_check_certificate(const unsigned char *_Nonnull der, size_t length);
 
+/// Where a stream goes and how it proves the server.
+typedef struct se_curl_stream_options {
+    /// `http://host:port` for a plain TCP connection, `https://host:port` for TLS; nothing is spoken but the bytes
+    /// the caller sends.
+    const char *_Nonnull url;
+    /// How long the name's resolution, the connection and the TLS handshake may take together.
+    long connect_timeout_ms;
+    /// PEM text of the certificate authorities to trust, or NULL for the system's, as in ``se_curl_request``.
+    const unsigned char *_Nullable ca_pem;
+    /// The length of `ca_pem`, at most 8,000,000.
+    size_t ca_pem_length;
+    /// With `ca_pem`: non-zero to keep libcurl's directory of authorities as well.
+    int ca_include_system;
+    /// The PEM file of the client's certificate (mutual TLS), or NULL to present none.
+    const char *_Nullable certificate_file;
+    /// The PEM file of the client certificate's private key, or NULL when it is in `certificate_file`.
+    const char *_Nullable key_file;
+} se_curl_stream_options;
+
+/// A connection of bytes to a server, plain or TLS, owned by one thread at a time.
+typedef struct se_curl_stream se_curl_stream;
+
+/// The stream's operation did not finish within its timeout; the stream is then unusable.
+#define SE_CURL_STREAM_TIMED_OUT (-1)
+/// The stream broke; it is unusable.
+#define SE_CURL_STREAM_FAILED (-2)
+
+/// Opens a stream with libcurl's connect-only mode: the name resolved, the connection made and, for `https`, the
+/// TLS handshake done with the certificate and the host name verified, all within `connect_timeout_ms`. No proxy is
+/// used, whatever the environment says, and no signal.
+///
+/// - Returns: The stream, or NULL with the reason in `error` (never longer than `error_size`).
+se_curl_stream *_Nullable se_curl_stream_open(const se_curl_stream_options *_Nonnull options,
+                                              char *_Nullable error, size_t error_size);
+
+/// Sends every byte within `timeout_ms`.
+///
+/// - Returns: 0 when every byte went, or a negative `SE_CURL_STREAM_` code with the reason in `error`.
+int se_curl_stream_send(se_curl_stream *_Nonnull stream, const unsigned char *_Nonnull bytes, size_t length,
+                        long timeout_ms, char *_Nullable error, size_t error_size);
+
+/// Receives what has come, at most `capacity` bytes, waiting at most `timeout_ms` for the first.
+///
+/// - Returns: How many bytes were received (at least one), or a negative `SE_CURL_STREAM_` code with the reason in
+///   `error` (a server that closed the connection is a failure).
+long se_curl_stream_receive(se_curl_stream *_Nonnull stream, unsigned char *_Nonnull buffer, size_t capacity,
+                            long timeout_ms, char *_Nullable error, size_t error_size);
+
+/// Closes the stream and frees it.
+void se_curl_stream_close(se_curl_stream *_Nullable stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,8 @@
 import Foundation
 
 /// A private certificate authority a test makes with the `openssl` command: the authority's certificate, and server
-/// certificates it signed, one for `localhost` and `127.0.0.1` and one for another host, each with its key.
+/// certificates it signed, one for `localhost` and `127.0.0.1` and one for another host, and a client certificate, each
+/// with its key.
 ///
 /// Everything is made before ``make()`` returns, through ``ChildProcess`` (no thread of the concurrency pool waits
 /// for openssl), in a fresh temporary directory.
@@ -22,6 +23,10 @@ struct PrivateAuthority: Sendable {
     var otherHostCertificate: String { path("other.pem") }
     /// That certificate's private key.
     var otherHostKey: String { path("other.key") }
+    /// A client certificate the authority signed (`clientAuth`), for a server that asks for one.
+    var clientCertificate: String { path("client.pem") }
+    /// That certificate's private key.
+    var clientKey: String { path("client.key") }
     /// A self-signed certificate of about 64 KiB (an extension of 64,000 characters), PEM: the tests of what libcurl
     /// takes repeat it a hundred times where the authority's would take five thousand, each parsed and checked.
     var largeCertificate: String { path("large.pem") }
@@ -52,14 +57,16 @@ struct PrivateAuthority: Sendable {
                 "-subj", "/CN=SessionEngine large test certificate",
                 "-addext", "1.2.3.4.5=ASN1:UTF8String:" + String(repeating: "a", count: 64_000),
             ])
-        for (name, names) in [("server", "DNS:localhost,IP:127.0.0.1"), ("other", "DNS:other.invalid")] {
+        for (serial, (name, names)) in [
+            ("server", "DNS:localhost,IP:127.0.0.1"), ("other", "DNS:other.invalid"), ("client", "DNS:replica.invalid"),
+        ].enumerated() {
             let extensions = authority.path("\(name).ext")
             try Data(
                 """
                 subjectAltName=\(names)
                 basicConstraints=CA:FALSE
                 keyUsage=critical,digitalSignature
-                extendedKeyUsage=serverAuth
+                extendedKeyUsage=\(name == "client" ? "clientAuth" : "serverAuth")
 
                 """.utf8
             ).write(to: URL(fileURLWithPath: extensions))
@@ -73,7 +80,7 @@ struct PrivateAuthority: Sendable {
                 openssl,
                 [
                     "x509", "-req", "-in", authority.path("\(name).csr"), "-CA", authority.certificate,
-                    "-CAkey", authority.path("ca.key"), "-set_serial", name == "server" ? "2" : "3",
+                    "-CAkey", authority.path("ca.key"), "-set_serial", String(serial + 2),
                     "-days", "2", "-out", authority.path("\(name).pem"), "-extfile", extensions,
                 ])
         }

@@ -1,14 +1,17 @@
 import Foundation
 import Testing
 
+/// Why the replicas cannot run here, or `nil` when they can.
+private var replicasUnavailableReason: String? {
+    RedisServer.unavailableReason ?? (PrivateAuthority.openssl == nil ? "openssl is not on PATH" : nil)
+}
+
 /// Replicas of a daemon as processes: four `SessionEngineDemo replica` processes keep the same accounts identified
 /// against one loopback backend (`Scripts/fault-soak-backend.py`, which counts its requests) and one real
-/// `redis-server`, sharing credentials. Skipped with the reason where `redis-server`, hiredis 0.14 or python3 is
-/// missing; `SessionEngineBench --filter fleet-replicas` measures the same fleet at 2,000 accounts.
-@Suite(
-    .serialized,
-    .enabled(if: RedisServer.unavailableReason == nil, Comment(rawValue: RedisServer.unavailableReason ?? ""))
-)
+/// `redis-server` that speaks TLS only, sharing credentials. Skipped with the reason where `redis-server`, hiredis
+/// 0.14, openssl or python3 is missing; `SessionEngineBench --filter fleet-replicas` measures the same fleet at 2,000
+/// accounts over plain TCP.
+@Suite(.serialized, .enabled(if: replicasUnavailableReason == nil, Comment(rawValue: replicasUnavailableReason ?? "")))
 struct FleetReplicaTests {
     static let replicas = 4
     static let accounts = 100
@@ -17,9 +20,11 @@ struct FleetReplicaTests {
     static let secret = "fleet-replica-test-secret-0123456789"
 
     /// Through a secret rotation the fleet fetches each account about once, never faster than its one budget, and the
-    /// other replicas install the credentials it fetched; every identity is back on every replica.
+    /// other replicas install the credentials it fetched; every identity is back on every replica. The replicas
+    /// reach Redis over TLS, proving the server by a private authority and themselves by a client certificate.
     @Test func aRotationCostsTheFleetOneFetchPerAccountWithinItsOneBudget() async throws {
-        let server = try await RedisServer.start()
+        let authority = try await PrivateAuthority.make()
+        let server = try await RedisServer.start(authority: authority)
         defer { Task { await server.stop() } }
         let backend = try await LineChild.backend()
         defer { backend.child.closeInput() }
@@ -30,7 +35,9 @@ struct FleetReplicaTests {
         // not each replica's own after a call failed.
         let arguments = [
             "replica", "--backend", "http://127.0.0.1:\(backend.port)/identity", "--accounts", String(Self.accounts),
-            "--redis", "redis://127.0.0.1:\(server.port)", "--key-prefix", "replicas", "--share-credentials",
+            "--redis", "rediss://127.0.0.1:\(server.port)", "--redis-ca", authority.certificate, "--redis-certificate",
+            authority.clientCertificate, "--redis-key", authority.clientKey, "--key-prefix", "replicas",
+            "--share-credentials",
             "--redis-timeout", "2000", "--starts-per-second", String(Self.startsPerSecond), "--burst",
             String(Self.burst),
         ]

@@ -548,8 +548,9 @@ struct RedisFleetTests {
     }
 
     @Test(arguments: [
-        ("", 6379, "the host"), ("bad host", 6379, "the host"), ("127.0.0.1", 0, "the port"),
-        ("127.0.0.1", 65_536, "the port"),
+        ("", 6379, "the host"), ("bad host", 6379, "the host"), ("evil.example/x", 6379, "the host"),
+        ("user@10.0.0.5", 6379, "the host"), ("[::1]", 6379, "the host"), ("a:b:zz", 6379, "the host"),
+        ("127.0.0.1", 0, "the port"), ("127.0.0.1", 65_536, "the port"),
     ])
     func aConfigurationOutOfRangeIsRefusedWithTheValueNamed(host: String, port: Int, named: String) {
         #expect {
@@ -565,7 +566,10 @@ struct RedisFleetTests {
         #expect(configuration.host == "10.0.0.5" && configuration.port == 6380)
         #expect(configuration.username == "app" && configuration.password == "s3cret-pw")
         #expect(!configuration.description.contains("s3cret"))
-        for url in ["rediss://10.0.0.5", "http://10.0.0.5", "redis://", "redis://:s3cret-pw@/"] {
+        let secure = try RedisFleetCoordinator.Configuration(url: "rediss://:s3cret-pw@[::1]:6390")
+        #expect(secure.host == "::1" && secure.port == 6390 && secure.tls?.trust == .system)
+        #expect(secure.description == "rediss://(password)@[::1]:6390 prefix session-engine")
+        for url in ["http://10.0.0.5", "redis://", "redis://:s3cret-pw@/", "redis://:s3cret-pw@a%2Fb:1"] {
             #expect {
                 _ = try RedisFleetCoordinator.Configuration(url: url)
             } throws: { error in

@@ -26,19 +26,26 @@ final class RedisServer: Sendable {
     /// The port it listens on, on 127.0.0.1.
     let port: Int
     let password: String?
+    /// The authority whose server certificate it presents when it speaks TLS only, and which signs its clients'.
+    let authority: PrivateAuthority?
     private let directory: URL
     private let child: ChildProcess
 
-    private init(port: Int, password: String?, directory: URL, child: ChildProcess) {
+    private init(port: Int, password: String?, authority: PrivateAuthority?, directory: URL, child: ChildProcess) {
         self.port = port
         self.password = password
+        self.authority = authority
         self.directory = directory
         self.child = child
     }
 
     /// Starts a server on `port` (a free one when `nil`), requiring `password` when given, and waits until it
-    /// accepts connections.
-    static func start(port: Int? = nil, password: String? = nil) async throws -> RedisServer {
+    /// accepts connections. With `authority` it speaks TLS only, presents the authority's server certificate and
+    /// asks every client for a certificate the authority signed (Redis's default, `tls-auth-clients yes`); with
+    /// `presentingOtherHost` its certificate names `other.invalid` instead of `localhost` and `127.0.0.1`.
+    static func start(
+        port: Int? = nil, password: String? = nil, authority: PrivateAuthority? = nil, presentingOtherHost: Bool = false
+    ) async throws -> RedisServer {
         guard let executable else { throw NetworkTestFailure("redis-server is not installed") }
         var last = ""
         for _ in 0..<5 {
@@ -47,14 +54,26 @@ final class RedisServer: Sendable {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
             let chosen = try port ?? LoopbackPorts.free(count: 1)[0]
             let pidFile = directory.appendingPathComponent("redis.pid").path
-            var arguments = [
-                executable.path, "--port", String(chosen), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", directory.path, "--pidfile", pidFile, "--loglevel", "warning",
-            ]
+            let ports =
+                authority.map { _ in ["--port", "0", "--tls-port", String(chosen)] } ?? ["--port", String(chosen)]
+            var arguments =
+                [executable.path] + ports + [
+                    "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                    "--dir", directory.path, "--pidfile", pidFile, "--loglevel", "warning",
+                ]
             if let password { arguments += ["--requirepass", password] }
+            if let authority {
+                arguments += [
+                    "--tls-cert-file",
+                    presentingOtherHost ? authority.otherHostCertificate : authority.serverCertificate,
+                    "--tls-key-file", presentingOtherHost ? authority.otherHostKey : authority.serverKey,
+                    "--tls-ca-cert-file", authority.certificate,
+                ]
+            }
             let exited = directory.appendingPathComponent("exit-status").path
             let child = try NginxFront.launch(arguments, name: "redis-server", statusFile: exited)
-            let server = RedisServer(port: chosen, password: password, directory: directory, child: child)
+            let server = RedisServer(
+                port: chosen, password: password, authority: authority, directory: directory, child: child)
             if try await LoopbackPorts.waitUntilAccepting(
                 [chosen], pidFile: pidFile, unlessExists: exited, within: .seconds(20))
             {
@@ -102,10 +121,10 @@ final class RedisServer: Sendable {
     /// A coordinator's configuration for this server.
     func configuration(
         prefix: String = "test", limits: FleetLimits = FleetLimits(), password: String? = nil,
-        commandTimeout: Duration = .milliseconds(250)
+        commandTimeout: Duration = .milliseconds(250), tls: RedisFleetCoordinator.Configuration.TLS? = nil
     ) throws -> RedisFleetCoordinator.Configuration {
         try RedisFleetCoordinator.Configuration(
             port: port, password: password ?? self.password, keyPrefix: prefix, limits: limits,
-            connectTimeout: .milliseconds(500), commandTimeout: commandTimeout)
+            connectTimeout: .milliseconds(500), commandTimeout: commandTimeout, tls: tls)
     }
 }
