@@ -198,20 +198,6 @@ struct SimulatedReplicas {
     }
 }
 
-extension FleetMetrics {
-    /// Adds another replica's counters to these.
-    mutating func add(_ other: FleetMetrics) {
-        started += other.started
-        decidedLocally += other.decidedLocally
-        sharesInstalled += other.sharesInstalled
-        sharesRefused += other.sharesRefused
-        peerWaits += other.peerWaits
-        peerWaitsGivenUp += other.peerWaitsGivenUp
-        holds += other.holds
-        callsFailed += other.callsFailed
-    }
-}
-
 /// A coordinator that counts the decisions it is asked for per second of its clock, and passes them on.
 private final class DecisionCounter: FleetCoordinator {
     private let inner: InProcessFleetCoordinator

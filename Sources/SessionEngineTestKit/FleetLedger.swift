@@ -122,7 +122,9 @@ public struct FleetLedger: Sendable {
             // than queueing a second one, then for its fetch. Like a lease, the reservation lapses `leaseDuration`
             // after its start if its fetch never comes to take it (the replica died, the fetch was cancelled).
             if let reserved = accountReservations[fetch.account] {
-                if reserved.at + limits.leaseDuration <= now || Self.era(of: reserved.name) != reservationEra {
+                // A hold that voided it emptied the map (`beginHold`); the scripts, which keep it under the
+                // account's key, check its era instead.
+                if reserved.at + limits.leaseDuration <= now {
                     accountReservations[fetch.account] = nil
                 } else if fetch.heldExpiry != nil, fetch.reservation?.rawValue != reserved.name, hold == nil {
                     return .hold(retryIn: max(.zero, reserved.at - now) + limits.peerPollInterval, reason: .budget)
@@ -172,12 +174,6 @@ public struct FleetLedger: Sendable {
             let seconds = Int64(parts[2]), let attoseconds = Int64(parts[3])
         else { return nil }
         return Duration(secondsComponent: seconds, attosecondsComponent: attoseconds)
-    }
-
-    /// The hold count a reservation's name carries.
-    private static func era(of name: String) -> UInt64? {
-        let parts = name.split(separator: "-")
-        return parts.count == 4 ? UInt64(parts[1]) : nil
     }
 
     /// Begins the fleet's hold: every reservation lapses, and the starts they counted are given back, so the fetches

@@ -307,3 +307,17 @@ public struct FleetMetrics: Sendable, Hashable, CustomStringConvertible {
             + "holds: \(holds), callsFailed: \(callsFailed), available: \(isAvailable)"
     }
 }
+
+extension FleetMetrics {
+    /// Adds another replica's counts to these (a fleet's total); whether the coordinator answers stays this one's.
+    package mutating func add(_ other: FleetMetrics) {
+        started += other.started
+        decidedLocally += other.decidedLocally
+        sharesInstalled += other.sharesInstalled
+        sharesRefused += other.sharesRefused
+        peerWaits += other.peerWaits
+        peerWaitsGivenUp += other.peerWaitsGivenUp
+        holds += other.holds
+        callsFailed += other.callsFailed
+    }
+}

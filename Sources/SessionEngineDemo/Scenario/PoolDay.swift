@@ -144,15 +144,7 @@ struct PoolDay {
         outcome.fleet = coordinated ? pools.first?.metrics.fleet : nil
         if var fleet = outcome.fleet {
             for pool in pools.dropFirst() {
-                guard let metrics = pool.metrics.fleet else { continue }
-                fleet.started += metrics.started
-                fleet.decidedLocally += metrics.decidedLocally
-                fleet.sharesInstalled += metrics.sharesInstalled
-                fleet.sharesRefused += metrics.sharesRefused
-                fleet.peerWaits += metrics.peerWaits
-                fleet.peerWaitsGivenUp += metrics.peerWaitsGivenUp
-                fleet.holds += metrics.holds
-                fleet.callsFailed += metrics.callsFailed
+                if let metrics = pool.metrics.fleet { fleet.add(metrics) }
             }
             outcome.fleet = fleet
         }
