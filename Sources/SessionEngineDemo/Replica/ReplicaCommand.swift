@@ -28,19 +28,9 @@ enum ReplicaCommand {
 
           --backend URL           the credential endpoint: https, or plain http to a loopback host
           --accounts N            accounts to keep identified (1 to 100000, default 100)
-          --redis URL             coordinate over the Redis server at redis://host[:port], or rediss://
-                                  for TLS; a URL with a password goes in SESSION_ENGINE_REDIS_URL instead,
-                                  never in an argument (arguments show in ps); without either the replica
-                                  decides alone
-          --key-prefix P          the fleet's key prefix on Redis (default session-engine-demo)
           --share-credentials     hand fetched credentials to the other replicas through Redis (bearer
                                   credentials in Redis until they expire: see the article Many replicas)
-          --redis-timeout MS      how long one Redis command may take (1 to 60000, default 250); a call to the
-                                  coordinator may take twice that before the replica decides locally
-          --redis-ca FILE         with rediss://, the PEM file of the authorities that sign the server's
-                                  certificate (default: the system's)
-          --redis-certificate FILE  with rediss://, the PEM file of the client certificate the server asks for
-          --redis-key FILE        its private key's PEM file, when the certificate's file does not hold it
+        \(RedisOptions.usage(defaultPrefix: "session-engine-demo"))
           --starts-per-second R   the budget's fetch starts per second, the replica's and the fleet's
                                   (1 to 10000, default 20)
           --burst B               the budget's burst (1 to 10000, default 1)
@@ -61,10 +51,8 @@ enum ReplicaCommand {
         do {
             let options = try Options(
                 command: arguments,
-                valued: [
-                    "backend", "accounts", "redis", "key-prefix", "redis-timeout", "redis-ca", "redis-certificate",
-                    "redis-key", "starts-per-second", "burst", "in-flight", "project-id",
-                ],
+                valued: Set(["backend", "accounts", "starts-per-second", "burst", "in-flight", "project-id"])
+                    .union(RedisOptions.valued),
                 flags: ["share-credentials"])
             if options.has("help") {
                 print(usage)
@@ -89,9 +77,6 @@ enum ReplicaCommand {
 
 /// The replica's options, each checked.
 struct ReplicaSettings {
-    /// The environment variable that may hold the Redis URL, password included.
-    static let redisVariable = "SESSION_ENGINE_REDIS_URL"
-
     var backend: URL
     var accounts: Int
     var redis: RedisFleetCoordinator.Configuration?
@@ -119,48 +104,14 @@ struct ReplicaSettings {
         budget = SessionPoolConfiguration.Budget(
             maximumInFlight: inFlight, startsPerSecond: Double(startsPerSecond), burst: burst)
         sharesCredentials = options.has("share-credentials")
-        if options["redis"].flatMap({ URLComponents(string: $0) })?.password != nil {
-            throw Options.UsageError(
-                description: "--redis holds a password, which every user of the machine can read in the process "
-                    + "list: put the URL in \(Self.redisVariable) instead (not shown)")
-        }
-        if let url = options["redis"] ?? ProcessInfo.processInfo.environment[Self.redisVariable] {
-            let timeout = try options.integer("redis-timeout", in: 1...60_000, default: 250)
-            let limits = FleetLimits(
+        redis = try RedisOptions.configuration(
+            options,
+            limits: FleetLimits(
                 startsPerSecond: Double(startsPerSecond), burst: burst, maximumInFlight: inFlight,
-                sharesCredentials: sharesCredentials)
-            var trust = CertificateTrust.system
-            if let file = options["redis-ca"] {
-                do {
-                    trust = try CertificateTrust(authorities: [CertificateAuthorities(pemFile: file)])
-                } catch {
-                    throw Options.UsageError(description: "--redis-ca: \(error.reason)")
-                }
-            }
-            do {
-                let files = (options["redis-ca"], options["redis-certificate"], options["redis-key"])
-                let tls =
-                    files == (nil, nil, nil)
-                    ? nil
-                    : try RedisFleetCoordinator.Configuration.TLS(
-                        trust: trust, certificateFile: files.1, keyFile: files.2)
-                let parsed = try RedisFleetCoordinator.Configuration(
-                    url: url, keyPrefix: options["key-prefix"] ?? "session-engine-demo", limits: limits, tls: tls)
-                redis = try RedisFleetCoordinator.Configuration(
-                    host: parsed.host, port: parsed.port, username: parsed.username, password: parsed.password,
-                    keyPrefix: parsed.keyPrefix, limits: limits, connectTimeout: .milliseconds(timeout),
-                    commandTimeout: .milliseconds(timeout), tls: parsed.tls)
-            } catch {
-                throw Options.UsageError(description: "--redis: \(error.reason)")
-            }
-        } else if sharesCredentials
-            || ["key-prefix", "redis-timeout", "redis-ca", "redis-certificate", "redis-key"].contains(where: {
-                options[$0] != nil
-            })
-        {
-            throw Options.UsageError(
-                description: "--key-prefix, --share-credentials, --redis-timeout and the --redis TLS files apply "
-                    + "only with --redis")
+                sharesCredentials: sharesCredentials),
+            defaultPrefix: "session-engine-demo")
+        if sharesCredentials, redis == nil {
+            throw Options.UsageError(description: "--share-credentials applies only with --redis")
         }
         secret = try IdentityEnvironment.secret()
         projectID = try IdentityEnvironment.requiredProjectID(options)

@@ -47,6 +47,7 @@ enum ScenarioCommand {
             }
             if let replicas = options.fleet {
                 day.replicas = replicas
+                day.redis = options.redis
                 poolPassed = await day.runFleet(print: print)
             } else {
                 poolPassed = await day.run(print: print)
