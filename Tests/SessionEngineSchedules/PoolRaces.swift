@@ -64,6 +64,26 @@ final class PoolRaceFetcher: CredentialFetcher {
     }
 }
 
+/// A fleet's coordinator for the races: each decision passes one scheduling point, as a call over the network would,
+/// and hands the fetch a credential another replica fetched for the account (its own user, signed now, so newer than
+/// any the pool holds): no fetch of a coordinated rig reaches the backend.
+final class SharingRaceCoordinator: FleetCoordinator {
+    private let signer: IdentitySigner
+
+    init(signer: IdentitySigner) {
+        self.signer = signer
+    }
+
+    func decide(_ fetch: FleetFetch) async throws -> FleetDecision {
+        await Waypoint.pass()
+        return .shared(try signer.sign(email: exampleEmail(for: fetch.account)))
+    }
+
+    func fetchEnded(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) async throws {
+        await Waypoint.pass()
+    }
+}
+
 /// Whether one fetch still counts as in flight.
 private final class Claim: Sendable {
     let held = Atomic(true)
@@ -77,25 +97,29 @@ final class PoolRaceRig: Sendable {
     let pool: SessionPool
     private let tasks = Mutex<[Task<String, Never>]>([])
 
+    /// Creates a rig; with `sharing`, the pool is a replica of a fleet whose coordinator shares a credential for every
+    /// fetch (``SharingRaceCoordinator``).
     init(
         maximumInFlight: Int = 1, maximumAccounts: Int? = nil, idleTimeout: Duration? = nil,
-        fetchTimeout: Duration? = nil
+        fetchTimeout: Duration? = nil, sharing: Bool = false
     ) {
         signer = try! IdentitySigner(projectID: RaceRig.projectID, secret: "race-secret", clock: clock)
         fetcher = PoolRaceFetcher(signer: signer)
         var session = RaceRig.configuration
         session.taskExecutor = Explorer.taskExecutor
         if let fetchTimeout { session.fetchTimeout = fetchTimeout }
-        pool = SessionPool(
-            fetcher: fetcher,
-            configuration: SessionPoolConfiguration(
-                session: session,
-                // A bucket as large as the races' sign-ins: only the in-flight bound makes fetches wait.
-                budget: .init(maximumInFlight: maximumInFlight, startsPerSecond: 1000, burst: 10),
-                maximumAccounts: maximumAccounts, idleTimeout: idleTimeout
-            ),
-            clock: clock
+        let configuration = SessionPoolConfiguration(
+            session: session,
+            // A bucket as large as the races' sign-ins: only the in-flight bound makes fetches wait.
+            budget: .init(maximumInFlight: maximumInFlight, startsPerSecond: 1000, burst: 10),
+            maximumAccounts: maximumAccounts, idleTimeout: idleTimeout
         )
+        pool =
+            sharing
+            ? SessionPool(
+                fetcher: fetcher, configuration: configuration, clock: clock,
+                coordination: FleetCoordination(SharingRaceCoordinator(signer: signer), sharesCredentials: true))
+            : SessionPool(fetcher: fetcher, configuration: configuration, clock: clock)
         let pool = self.pool
         Diagnostics.current = { "pool \(pool.metrics); accounts \(pool.accounts.map(\.rawValue).sorted())" }
     }
@@ -202,8 +226,82 @@ enum PoolRaces {
     static let all: [RaceProgram] = [
         signInsShareTheBudget, signOutWhileQueued, evictionRacesWork, renewalRacesSignOut, callsRaceShutdown,
         signInsRaceGracefulShutdown, expectedUserJoinsASignIn, pushesRaceRenewal, callerJoinsAQueuedRenewal,
-        idleSweepRacesWork,
+        idleSweepRacesWork, sharedCredentialRacesSignOut, sharedRenewalsRaceSignOut,
     ]
+
+    static let sharedCredentialRacesSignOut = RaceProgram(
+        name: "pool-fleet-share-races-sign-out",
+        summary: "bob's sign-in naming his user takes another replica's credential from the fleet while he signs out, "
+            + "beside a reader",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 1, sharing: true)
+            rig.launch { pool in
+                try await pool.signIn("bob", expecting: exampleEmail(for: "bob"))
+                return "identified"
+            }
+            rig.launchSignOut("bob")
+            rig.launchReader(of: ["bob"])
+            let outcomes = await rig.outcomes()
+            // The sign-out came first (bob then signs in), ended the sign-in, or came after it returned: a credential
+            // the fleet handed over after the sign-out never makes him identified.
+            if !["identified", "ACCOUNT_CHANGED"].contains(outcomes[0]) || outcomes[1...] != ["signed out", "read"] {
+                throw Violation("outcomes \(outcomes)")
+            }
+            let identified = rig.pool.state(of: "bob").isIdentified
+            if rig.pool.accounts.contains("bob") && (outcomes[0] != "identified" || !identified) {
+                throw Violation("bob is held as \(rig.pool.state(of: "bob")) but his sign-in ended \(outcomes[0])")
+            }
+            try rig.checkHeaders(of: "bob")
+            if !rig.fetcher.starts.isEmpty {
+                throw Violation("\(rig.fetcher.starts.count) fetches reached the backend; the fleet shared every one")
+            }
+            try await rig.checkBudget(maximumInFlight: 1)
+            await rig.pool.shutdown()
+        }
+    }
+
+    static let sharedRenewalsRaceSignOut = RaceProgram(
+        name: "pool-fleet-shared-renewals-race-sign-out",
+        summary: "the timers fire alice's and bob's renewals, each answered by the fleet with another replica's "
+            + "credential, while alice signs out and bob's headers are read",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 2, sharing: true)
+            try await rig.pool.signIn("alice", expecting: exampleEmail(for: "alice"))
+            try await rig.pool.signIn("bob", expecting: exampleEmail(for: "bob"))
+            await Explorer.waitUntilIdle()
+            let before = try rig.pool.identityHeaders(for: "bob").credential().expirationDate
+            // Short of expiry, past both renewal times: the shared timers wake once and fire both.
+            rig.launch { _ in
+                rig.clock.advance(by: .seconds(890))
+                return "advanced"
+            }
+            rig.launchSignOut("alice")
+            rig.launchReader(of: ["bob"])
+            let outcomes = await rig.outcomes()
+            if outcomes != ["advanced", "signed out", "read"] { throw Violation("outcomes \(outcomes)") }
+            await Explorer.waitUntilIdle()
+            if rig.pool.accounts != ["bob"] { throw Violation("the pool holds \(rig.pool.accounts)") }
+            guard rig.pool.state(of: "bob").isIdentified else {
+                throw Violation("bob is \(rig.pool.state(of: "bob")) after his renewal")
+            }
+            try rig.checkHeaders(of: "bob")
+            let after = try rig.pool.identityHeaders(for: "bob").credential().expirationDate
+            if after <= before || rig.pool.metrics(for: "bob")?.renewals != 1 {
+                throw Violation("bob renewed \(rig.pool.metrics(for: "bob")?.renewals ?? 0) times, to \(after)")
+            }
+            if !rig.fetcher.starts.isEmpty {
+                throw Violation("\(rig.fetcher.starts.count) fetches reached the backend; the fleet shared every one")
+            }
+            if rig.pool.metrics.timers != 1 { throw Violation("\(rig.pool.metrics.timers) timers after the race") }
+            try await rig.checkBudget(maximumInFlight: 2)
+            await rig.pool.shutdown()
+            if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
+        }
+    }
 
     static let signInsShareTheBudget = RaceProgram(
         name: "pool-sign-ins",
