@@ -308,6 +308,7 @@ public final class RedisFleetCoordinator: FleetCoordinator {
             arguments: [
                 lease?.rawValue ?? "", kind, expiresAt, json, pause, String(limits.outageThreshold),
                 String(Self.milliseconds(limits.probeInterval)), limits.sharesCredentials ? "1" : "0",
+                fetch.reservation?.rawValue ?? "",
             ])
         guard case .integer(1) = reply else {
             throw RedisCoordinatorError(.unexpectedReply, reason: "the report's script answered otherwise")

@@ -149,7 +149,8 @@ enum RedisScripts {
     /// Records how a fetch ended. `ARGV`: the lease (empty for a fetch decided locally), the outcome (`credential`,
     /// `issued`, `outage`, `retryAfter`, `refused`, `abandoned`), the credential's expiry in Unix seconds and its JSON
     /// (empty unless shared), the `Retry-After` pause in milliseconds, then the limits: outages in a row that begin the
-    /// hold, probe milliseconds, sharing. Returns 1.
+    /// hold, probe milliseconds, sharing; last the start reserved for a fetch without a lease (empty for none), which no
+    /// longer holds the account. Returns 1.
     static let ended = """
         local time = redis.call('TIME')
         local wall = tonumber(time[1])
@@ -166,6 +167,8 @@ enum RedisScripts {
           if redis.call('GET', KEYS[3]) == lease then redis.call('DEL', KEYS[3]) end
           if redis.call('HGET', KEYS[1], 'probe') == lease then redis.call('HDEL', KEYS[1], 'probe') end
         end
+        -- A start reserved for a fetch that did not take it no longer holds the account's other replicas.
+        if lease == '' and ARGV[9] ~= '' and redis.call('GET', KEYS[3]) == ARGV[9] then redis.call('DEL', KEYS[3]) end
         local function answered()
           redis.call('HSET', KEYS[1], 'outages', 0, 'hold', '')
           redis.call('HDEL', KEYS[1], 'probe')

@@ -205,6 +205,13 @@ public struct FleetLedger: Sendable {
             if accountLeases[fetch.account] == lease.rawValue { accountLeases[fetch.account] = nil }
             if probe == lease.rawValue { probe = nil }
         }
+        // A start reserved for a fetch that did not take it (cancelled, decided locally, given another replica's
+        // credential) no longer holds the account's other replicas.
+        if lease == nil, let reservation = fetch.reservation,
+            accountReservations[fetch.account]?.name == reservation.rawValue
+        {
+            accountReservations[fetch.account] = nil
+        }
         switch outcome {
         case .credential(let credential):
             backendAnswered()

@@ -12,7 +12,7 @@ private final class FaultyCoordinator: FleetCoordinator {
     let hanging = Locked(false)
     let calls = Locked(0)
     let decisions = Locked(0)
-    let ended = Locked<[(lease: FleetLease?, outcome: FleetOutcome)]>()
+    let ended = Locked<[(lease: FleetLease?, outcome: FleetOutcome, reservation: FleetReservation?)]>()
     /// How long each decision takes on the clock before it answers.
     let delay = Locked(Duration.zero)
     private let clock: ManualClock
@@ -43,7 +43,7 @@ private final class FaultyCoordinator: FleetCoordinator {
 
     func fetchEnded(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) async throws {
         try await misbehave()
-        ended.append((lease, outcome))
+        ended.append((lease, outcome, fetch.reservation))
     }
 }
 
@@ -400,6 +400,49 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         await pool.shutdown()
     }
 
+    /// A fetch holding a reserved start that it does not take reports the start abandoned, so that the account's other
+    /// replicas are not held for it: when its account signs out while it waits for the start, and when the fleet
+    /// hands it another replica's credential instead. One that takes its start reports only its lease's end.
+    @Test(arguments: ["signed out", "shared", "started"])
+    func aReservedStartTheFetchDoesNotTakeIsReportedAbandoned(ending: String) async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let signer = try IdentitySigner(projectID: "proj_fleet", secret: "peer", lifetime: .seconds(600), clock: clock)
+        let reservation = FleetReservation("reserved-1-5000")
+        let coordinator = FaultyCoordinator(clock: clock) { fetch in
+            guard fetch.reservation == reservation else { return .reserved(reservation, retryIn: .seconds(5)) }
+            switch ending {
+            case "shared": return .shared(try! signer.sign(email: "alice@example.com"))
+            case "started": return .start(lease: FleetLease("taken"))
+            default: return .hold(retryIn: .seconds(60), reason: .budget)
+            }
+        }
+        let pool = SessionPool(
+            fetcher: fetcher, configuration: SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 7)),
+            clock: clock, coordination: FleetCoordination(coordinator, sharesCredentials: true))
+        let signIn = await pool.startCall { try await $0.signIn("alice", expecting: "alice@example.com") }
+        #expect(pool.metrics.fleet?.holds == 1, "the fetch waits for its reserved start")
+        if ending == "signed out" {
+            await pool.signOut("alice")
+        } else {
+            clock.advance(by: .seconds(5))
+        }
+        await pool.waitUntilIdle()
+        _ = try? await signIn.value
+        await pool.waitUntilIdle()
+        let reported = coordinator.ended.values
+        switch ending {
+        case "started":
+            #expect(reported.map(\.lease) == [FleetLease("taken")] && reported.allSatisfy { $0.reservation == nil })
+        default:
+            #expect(reported.count == 1 && reported.first?.lease == nil, "\(reported)")
+            #expect(reported.first?.reservation == reservation, "\(reported)")
+            if case .abandoned? = reported.first?.outcome {} else { Issue.record("\(reported)") }
+        }
+        #expect(fetcher.requests.count == (ending == "started" ? 1 : 0))
+        await pool.shutdown()
+    }
+
     /// Every fetch a replica starts is reported with how it ended, the fetches it decided on locally too; the
     /// credential itself only when the replica shares its credentials, its expiry otherwise.
     @Test(arguments: [false, true]) func everyFetchsEndIsReported(sharing: Bool) async throws {
@@ -599,6 +642,37 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
             "the start has come and its fetch is late: wait for it")
         guard case .start = ledger.decide(renewal, now: now + .seconds(36), wall: wall) else {
             return #expect(Bool(false), "35 s after its start the reservation lapsed: the bucket, refilled, starts it")
+        }
+    }
+
+    /// A reserved fetch that does not take its start (cancelled, decided locally, given another replica's credential)
+    /// reports it abandoned without a lease: the account's other replicas are no longer held for it, and a report of
+    /// another start, or of one already replaced, changes nothing.
+    @Test func aReservationItsFetchAbandonsNoLongerHoldsTheAccount() throws {
+        var ledger = FleetLedger(
+            limits: .init(
+                startsPerSecond: 1, burst: 1, leaseDuration: .seconds(35), sharesCredentials: true,
+                peerPollInterval: .milliseconds(100)),
+            now: now)
+        let held = try credential(expiringIn: 300)
+        var renewal = fetch("alice", holding: held.expirationDate)
+        guard case .start = ledger.decide(fetch("bob", holding: held.expirationDate), now: now, wall: wall),
+            case .reserved(let reservation, _) = ledger.decide(renewal, now: now, wall: wall)
+        else { return #expect(Bool(false)) }
+        guard case .hold(_, .budget) = ledger.decide(renewal, now: now + .seconds(2), wall: wall) else {
+            return #expect(Bool(false), "another replica's renewal waits for the reserved start")
+        }
+        var other = renewal
+        other.reservation = FleetReservation("reserved-0-9-0")
+        ledger.fetchEnded(other, lease: nil, outcome: .abandoned, now: now + .seconds(2), wall: wall)
+        guard case .hold(_, .budget) = ledger.decide(renewal, now: now + .seconds(2), wall: wall) else {
+            return #expect(Bool(false), "another start's report frees nothing")
+        }
+        renewal.reservation = reservation
+        ledger.fetchEnded(renewal, lease: nil, outcome: .abandoned, now: now + .seconds(2), wall: wall)
+        renewal.reservation = nil
+        guard case .start = ledger.decide(renewal, now: now + .seconds(2), wall: wall) else {
+            return #expect(Bool(false), "the abandoned start no longer holds alice: the refilled bucket starts her")
         }
     }
 

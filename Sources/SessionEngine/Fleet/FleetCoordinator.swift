@@ -27,6 +27,10 @@ public protocol FleetCoordinator: Sendable {
     /// A fetch the replica started has ended: one the coordinator admitted with `lease`, or one the replica started on
     /// its own when the coordinator did not answer (`lease` is `nil`).
     ///
+    /// A fetch that holds a reserved start (``FleetFetch/reservation``) and does not take it (it was cancelled,
+    /// decided locally, or took another replica's credential) is reported too, `abandoned` and without a lease: the
+    /// reservation then no longer holds the account's other replicas.
+    ///
     /// - Parameters:
     ///   - fetch: The fetch, as ``decide(_:)`` was asked about it.
     ///   - lease: The lease of the ``FleetDecision/start(lease:)`` that admitted it; `nil` for a fetch the replica
@@ -106,7 +110,8 @@ public struct FleetLease: Sendable, Hashable, CustomStringConvertible {
 /// The budget hands out its starts in the order fetches ask for them: a fetch that finds no start left is given the
 /// next free one (``FleetDecision/reserved(_:retryIn:)``) and asks again when it comes, carrying the reservation
 /// (``FleetFetch/reservation``), so that a queue of fetches costs the coordinator about two questions each rather than
-/// one every time a start frees. A reservation lapses when the fleet's hold begins (an outage, a `Retry-After`).
+/// one every time a start frees. A reservation lapses when the fleet's hold begins (an outage, a `Retry-After`); one
+/// its fetch does not take is reported abandoned (``FleetCoordinator/fetchEnded(_:lease:outcome:)``).
 public struct FleetReservation: Sendable, Hashable, CustomStringConvertible {
     /// The coordinator's name for the reservation.
     public let rawValue: String

@@ -101,6 +101,22 @@ final class FleetGate: Sendable {
         followsRejection: @Sendable () async -> Bool
     ) async -> Admission {
         var fetch = fetch
+        let admission = await admitting(&fetch, pinnedTo: email, holding: held, followsRejection: followsRejection)
+        // A start reserved for the fetch that it does not take (it was cancelled, decided locally, or took another
+        // replica's credential) would hold the account's other replicas until it lapsed: the coordinator hears it was
+        // abandoned, and frees the account.
+        if fetch.reservation != nil {
+            if case .start(.some) = admission { return admission }
+            ended(fetch, lease: nil, outcome: .abandoned)
+        }
+        return admission
+    }
+
+    /// ``admit(_:pinnedTo:holding:followsRejection:)``'s questions; `fetch` ends with the reservation it holds, if any.
+    private func admitting(
+        _ fetch: inout FleetFetch, pinnedTo email: String?, holding held: IdentityCredential?,
+        followsRejection: @Sendable () async -> Bool
+    ) async -> Admission {
         var peerWaitStarted: Duration?
         var refusals = 0
         while true {
@@ -110,16 +126,25 @@ final class FleetGate: Sendable {
                     reservation: fetch.reservation)
             }
             let asked = fetch
-            // A lease granted after the replica stopped waiting is given back, not left to lapse.
+            // A lease granted, or a start reserved, after the replica stopped waiting is given back, not left to lapse.
             let giveBack: @Sendable (Result<FleetDecision, any Error>) -> Void = { [weak self] answer in
-                if case .success(.start(let lease)) = answer { self?.ended(asked, lease: lease, outcome: .abandoned) }
+                switch answer {
+                case .success(.start(let lease)): self?.ended(asked, lease: lease, outcome: .abandoned)
+                case .success(.reserved(let reservation, _)):
+                    var reserved = asked
+                    reserved.reservation = reservation
+                    self?.ended(reserved, lease: nil, outcome: .abandoned)
+                default: break
+                }
             }
             let decision = await call(for: fetch.account, changingAvailability: true, late: giveBack) {
                 try await self.coordination.coordinator.decide(asked)
             }
             if Task.isCancelled {
-                // A lease granted to a fetch that no longer goes is given back at once, not when it lapses.
+                // A lease granted to a fetch that no longer goes is given back at once, not when it lapses; so is a
+                // start reserved for it (by the caller).
                 if case .start(let lease) = decision { ended(fetch, lease: lease, outcome: .abandoned) }
+                if case .reserved(let reservation, _) = decision { fetch.reservation = reservation }
                 return .cancelled
             }
             let wait: Duration

@@ -187,6 +187,27 @@ struct RedisFleetTests {
         }
         try await first.fetchEnded(x, lease: lease, outcome: .abandoned)
         try await first.fetchEnded(y, lease: reserved, outcome: .abandoned)
+
+        // A reservation its fetch abandons (reported without a lease) no longer holds the account; a report naming
+        // another start frees nothing.
+        var z = FleetFetch(account: "zoe", isNeeded: true, heldExpiry: held.expirationDate)
+        guard case .reserved(let zoes, _) = try await first.decide(z) else {
+            Issue.record("zoe's fetch reserves the next start")
+            return
+        }
+        let otherZoe = FleetFetch(account: "zoe", isNeeded: true, heldExpiry: held.expirationDate)
+        z.reservation = FleetReservation("reserved-1-1")
+        try await first.fetchEnded(z, lease: nil, outcome: .abandoned)
+        guard case .hold(_, .budget) = try await second.decide(otherZoe) else {
+            Issue.record("another start's report freed zoe")
+            return
+        }
+        z.reservation = zoes
+        try await first.fetchEnded(z, lease: nil, outcome: .abandoned)
+        guard case .reserved = try await second.decide(otherZoe) else {
+            Issue.record("the abandoned start no longer holds zoe: the other replica queues its own")
+            return
+        }
     }
 
     @Test func oneReplicasOutageAndRetryAfterHoldTheFleetWithOneProbe() async throws {
