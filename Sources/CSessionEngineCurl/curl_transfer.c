@@ -77,6 +77,7 @@ enum {
     SE_CURLOPT_CONNECT_ONLY = 141,
     SE_CURLOPT_CONNECTTIMEOUT_MS = 156,
     SE_CURLOPT_TCP_KEEPALIVE = 213,
+    SE_CURLOPT_SSL_ENABLE_ALPN = 226,
     SE_CURLE_AGAIN = 81,
     SE_CURLOPT_HTTP_CONTENT_DECODING = 158,
     SE_CURLOPT_PROTOCOLS = 181,
@@ -572,6 +573,39 @@ static int64_t monotonic_ms(void) {
     return (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
+/// SIGPIPE blocked on the calling thread, and whether one was pending before.
+typedef struct {
+    sigset_t previous;
+    int was_pending;
+} pipe_guard;
+
+/// Blocks SIGPIPE on the thread: a TLS library may write to a socket the server reset without MSG_NOSIGNAL (in a
+/// handshake, a read that renegotiates, a close_notify), which raises SIGPIPE, and SIGPIPE ends the process unless the
+/// host ignores it.
+static pipe_guard block_pipe(void) {
+    pipe_guard guard;
+    sigset_t pipe_only, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &guard.previous);
+    sigpending(&pending);
+    guard.was_pending = sigismember(&pending, SIGPIPE);
+    return guard;
+}
+
+/// Takes back a SIGPIPE the calls since `block_pipe` raised, and restores the thread's mask.
+static void unblock_pipe(pipe_guard guard) {
+    sigset_t pipe_only, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) && !guard.was_pending) {
+        struct timespec now = {0, 0};
+        sigtimedwait(&pipe_only, NULL, &now);
+    }
+    pthread_sigmask(SIG_SETMASK, &guard.previous, NULL);
+}
+
 /// Waits until the socket is ready for `events` or `deadline_ms` passes; 1 when ready, 0 on timeout, -1 on error.
 static int wait_for(int socket, short events, int64_t deadline_ms) {
     for (;;) {
@@ -610,6 +644,8 @@ se_curl_stream *se_curl_stream_open(const se_curl_stream_options *options, char 
     failed |= api.easy_setopt(handle, SE_CURLOPT_PROXY, "");
     failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYPEER, 1L);
     failed |= api.easy_setopt(handle, SE_CURLOPT_SSL_VERIFYHOST, 2L);
+    // No application protocol is offered: the stream's bytes are the caller's, never HTTP/2.
+    (void)api.easy_setopt(handle, SE_CURLOPT_SSL_ENABLE_ALPN, 0L);
     if (options->ca_pem != NULL) {
         failed |= trust_authorities(handle, options->ca_pem, options->ca_pem_length, options->ca_include_system);
     }
@@ -625,7 +661,9 @@ se_curl_stream *se_curl_stream_open(const se_curl_stream_options *options, char 
         api.easy_cleanup(handle);
         return NULL;
     }
+    pipe_guard guard = block_pipe();
     int code = api.easy_perform(handle);
+    unblock_pipe(guard);
     int socket = -1;  // curl_socket_t
     if (code == SE_CURLE_OK && api.easy_getinfo(handle, SE_CURLINFO_ACTIVESOCKET, &socket) != SE_CURLE_OK) {
         socket = -1;
@@ -642,7 +680,9 @@ se_curl_stream *se_curl_stream_open(const se_curl_stream_options *options, char 
             snprintf(text, sizeof text, "%s", code != SE_CURLE_OK ? api.easy_strerror(code) : "no socket");
         }
         stream_error(error, error_size, text);
+        guard = block_pipe();
         api.easy_cleanup(handle);
+        unblock_pipe(guard);
         return NULL;
     }
     se_curl_stream *stream = malloc(sizeof *stream);
@@ -659,13 +699,7 @@ se_curl_stream *se_curl_stream_open(const se_curl_stream_options *options, char 
 int se_curl_stream_send(se_curl_stream *stream, const unsigned char *bytes, size_t length, long timeout_ms,
                         char *error, size_t error_size) {
     int64_t deadline = monotonic_ms() + timeout_ms;
-    // A TLS library may write to a socket the server reset without MSG_NOSIGNAL, which raises SIGPIPE, and SIGPIPE
-    // ends the process unless the host ignores it: the thread blocks it and takes back one it raised.
-    sigset_t pipe_only, previous, pending_before, pending_after;
-    sigemptyset(&pipe_only);
-    sigaddset(&pipe_only, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_only, &previous);
-    sigpending(&pending_before);
+    pipe_guard guard = block_pipe();
     int result = 0;
     while (length > 0) {
         size_t sent = 0;
@@ -683,40 +717,44 @@ int se_curl_stream_send(se_curl_stream *stream, const unsigned char *bytes, size
             break;
         }
     }
-    sigpending(&pending_after);
-    if (sigismember(&pending_after, SIGPIPE) && !sigismember(&pending_before, SIGPIPE)) {
-        struct timespec now = {0, 0};
-        sigtimedwait(&pipe_only, NULL, &now);
-    }
-    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+    unblock_pipe(guard);
     return result;
 }
 
 long se_curl_stream_receive(se_curl_stream *stream, unsigned char *buffer, size_t capacity, long timeout_ms,
                             char *error, size_t error_size) {
     int64_t deadline = monotonic_ms() + timeout_ms;
+    pipe_guard guard = block_pipe();
+    long result;
     for (;;) {
         size_t received = 0;
         int code = api.easy_recv(stream->handle, buffer, capacity, &received);
         if (code == SE_CURLE_OK) {
             if (received == 0) {
                 stream_error(error, error_size, "the server closed the connection");
-                return SE_CURL_STREAM_FAILED;
+                result = SE_CURL_STREAM_FAILED;
+            } else {
+                result = (long)received;
             }
-            return (long)received;
+            break;
         }
         int ready = code == SE_CURLE_AGAIN ? wait_for(stream->socket, POLLIN, deadline) : -1;
         if (ready <= 0) {
             stream_error(error, error_size,
                          ready == 0 ? "no reply came within the timeout" : api.easy_strerror(code));
-            return ready == 0 ? SE_CURL_STREAM_TIMED_OUT : SE_CURL_STREAM_FAILED;
+            result = ready == 0 ? SE_CURL_STREAM_TIMED_OUT : SE_CURL_STREAM_FAILED;
+            break;
         }
     }
+    unblock_pipe(guard);
+    return result;
 }
 
 void se_curl_stream_close(se_curl_stream *stream) {
     if (stream != NULL) {
+        pipe_guard guard = block_pipe();
         api.easy_cleanup(stream->handle);
+        unblock_pipe(guard);
         free(stream);
     }
 }

@@ -110,16 +110,19 @@ final class RedisConnection: Sendable {
         guard ContinuousClock.now < deadline else {
             return .failure(RedisCoordinatorError(.timedOut, reason: "the command's deadline passed while it waited"))
         }
-        if handle.stream == nil, case .failure(let error) = connect() {
+        // The command, and the AUTH of a connection made for it, within one command timeout.
+        let commandDeadline = ContinuousClock.now.advanced(by: endpoint.commandTimeout)
+        if handle.stream == nil, case .failure(let error) = connect(authenticatingBefore: commandDeadline) {
             return .failure(error)
         }
-        let result = exchange(arguments)
+        let result = exchange(arguments, before: commandDeadline)
         if case .failure = result { handle.close() }
         return result
     }
 
-    /// Connects and authenticates.
-    private func connect() -> Result<Void, RedisCoordinatorError> {
+    /// Connects, within the connect timeout, and authenticates before `deadline`.
+    private func connect(authenticatingBefore deadline: ContinuousClock.Instant) -> Result<Void, RedisCoordinatorError>
+    {
         var error = [CChar](repeating: 0, count: 200)
         // An address with colons is IPv6, which a URL writes in brackets; the host was checked to hold nothing a
         // URL would read as a path, a user or a port.
@@ -158,7 +161,7 @@ final class RedisConnection: Sendable {
         var auth: [[UInt8]] = [Array("AUTH".utf8)]
         if let username = endpoint.username { auth.append(Array(username.utf8)) }
         auth.append(Array(password.utf8))
-        switch exchange(auth) {
+        switch exchange(auth, before: deadline) {
         case .success(.status):
             return .success(())
         case .success:
@@ -172,17 +175,22 @@ final class RedisConnection: Sendable {
         }
     }
 
-    /// Sends a command on the open connection and reads its reply, the two within the command's timeout.
-    private func exchange(_ arguments: [[UInt8]]) -> Result<RedisValue, RedisCoordinatorError> {
+    /// Sends a command on the open connection and reads its reply, the two before `deadline`. A server that sends
+    /// more than the reply (a hostile one) loses the connection after it, so nothing it sent answers a later command.
+    private func exchange(_ arguments: [[UInt8]], before deadline: ContinuousClock.Instant) -> Result<
+        RedisValue, RedisCoordinatorError
+    > {
         guard let stream = handle.stream, let reader = handle.reader else {
             return .failure(RedisCoordinatorError(.connectionLost, reason: "no connection"))
         }
-        let deadline = ContinuousClock.now.advanced(by: endpoint.commandTimeout)
-        func left() -> Int { Int(Self.milliseconds(ContinuousClock.now.duration(to: deadline), atMost: 60_000)) }
+        let timedOut = RedisCoordinatorError(.connectionLost, reason: "no reply within the command timeout")
+        /// The milliseconds left before the deadline, or `nil` once it has passed.
+        func left() -> Int? {
+            let remaining = ContinuousClock.now.duration(to: deadline)
+            return remaining > .zero ? Int(Self.milliseconds(remaining, atMost: 60_000)) : nil
+        }
         func failure(_ code: Int, _ error: [CChar]) -> RedisCoordinatorError {
-            guard code != Int(SE_CURL_STREAM_TIMED_OUT) else {
-                return RedisCoordinatorError(.connectionLost, reason: "no reply within the command timeout")
-            }
+            guard code != Int(SE_CURL_STREAM_TIMED_OUT) else { return timedOut }
             let reason = RedisConnection.text(of: error)
             return RedisCoordinatorError(.connectionLost, reason: reason.isEmpty ? "no reply" : reason)
         }
@@ -195,8 +203,9 @@ final class RedisConnection: Sendable {
             return .failure(RedisCoordinatorError(.libraryMissing, reason: "hiredis could not write the command"))
         }
         defer { se_redis_free_command(command) }
+        guard let sendWithin = left() else { return .failure(timedOut) }
         let sent = command.withMemoryRebound(to: UInt8.self, capacity: length) {
-            se_curl_stream_send(stream, $0, length, left(), &error, error.count)
+            se_curl_stream_send(stream, $0, length, sendWithin, &error, error.count)
         }
         guard sent == 0 else { return .failure(failure(Int(sent), error)) }
         var received = 0
@@ -208,14 +217,20 @@ final class RedisConnection: Sendable {
             }
             if let reply {
                 defer { se_redis_free_reply(reply) }
+                var extra: UnsafeMutablePointer<se_redis_reply>?
+                if se_redis_reader_reply(reader, &extra, &error, error.count) != 0 || extra != nil {
+                    se_redis_free_reply(extra)
+                    handle.close()
+                }
                 return Self.copy(reply.pointee, depth: 0)
             }
             guard received < Self.largestReply else {
                 return .failure(RedisCoordinatorError(.unexpectedReply, reason: "the reply is larger than a decision"))
             }
+            guard let receiveWithin = left() else { return .failure(timedOut) }
             let failed = handle.buffer.withUnsafeMutableBufferPointer { buffer -> RedisCoordinatorError? in
                 let count = se_curl_stream_receive(
-                    stream, buffer.baseAddress!, buffer.count, left(), &error, error.count)
+                    stream, buffer.baseAddress!, buffer.count, receiveWithin, &error, error.count)
                 guard count > 0 else { return failure(count, error) }
                 received += count
                 guard se_redis_reader_feed(reader, buffer.baseAddress!, count) == 0 else {

@@ -402,8 +402,10 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
 
     /// A fetch holding a reserved start that it does not take reports the start abandoned, so that the account's other
     /// replicas are not held for it: when its account signs out while it waits for the start, and when the fleet
-    /// hands it another replica's credential instead. One that takes its start reports only its lease's end.
-    @Test(arguments: ["signed out", "shared", "started"])
+    /// hands it another replica's credential instead. One that takes its start reports only its lease's end; one that
+    /// goes ahead on its own (its call passed the deadline) leaves the reservation to hold the other replicas for the
+    /// credential it will share.
+    @Test(arguments: ["signed out", "shared", "started", "decided locally"])
     func aReservedStartTheFetchDoesNotTakeIsReportedAbandoned(ending: String) async throws {
         let clock = ManualClock()
         let fetcher = try backend(clock)
@@ -422,10 +424,12 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
             clock: clock, coordination: FleetCoordination(coordinator, sharesCredentials: true))
         let signIn = await pool.startCall { try await $0.signIn("alice", expecting: "alice@example.com") }
         #expect(pool.metrics.fleet?.holds == 1, "the fetch waits for its reserved start")
-        if ending == "signed out" {
-            await pool.signOut("alice")
-        } else {
-            clock.advance(by: .seconds(5))
+        switch ending {
+        case "signed out": await pool.signOut("alice")
+        case "decided locally":
+            coordinator.delay.withLock { $0 = .seconds(3600) }
+            #expect(await clock.advance(upTo: .seconds(60)) { !fetcher.requests.isEmpty })
+        default: clock.advance(by: .seconds(5))
         }
         await pool.waitUntilIdle()
         _ = try? await signIn.value
@@ -434,12 +438,14 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         switch ending {
         case "started":
             #expect(reported.map(\.lease) == [FleetLease("taken")] && reported.allSatisfy { $0.reservation == nil })
+        case "decided locally":
+            #expect(reported.count == 1 && reported.allSatisfy { $0.lease == nil && $0.reservation == nil })
         default:
             #expect(reported.count == 1 && reported.first?.lease == nil, "\(reported)")
             #expect(reported.first?.reservation == reservation, "\(reported)")
             if case .abandoned? = reported.first?.outcome {} else { Issue.record("\(reported)") }
         }
-        #expect(fetcher.requests.count == (ending == "started" ? 1 : 0))
+        #expect(fetcher.requests.count == (["started", "decided locally"].contains(ending) ? 1 : 0))
         await pool.shutdown()
     }
 

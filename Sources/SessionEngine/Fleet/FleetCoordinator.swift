@@ -27,8 +27,8 @@ public protocol FleetCoordinator: Sendable {
     /// A fetch the replica started has ended: one the coordinator admitted with `lease`, or one the replica started on
     /// its own when the coordinator did not answer (`lease` is `nil`).
     ///
-    /// A fetch that holds a reserved start (``FleetFetch/reservation``) and does not take it (it was cancelled,
-    /// decided locally, or took another replica's credential) is reported too, `abandoned` and without a lease: the
+    /// A fetch that holds a reserved start (``FleetFetch/reservation``) and does not go to the backend (it was
+    /// cancelled, or took another replica's credential) is reported too, `abandoned` and without a lease: the
     /// reservation then no longer holds the account's other replicas.
     ///
     /// - Parameters:

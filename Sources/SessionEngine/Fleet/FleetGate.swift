@@ -102,12 +102,14 @@ final class FleetGate: Sendable {
     ) async -> Admission {
         var fetch = fetch
         let admission = await admitting(&fetch, pinnedTo: email, holding: held, followsRejection: followsRejection)
-        // A start reserved for the fetch that it does not take (it was cancelled, decided locally, or took another
-        // replica's credential) would hold the account's other replicas until it lapsed: the coordinator hears it was
-        // abandoned, and frees the account.
-        if fetch.reservation != nil {
-            if case .start(.some) = admission { return admission }
-            ended(fetch, lease: nil, outcome: .abandoned)
+        // A start reserved for a fetch that does not go to the backend (it was cancelled, or took another replica's
+        // credential) would hold the account's other replicas until it lapsed: the coordinator hears it was abandoned,
+        // and frees the account. One that goes ahead on its own keeps holding them, for the credential it will share.
+        switch admission {
+        case .cancelled, .shared:
+            if fetch.reservation != nil { ended(fetch, lease: nil, outcome: .abandoned) }
+        case .start:
+            break
         }
         return admission
     }
@@ -126,16 +128,9 @@ final class FleetGate: Sendable {
                     reservation: fetch.reservation)
             }
             let asked = fetch
-            // A lease granted, or a start reserved, after the replica stopped waiting is given back, not left to lapse.
+            // A lease granted after the replica stopped waiting is given back, not left to lapse.
             let giveBack: @Sendable (Result<FleetDecision, any Error>) -> Void = { [weak self] answer in
-                switch answer {
-                case .success(.start(let lease)): self?.ended(asked, lease: lease, outcome: .abandoned)
-                case .success(.reserved(let reservation, _)):
-                    var reserved = asked
-                    reserved.reservation = reservation
-                    self?.ended(reserved, lease: nil, outcome: .abandoned)
-                default: break
-                }
+                if case .success(.start(let lease)) = answer { self?.ended(asked, lease: lease, outcome: .abandoned) }
             }
             let decision = await call(for: fetch.account, changingAvailability: true, late: giveBack) {
                 try await self.coordination.coordinator.decide(asked)
@@ -143,8 +138,14 @@ final class FleetGate: Sendable {
             if Task.isCancelled {
                 // A lease granted to a fetch that no longer goes is given back at once, not when it lapses; so is a
                 // start reserved for it (by the caller).
-                if case .start(let lease) = decision { ended(fetch, lease: lease, outcome: .abandoned) }
-                if case .reserved(let reservation, _) = decision { fetch.reservation = reservation }
+                switch decision {
+                case .start(let lease):
+                    // The lease took the reserved start, if there was one: its report is the one report.
+                    ended(fetch, lease: lease, outcome: .abandoned)
+                    fetch.reservation = nil
+                case .reserved(let reservation, _): fetch.reservation = reservation
+                default: break
+                }
                 return .cancelled
             }
             let wait: Duration

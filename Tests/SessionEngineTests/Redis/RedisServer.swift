@@ -121,10 +121,11 @@ final class RedisServer: Sendable {
     /// A coordinator's configuration for this server.
     func configuration(
         prefix: String = "test", limits: FleetLimits = FleetLimits(), password: String? = nil,
-        commandTimeout: Duration = .milliseconds(250), tls: RedisFleetCoordinator.Configuration.TLS? = nil
+        connectTimeout: Duration = .milliseconds(500), commandTimeout: Duration = .milliseconds(250),
+        tls: RedisFleetCoordinator.Configuration.TLS? = nil
     ) throws -> RedisFleetCoordinator.Configuration {
         try RedisFleetCoordinator.Configuration(
             port: port, password: password ?? self.password, keyPrefix: prefix, limits: limits,
-            connectTimeout: .milliseconds(500), commandTimeout: commandTimeout, tls: tls)
+            connectTimeout: connectTimeout, commandTimeout: commandTimeout, tls: tls)
     }
 }

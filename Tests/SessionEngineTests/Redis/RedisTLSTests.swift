@@ -25,7 +25,10 @@ struct RedisTLSTests {
             trust: .authorities([CertificateAuthorities(pemFile: authority.certificate)]),
             certificateFile: authority.clientCertificate, keyFile: authority.clientKey)
         let limits = FleetLimits(sharesCredentials: true)
-        let coordinator = try RedisFleetCoordinator(configuration: server.configuration(limits: limits, tls: tls))
+        // A handshake with a client certificate under the thread sanitizer on a busy machine: timeouts far above it.
+        let coordinator = try RedisFleetCoordinator(
+            configuration: server.configuration(
+                limits: limits, connectTimeout: .seconds(5), commandTimeout: .seconds(5), tls: tls))
         try await coordinator.ping()
         let fetch = FleetFetch(account: "alice", isNeeded: true, heldExpiry: nil)
         guard case .start(let lease) = try await coordinator.decide(fetch) else {
@@ -35,10 +38,13 @@ struct RedisTLSTests {
         try await coordinator.fetchEnded(fetch, lease: lease, outcome: .abandoned)
 
         // The URL's form, by the name the certificate gives: a second replica sees the first one's fleet.
+        let parsed = try RedisFleetCoordinator.Configuration(
+            url: "rediss://:tls-horse-battery@localhost:\(server.port)", keyPrefix: "test", limits: limits, tls: tls)
+        #expect(parsed.host == "localhost" && parsed.password == "tls-horse-battery" && parsed.tls == tls)
         let byURL = try RedisFleetCoordinator(
             configuration: .init(
-                url: "rediss://:tls-horse-battery@localhost:\(server.port)", keyPrefix: "test", limits: limits,
-                tls: tls))
+                host: parsed.host, port: parsed.port, password: parsed.password, keyPrefix: parsed.keyPrefix,
+                limits: limits, connectTimeout: .seconds(5), commandTimeout: .seconds(5), tls: parsed.tls))
         let renewal = FleetFetch(account: "alice", isNeeded: false, heldExpiry: Date().addingTimeInterval(300))
         guard case .start(let other) = try await byURL.decide(renewal) else {
             Issue.record("a fetch over TLS by the URL did not start")
@@ -101,6 +107,7 @@ struct RedisTLSTests {
         // The server that refused the others still answers a replica that proves itself.
         let proven = try RedisFleetCoordinator(
             configuration: server.configuration(
+                connectTimeout: .seconds(5), commandTimeout: .seconds(5),
                 tls: TLS(trust: privateTrust, certificateFile: client.certificate, keyFile: client.key)))
         try await proven.ping()
     }
@@ -111,8 +118,8 @@ struct RedisTLSTests {
         typealias TLS = RedisFleetCoordinator.Configuration.TLS
         for (make, named) in [
             ({ _ = try TLS(certificateFile: missing) }, missing),
-            ({ _ = try TLS(certificateFile: "/etc/hostname", keyFile: missing) }, missing),
-            ({ _ = try TLS(keyFile: "/etc/hostname") }, "needs a client certificate"),
+            ({ _ = try TLS(certificateFile: #filePath, keyFile: missing) }, missing),
+            ({ _ = try TLS(keyFile: #filePath) }, "needs a client certificate"),
             ({ _ = try TLS(certificateFile: "") }, "1 to 4096 bytes"),
             ({ _ = try TLS(trust: .authorities(Array(repeating: large, count: 200))) }, "libcurl takes at most"),
             (

@@ -126,12 +126,12 @@ struct ToolSecurityTests {
         for (arguments, says) in [
             (["--redis", "redis://127.0.0.1:6379"], "--redis applies only with --fleet"),
             (["--fleet", "2", "--redis", "redis://:XYZSECRET@127.0.0.1"], "SESSION_ENGINE_REDIS_URL"),
-            (["--fleet", "2", "--redis-ca", "/etc/hostname"], "--redis-ca applies only with --redis"),
-            (["--fleet", "2", "--redis", "redis://127.0.0.1", "--redis-certificate", "/etc/hostname"], "rediss://"),
+            (["--fleet", "2", "--redis-ca", #filePath], "--redis-ca applies only with --redis"),
+            (["--fleet", "2", "--redis", "redis://127.0.0.1", "--redis-certificate", #filePath], "rediss://"),
             (backend + ["--redis", "redis://app:XYZSECRET@127.0.0.1"], "SESSION_ENGINE_REDIS_URL"),
             (backend + ["--redis", "rediss://127.0.0.1", "--redis-ca", "/nonexistent/ca.pem"], "--redis-ca"),
             (
-                backend + ["--redis", "rediss://127.0.0.1", "--redis-key", "/etc/hostname"],
+                backend + ["--redis", "rediss://127.0.0.1", "--redis-key", #filePath],
                 "needs a client certificate"
             ),
             (backend + ["--share-credentials"], "--share-credentials applies only with --redis"),
