@@ -783,67 +783,6 @@ struct SessionEngineTests {
         #expect(await late.next() == nil)
     }
 
-    /// The first subscriber makes the broadcaster while the engine publishes, on real threads: whenever it comes, it
-    /// starts from the latest state change published before it and then receives every later event once, in order,
-    /// to the end. Each round also subscribes a second engine at a chosen moment of the same program (before it,
-    /// after the sign-in, after the switch, after the shutdown), so every moment is checked whatever the threads do.
-    @Test func aFirstSubscriberRacingTheEnginesEventsLosesNoneAndRepeatsNone() async throws {
-        let clock = SystemClock()
-        let signer = try IdentitySigner(projectID: EngineHarness.projectID, secret: EngineHarness.secret, clock: clock)
-        let fetcher = ScriptedCredentialFetcher(responder: { try signer.sign(email: exampleEmail(for: $0)) })
-        func engine(seed: Int) -> (SessionEngine, Recorder<SessionEvent>) {
-            let published = Recorder<SessionEvent>()
-            let engine = SessionEngine(
-                fetcher: fetcher, configuration: SessionConfiguration(randomSeed: UInt64(seed)), clock: clock,
-                observer: { published.append($0) })
-            return (engine, published)
-        }
-        @Sendable func receive(_ events: SessionEvents) async -> [SessionEvent] {
-            var received: [SessionEvent] = []
-            for await event in events { received.append(event) }
-            return received
-        }
-        @Sendable func consume(_ value: Int) {
-            // Keeps the pause's loop from being optimized away.
-            if value == -1 { Issue.record("unreachable") }
-        }
-        for round in 0..<300 {
-            let (racing, racingEvents) = engine(seed: round)
-            // On another thread, after a pause that differs from round to round, so that over the rounds it subscribes
-            // at every point of the engine's program, and now and then inside one of its steps.
-            let pause = round * 7_919 % 20_000
-            let subscriber = Task.detached {
-                var spin = 0
-                for step in 0..<pause { spin &+= step }
-                consume(spin)
-                return await receive(racing.events(bufferLimit: .max))
-            }
-            try await racing.signIn("alice")
-            try await racing.switchAccount(to: "bob")
-            await racing.shutdown()
-            let racingGap = subscriberMissedOrRepeated(await subscriber.value, of: racingEvents.values)
-            #expect(racingGap == nil, "round \(round), racing")
-
-            let (chosen, chosenEvents) = engine(seed: round)
-            var atMoment: Task<[SessionEvent], Never>?
-            func subscribe(at moment: Int) {
-                guard round % 4 == moment else { return }
-                let events = chosen.events(bufferLimit: .max)
-                atMoment = Task { await receive(events) }
-            }
-            subscribe(at: 0)
-            try await chosen.signIn("alice")
-            subscribe(at: 1)
-            try await chosen.switchAccount(to: "bob")
-            subscribe(at: 2)
-            await chosen.shutdown()
-            subscribe(at: 3)
-            let received = try #require(await atMoment?.value)
-            let chosenGap = subscriberMissedOrRepeated(received, of: chosenEvents.values)
-            #expect(chosenGap == nil, "round \(round), at moment \(round % 4)")
-        }
-    }
-
     @Test func aSlowSubscriberLosesTheOldestEventsAndIsTold() async throws {
         let harness = EngineHarness()
         var slow = harness.engine.events(bufferLimit: 2).makeAsyncIterator()
