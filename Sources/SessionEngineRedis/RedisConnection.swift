@@ -132,7 +132,7 @@ final class RedisConnection: Sendable {
         // A trust's bundle is `nil` for exactly the system's; the configuration refused one libcurl cannot take.
         let bundle = tls?.trust.bundle
         let stream = url.withCString { url in
-            withOptionalBytes(bundle) { pem in
+            bundle.withBytesOrNone { pem in
                 withOptionalCString(tls?.certificateFile) { certificate in
                     withOptionalCString(tls?.keyFile) { key in
                         var options = se_curl_stream_options(
@@ -296,12 +296,6 @@ final class RedisConnection: Sendable {
         return pointers.withUnsafeMutableBufferPointer { argv in
             lengths.withUnsafeBufferPointer { body(argv.baseAddress!, $0.baseAddress!) }
         }
-    }
-
-    /// Calls `body` with the bytes, or with an empty buffer whose base address is `nil`.
-    private func withOptionalBytes<T>(_ bytes: [UInt8]?, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
-        guard let bytes else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
-        return bytes.withUnsafeBufferPointer(body)
     }
 
     /// Calls `body` with the text as a C string, or with `nil`.

@@ -246,7 +246,7 @@ enum CurlTransfer {
                 request.method.withCString { method in
                     lines.map { UnsafePointer($0) }.withUnsafeBufferPointer { headers in
                         request.body.withUnsafeBufferPointer { body in
-                            Self.withOptionalBytes(authorities) { pem in
+                            authorities.withBytesOrNone { pem in
                                 proxy.withCString { proxy in
                                     var transfer = se_curl_request(
                                         url: url,
@@ -287,12 +287,6 @@ enum CurlTransfer {
 
         private static func reader(_ context: UnsafeMutableRawPointer?) -> ResponseReader {
             Unmanaged<ResponseReader>.fromOpaque(context!).takeUnretainedValue()
-        }
-
-        /// Calls `body` with the bytes, or with an empty buffer whose base address is nil.
-        private static func withOptionalBytes<T>(_ bytes: [UInt8]?, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
-            guard let bytes else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
-            return bytes.withUnsafeBufferPointer { body($0) }
         }
 
         /// One header line, CRLF included. After the final head, libcurl may pass trailers; they count towards the
