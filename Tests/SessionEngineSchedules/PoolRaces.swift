@@ -262,46 +262,7 @@ enum PoolRaces {
         }
     }
 
-    static let sharedRenewalsRaceSignOut = RaceProgram(
-        name: "pool-fleet-shared-renewals-race-sign-out",
-        summary: "the timers fire alice's and bob's renewals, each answered by the fleet with another replica's "
-            + "credential, while alice signs out and bob's headers are read",
-        bound: 2
-    ) {
-        {
-            let rig = PoolRaceRig(maximumInFlight: 2, sharing: true)
-            try await rig.pool.signIn("alice", expecting: exampleEmail(for: "alice"))
-            try await rig.pool.signIn("bob", expecting: exampleEmail(for: "bob"))
-            await Explorer.waitUntilIdle()
-            let before = try rig.pool.identityHeaders(for: "bob").credential().expirationDate
-            // Short of expiry, past both renewal times: the shared timers wake once and fire both.
-            rig.launch { _ in
-                rig.clock.advance(by: .seconds(890))
-                return "advanced"
-            }
-            rig.launchSignOut("alice")
-            rig.launchReader(of: ["bob"])
-            let outcomes = await rig.outcomes()
-            if outcomes != ["advanced", "signed out", "read"] { throw Violation("outcomes \(outcomes)") }
-            await Explorer.waitUntilIdle()
-            if rig.pool.accounts != ["bob"] { throw Violation("the pool holds \(rig.pool.accounts)") }
-            guard rig.pool.state(of: "bob").isIdentified else {
-                throw Violation("bob is \(rig.pool.state(of: "bob")) after his renewal")
-            }
-            try rig.checkHeaders(of: "bob")
-            let after = try rig.pool.identityHeaders(for: "bob").credential().expirationDate
-            if after <= before || rig.pool.metrics(for: "bob")?.renewals != 1 {
-                throw Violation("bob renewed \(rig.pool.metrics(for: "bob")?.renewals ?? 0) times, to \(after)")
-            }
-            if !rig.fetcher.starts.isEmpty {
-                throw Violation("\(rig.fetcher.starts.count) fetches reached the backend; the fleet shared every one")
-            }
-            if rig.pool.metrics.timers != 1 { throw Violation("\(rig.pool.metrics.timers) timers after the race") }
-            try await rig.checkBudget(maximumInFlight: 2)
-            await rig.pool.shutdown()
-            if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
-        }
-    }
+    static let sharedRenewalsRaceSignOut = renewalsRaceSignOut(sharing: true)
 
     static let signInsShareTheBudget = RaceProgram(
         name: "pool-sign-ins",
@@ -389,39 +350,60 @@ enum PoolRaces {
         }
     }
 
-    static let renewalRacesSignOut = RaceProgram(
-        name: "pool-renewal-races-sign-out",
-        summary: "the pool's timers fire alice's and bob's renewals while alice signs out and bob's headers are read",
-        bound: 2
-    ) {
-        {
-            let rig = PoolRaceRig(maximumInFlight: 2)
-            try await rig.pool.signIn("alice")
-            try await rig.pool.signIn("bob")
-            await Explorer.waitUntilIdle()
-            // Short of expiry, past both renewal times: the shared timers wake once and fire both.
-            rig.launch { _ in
-                rig.clock.advance(by: .seconds(890))
-                return "advanced"
+    static let renewalRacesSignOut = renewalsRaceSignOut(sharing: false)
+
+    /// The pool's timers fire alice's and bob's renewals while alice signs out and bob's headers are read; with
+    /// `sharing`, the fleet answers each renewal with another replica's credential, and no fetch reaches the backend.
+    static func renewalsRaceSignOut(sharing: Bool) -> RaceProgram {
+        RaceProgram(
+            name: sharing ? "pool-fleet-shared-renewals-race-sign-out" : "pool-renewal-races-sign-out",
+            summary: sharing
+                ? "the timers fire alice's and bob's renewals, each answered by the fleet with another replica's "
+                    + "credential, while alice signs out and bob's headers are read"
+                : "the pool's timers fire alice's and bob's renewals while alice signs out and bob's headers are read",
+            bound: 2
+        ) {
+            {
+                let rig = PoolRaceRig(maximumInFlight: 2, sharing: sharing)
+                for account: AccountID in ["alice", "bob"] {
+                    // A shared credential is taken only by an account pinned to its user.
+                    if sharing {
+                        try await rig.pool.signIn(account, expecting: exampleEmail(for: account))
+                    } else {
+                        try await rig.pool.signIn(account)
+                    }
+                }
+                await Explorer.waitUntilIdle()
+                let before = try rig.pool.identityHeaders(for: "bob").credential().expirationDate
+                // Short of expiry, past both renewal times: the shared timers wake once and fire both.
+                rig.launch { _ in
+                    rig.clock.advance(by: .seconds(890))
+                    return "advanced"
+                }
+                rig.launchSignOut("alice")
+                rig.launchReader(of: ["bob"])
+                let outcomes = await rig.outcomes()
+                if outcomes != ["advanced", "signed out", "read"] { throw Violation("outcomes \(outcomes)") }
+                await Explorer.waitUntilIdle()
+                if rig.pool.accounts != ["bob"] { throw Violation("the pool holds \(rig.pool.accounts)") }
+                guard rig.pool.state(of: "bob").isIdentified else {
+                    throw Violation("bob is \(rig.pool.state(of: "bob")) after his renewal")
+                }
+                try rig.checkHeaders(of: "bob")
+                let after = try rig.pool.identityHeaders(for: "bob").credential().expirationDate
+                if after <= before || rig.pool.metrics(for: "bob")?.renewals != 1 {
+                    throw Violation("bob renewed \(rig.pool.metrics(for: "bob")?.renewals ?? 0) times, to \(after)")
+                }
+                if sharing, !rig.fetcher.starts.isEmpty {
+                    throw Violation(
+                        "\(rig.fetcher.starts.count) fetches reached the backend; the fleet shared every one")
+                }
+                // Alice's timer left with her; bob's next renewal is the one timer left.
+                if rig.pool.metrics.timers != 1 { throw Violation("\(rig.pool.metrics.timers) timers after the race") }
+                try await rig.checkBudget(maximumInFlight: 2)
+                await rig.pool.shutdown()
+                if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
             }
-            rig.launchSignOut("alice")
-            rig.launchReader(of: ["bob"])
-            let outcomes = await rig.outcomes()
-            if outcomes != ["advanced", "signed out", "read"] { throw Violation("outcomes \(outcomes)") }
-            await Explorer.waitUntilIdle()
-            if rig.pool.accounts != ["bob"] { throw Violation("the pool holds \(rig.pool.accounts)") }
-            guard rig.pool.state(of: "bob").isIdentified else {
-                throw Violation("bob is \(rig.pool.state(of: "bob")) after his renewal")
-            }
-            try rig.checkHeaders(of: "bob")
-            if rig.pool.metrics(for: "bob")?.renewals != 1 {
-                throw Violation("bob renewed \(rig.pool.metrics(for: "bob")?.renewals ?? 0) times, not once")
-            }
-            // Alice's timer left with her; bob's next renewal is the one timer left.
-            if rig.pool.metrics.timers != 1 { throw Violation("\(rig.pool.metrics.timers) timers after the race") }
-            try await rig.checkBudget(maximumInFlight: 2)
-            await rig.pool.shutdown()
-            if rig.pool.metrics.timers != 0 { throw Violation("\(rig.pool.metrics.timers) timers after shutdown") }
         }
     }
 

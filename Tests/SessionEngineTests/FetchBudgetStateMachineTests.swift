@@ -94,27 +94,6 @@ import Testing
             "the fourth start after the quiet time waits for the rate")
     }
 
-    @Test func aFetchThatNeverStartedGivesItsStartBackUpToTheBurst() {
-        // Another replica's credential answered a, or it was cancelled before it left: b takes a's start at once.
-        var machine = Self.machine(rate: 4, burst: 1)
-        let a = machine.start("a", at: .zero)!
-        let b = machine.queue("b", .needed, deadline: .zero, at: .zero)
-        #expect(
-            machine.release(a, outcome: .notStarted, waited: .zero, at: .milliseconds(100))
-                == Action(resume: [b.order], stopSleeper: true))
-        #expect(machine.tokens == 0, "the start given back filled the bucket of one, and b took it")
-        // A fetch that reached the backend keeps its start: the next waits for the rate.
-        var reached = Self.machine(rate: 4, burst: 1)
-        let c = reached.start("c", at: .zero)!
-        _ = reached.queue("d", .needed, deadline: .zero, at: .zero)
-        #expect(reached.release(c, outcome: .neither, waited: .zero, at: .milliseconds(100)) == Action())
-        // The bucket never holds more than its burst.
-        var full = Self.machine(rate: 4, burst: 2)
-        let e = full.start("e", at: .zero)!
-        #expect(full.release(e, outcome: .notStarted, waited: .zero, at: .seconds(1)) == Action())
-        #expect(full.tokens == 2)
-    }
-
     @Test func noMoreThanBurstPlusRateStartsInAnyOneSecond() {
         var machine = Self.machine(inFlight: 100, rate: 4, burst: 3)
         var starts: [Duration] = []
@@ -527,8 +506,7 @@ extension FetchBudgetStateMachineTests {
         var queued: [UInt64: FetchBudget.Ticket] = [:]
         var running: [UInt64: FetchBudget.Ticket] = [:]
         var cancelled: Set<UInt64> = []
-        /// When each fetch admitted started; a fetch that never left for the backend is no start.
-        var startedAt: [UInt64: Duration] = [:]
+        var starts: [Duration] = []
         var busy: Set<AccountID> = []
 
         func check(_ action: Action, probingBefore: Bool, sleepingBefore: Bool, step: String) {
@@ -539,7 +517,7 @@ extension FetchBudgetStateMachineTests {
                     continue
                 }
                 running[order] = ticket
-                startedAt[order] = now
+                starts.append(now)
             }
             if action.stopSleeper {
                 #expect(sleepingBefore, "\(step): stopped a sleeper that did not sleep")
@@ -582,7 +560,6 @@ extension FetchBudgetStateMachineTests {
             busy.remove(ticket.account)
             let sleeping = machine.sleeping
             // The fetch released may be the probe, which frees the hold's one probe.
-            if outcome == .notStarted { startedAt[order] = nil }
             let action = machine.release(ticket, outcome: outcome, waited: .zero, at: now)
             check(action, probingBefore: false, sleepingBefore: sleeping, step: "release \(outcome)")
         }
@@ -611,7 +588,7 @@ extension FetchBudgetStateMachineTests {
                 case .startNow:
                     #expect(queued.isEmpty, "started at once past a queue")
                     running[ticket.order] = ticket
-                    startedAt[ticket.order] = now
+                    starts.append(now)
                 case .queued(let action):
                     queued[ticket.order] = ticket
                     check(action, probingBefore: probing, sleepingBefore: sleeping, step: "acquire")
@@ -620,7 +597,7 @@ extension FetchBudgetStateMachineTests {
                 }
             case 4...6:
                 guard let order = running.keys.randomElement(using: &random) else { break }
-                release(order, [.answered, .outage, .outage, .neither, .notStarted].randomElement(using: &random)!)
+                release(order, [.answered, .outage, .outage, .neither].randomElement(using: &random)!)
             case 7:
                 guard let order = queued.keys.randomElement(using: &random) else { break }
                 let ticket = queued.removeValue(forKey: order)!
@@ -656,7 +633,6 @@ extension FetchBudgetStateMachineTests {
             checkState("drain")
         }
         #expect(queued.isEmpty && running.isEmpty, "every fetch not cancelled was admitted and released")
-        let starts = Array(startedAt.values)
         for start in starts {
             let inOneSecond = starts.filter { $0 >= start && $0 <= start + .seconds(1) }.count
             #expect(Double(inOneSecond) <= Double(burst) + rate, "starts in the second from \(start)")

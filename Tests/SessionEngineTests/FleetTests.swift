@@ -240,45 +240,6 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         for pool in pools { await pool.shutdown() }
     }
 
-    /// A replica whose fetches another replica's credentials answer is not held to its own rate: the rate bounds the
-    /// requests its backend sees, and these it never saw, so each gives its start back. B's budget, one start a second,
-    /// signs twenty accounts in at once, where it would take twenty seconds if each share spent a start.
-    @Test func sharedCredentialsGiveTheirStartsBackToThePoolsBudget() async throws {
-        let clock = ManualClock()
-        let fetcher = try backend(clock)
-        let coordinator = InProcessFleetCoordinator(limits: FleetLedger.Limits(sharesCredentials: true), clock: clock)
-        let coordination = FleetCoordination(coordinator, sharesCredentials: true)
-        let accounts = (0..<20).map { AccountID("account-\($0)") }
-        let a = SessionPool(fetcher: fetcher, clock: clock, coordination: coordination)
-        var signIns: [Task<Void, any Error>] = []
-        for account in accounts { signIns.append(await a.startCall { try await $0.signIn(account) }) }
-        // The fleet's budget lets A's sign-ins go at its rate.
-        #expect(await clock.advance(upTo: .seconds(60)) { accounts.allSatisfy { a.state(of: $0).isIdentified } })
-        for signIn in signIns { try await signIn.value }
-        signIns = []
-        let fetches = fetcher.requests.count
-        let b = SessionPool(
-            fetcher: fetcher,
-            configuration: SessionPoolConfiguration(budget: .init(maximumInFlight: 4, startsPerSecond: 1, burst: 1)),
-            clock: clock, coordination: coordination)
-        for account in accounts {
-            signIns.append(
-                await b.startCall { try await $0.signIn(account, expecting: "\(account.rawValue)@example.com") })
-        }
-        let identified = await clock.advance(upTo: .seconds(5)) {
-            accounts.allSatisfy { b.state(of: $0).isIdentified }
-        }
-        #expect(identified, "twenty shared credentials within five seconds of a budget of one start a second")
-        // Had each share spent a start, the rest go at the rate.
-        _ = await clock.advance(upTo: .seconds(60)) { accounts.allSatisfy { b.state(of: $0).isIdentified } }
-        for signIn in signIns { try await signIn.value }
-        #expect(fetcher.requests.count == fetches, "B's backend saw nothing")
-        #expect(b.metrics.fleet?.sharesInstalled == accounts.count)
-        #expect(b.metrics.fetchesAdmitted == accounts.count, "each went through B's budget")
-        await a.shutdown()
-        await b.shutdown()
-    }
-
     /// A coordinator that hands an account another user's credential gets nowhere: the account fetches its own and
     /// stays its user's.
     @Test func anotherUsersSharedCredentialIsRefusedAndTheAccountFetchesItsOwn() async throws {

@@ -211,7 +211,7 @@ extension AccountShard {
             } else if Task.isCancelled {
                 // The account session ended (a change, a sign-out, shutdown) before this task first ran: its request
                 // never reaches the backend, which by now may be serving the next account's hooks.
-                if let ticket { budget?.release(ticket, outcome: .notStarted) }
+                if let ticket { budget?.release(ticket, outcome: .neither) }
                 result = .failure(CancellationError())
             } else {
                 // The budget let it go; the fleet, if there is one, has its say.
@@ -224,15 +224,13 @@ extension AccountShard {
                     {
                     case .start(let granted): lease = granted
                     case .shared(let credential):
-                        // Another replica's fetch answered it: the backend never saw this one, and the pool's rate,
-                        // which bounds what the backend sees, gets its start back.
-                        if let ticket { budget?.release(ticket, outcome: .notStarted, waited: budgetWaited) }
+                        if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }
                         waited = max(.zero, clock.uptime - now.uptime)
                         await self.fetchCompleted(
                             slot, request.id, .success(FetchedCredential(credential)), waited: waited)
                         return
                     case .cancelled:
-                        if let ticket { budget?.release(ticket, outcome: .notStarted, waited: budgetWaited) }
+                        if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }
                         await self.fetchCompleted(slot, request.id, .failure(CancellationError()), waited: waited)
                         return
                     }

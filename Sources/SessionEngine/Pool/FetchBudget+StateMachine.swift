@@ -251,11 +251,6 @@ extension FetchBudget {
                 }
             case .neither:
                 break
-            case .notStarted:
-                // As if it had never been admitted, or fewer: the bucket never holds more than its burst, so the
-                // starts the backend sees stay within `burst + startsPerSecond × T`.
-                refill(at: now)
-                state.tokens = min(Double(limits.burst), state.tokens + 1)
             }
             let change: Change? =
                 switch (held, state.hold?.isOutage == true) {

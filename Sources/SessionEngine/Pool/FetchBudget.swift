@@ -61,13 +61,9 @@ final class FetchBudget: Sendable {
         case answered
         /// The fetch failed as an outage (``SessionError/FailureClass/outage``) with no `Retry-After`.
         case outage
-        /// Neither: the fetch was cancelled on its way to the backend or at it, or the backend asked for a pause,
-        /// which ``pause(for:)`` handles.
+        /// Neither: the fetch was cancelled or never reached the backend, or the backend asked for a pause, which
+        /// ``pause(for:)`` handles.
         case neither
-        /// The fetch never left for the backend: it was cancelled before it left, or another replica's credential
-        /// answered it (a fleet's coordinator). Counts for nothing toward an outage, and gives its start back to the
-        /// bucket (up to its burst): the rate bounds the requests the backend sees, and this one it never saw.
-        case notStarted
     }
 
     /// What the budget's counters show, for metrics.
