@@ -43,8 +43,9 @@ struct HostileRedisTests {
             } catch let error as RedisCoordinatorError {
                 #expect(error.code == code && error.reason.contains(reason), "\(mode): \(error)")
             }
-            // The attacks last 10 to 20 s; the command's timeout is 250 ms. The bound holds on a busy machine.
-            #expect(ContinuousClock.now - start < .seconds(5), "\(mode)")
+            // The attacks last a minute; the command's timeout is 250 ms. The bound leaves room for a busy machine: beside
+            // the suite's CPU-bound tests the call's resumption has waited almost 6 s for a thread of the pool.
+            #expect(ContinuousClock.now - start < .seconds(30), "\(mode)")
         }
     }
 }

@@ -2,11 +2,12 @@
 """A hostile loopback Redis server: it answers the coordinator's first command with a reply built to hold it.
 
 The coordinator's tests start it to prove that every such reply fails within the command's timeout, with a typed
-error and a bounded buffer. The attack is chosen by the key prefix the command names, `{MODE}`:
+error and a bounded buffer. Each attack lasts a minute, so that a call it held would be told from one slowed by a
+busy machine. The attack is chosen by the key prefix the command names, `{MODE}`:
 
     {huge}      a bulk string that declares 100 MB, then its bytes as fast as the socket takes them.
     {garbage}   a line that is not the protocol.
-    {trickle}   a status reply, one byte every 50 ms, never ending.
+    {trickle}   a status reply, one byte every 50 ms, for a minute.
     {deep}      arrays nested deeper than any script's reply.
     {silent}    nothing; the connection stays open.
 
@@ -42,16 +43,16 @@ class Handler(socketserver.BaseRequestHandler):
                     self.request.sendall(BLOCK)
             elif mode == b"{garbage}":
                 self.request.sendall(b"hello, this is not redis\r\n")
-                time.sleep(10)
+                time.sleep(60)
             elif mode == b"{trickle}":
-                for index in range(400):
+                for index in range(1200):
                     self.request.sendall(b"+" if index == 0 else b"a")
                     time.sleep(0.05)
             elif mode == b"{deep}":
                 self.request.sendall(b"*1\r\n" * 8 + b":1\r\n")
-                time.sleep(10)
+                time.sleep(60)
             else:
-                time.sleep(20)
+                time.sleep(60)
         except OSError:
             pass
 
