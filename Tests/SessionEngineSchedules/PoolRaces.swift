@@ -84,6 +84,19 @@ final class SharingRaceCoordinator: FleetCoordinator {
     }
 }
 
+/// A fleet's coordinator for the races that lets every fetch start, after a scheduling point of its own, and hears
+/// every end after another: the fetch then waits for its start of the pool's budget, where a sign-out may end it.
+final class StartingRaceCoordinator: FleetCoordinator {
+    func decide(_ fetch: FleetFetch) async throws -> FleetDecision {
+        await Waypoint.pass()
+        return .start(lease: FleetLease(fetch.account.rawValue))
+    }
+
+    func fetchEnded(_ fetch: FleetFetch, lease: FleetLease?, outcome: FleetOutcome) async throws {
+        await Waypoint.pass()
+    }
+}
+
 /// Whether one fetch still counts as in flight.
 private final class Claim: Sendable {
     let held = Atomic(true)
@@ -98,10 +111,11 @@ final class PoolRaceRig: Sendable {
     private let tasks = Mutex<[Task<String, Never>]>([])
 
     /// Creates a rig; with `sharing`, the pool is a replica of a fleet whose coordinator shares a credential for every
-    /// fetch (``SharingRaceCoordinator``).
+    /// fetch (``SharingRaceCoordinator``), with `starting` one whose coordinator lets every fetch start
+    /// (``StartingRaceCoordinator``). The bucket holds `burst` starts and refills a thousand a second.
     init(
         maximumInFlight: Int = 1, maximumAccounts: Int? = nil, idleTimeout: Duration? = nil,
-        fetchTimeout: Duration? = nil, sharing: Bool = false
+        fetchTimeout: Duration? = nil, sharing: Bool = false, starting: Bool = false, burst: Int = 10
     ) {
         signer = try! IdentitySigner(projectID: RaceRig.projectID, secret: "race-secret", clock: clock)
         fetcher = PoolRaceFetcher(signer: signer)
@@ -110,16 +124,21 @@ final class PoolRaceRig: Sendable {
         if let fetchTimeout { session.fetchTimeout = fetchTimeout }
         let configuration = SessionPoolConfiguration(
             session: session,
-            // A bucket as large as the races' sign-ins: only the in-flight bound makes fetches wait.
-            budget: .init(maximumInFlight: maximumInFlight, startsPerSecond: 1000, burst: 10),
+            // By default a bucket as large as the races' sign-ins: only the in-flight bound makes fetches wait.
+            budget: .init(maximumInFlight: maximumInFlight, startsPerSecond: 1000, burst: burst),
             maximumAccounts: maximumAccounts, idleTimeout: idleTimeout
         )
-        pool =
-            sharing
-            ? SessionPool(
+        if sharing {
+            pool = SessionPool(
                 fetcher: fetcher, configuration: configuration, clock: clock,
                 coordination: FleetCoordination(SharingRaceCoordinator(signer: signer), sharesCredentials: true))
-            : SessionPool(fetcher: fetcher, configuration: configuration, clock: clock)
+        } else if starting {
+            pool = SessionPool(
+                fetcher: fetcher, configuration: configuration, clock: clock,
+                coordination: FleetCoordination(StartingRaceCoordinator()))
+        } else {
+            pool = SessionPool(fetcher: fetcher, configuration: configuration, clock: clock)
+        }
         let pool = self.pool
         Diagnostics.current = { "pool \(pool.metrics); accounts \(pool.accounts.map(\.rawValue).sorted())" }
     }
@@ -226,8 +245,48 @@ enum PoolRaces {
     static let all: [RaceProgram] = [
         signInsShareTheBudget, signOutWhileQueued, evictionRacesWork, renewalRacesSignOut, callsRaceShutdown,
         signInsRaceGracefulShutdown, expectedUserJoinsASignIn, pushesRaceRenewal, callerJoinsAQueuedRenewal,
-        idleSweepRacesWork, sharedCredentialRacesSignOut, sharedRenewalsRaceSignOut,
+        idleSweepRacesWork, sharedCredentialRacesSignOut, sharedRenewalsRaceSignOut, signOutRacesAFetchWaitingToLeave,
     ]
+
+    static let signOutRacesAFetchWaitingToLeave = RaceProgram(
+        name: "pool-fleet-sign-out-races-a-fetch-waiting-to-leave",
+        summary: "the fleet lets bob's fetch go while alice's took the bucket's one start; bob signs out while the "
+            + "clock gives the bucket its next start",
+        bound: 2
+    ) {
+        {
+            let rig = PoolRaceRig(maximumInFlight: 2, starting: true, burst: 1)
+            try await rig.pool.signIn("alice")
+            await Explorer.waitUntilIdle()
+            rig.launchSignIn("bob")
+            rig.launchSignOut("bob")
+            rig.launch { _ in
+                rig.clock.advance(by: .milliseconds(1))
+                return "advanced"
+            }
+            let outcomes = await rig.outcomes()
+            if !["identified", "ACCOUNT_CHANGED"].contains(outcomes[0]) || outcomes[1...] != ["signed out", "advanced"]
+            {
+                throw Violation("outcomes \(outcomes)")
+            }
+            await Explorer.waitUntilIdle()
+            if rig.pool.accounts.contains("bob")
+                && (outcomes[0] != "identified" || !rig.pool.state(of: "bob").isIdentified)
+            {
+                throw Violation("bob is held as \(rig.pool.state(of: "bob")) but his sign-in ended \(outcomes[0])")
+            }
+            // One start in the bucket and one more by the clock: a fetch that gave up waiting to leave took none.
+            let starts = rig.fetcher.starts
+            if starts.count > 2 || starts.filter({ $0 == "bob" }).count > 1 {
+                throw Violation("the backend saw \(starts); the bucket held two starts")
+            }
+            if outcomes[0] == "identified", !starts.contains("bob") {
+                throw Violation("bob was identified without a fetch")
+            }
+            try await rig.checkBudget(maximumInFlight: 2)
+            await rig.pool.shutdown()
+        }
+    }
 
     static let sharedCredentialRacesSignOut = RaceProgram(
         name: "pool-fleet-share-races-sign-out",

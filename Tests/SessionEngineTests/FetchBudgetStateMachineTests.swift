@@ -124,6 +124,49 @@ import Testing
         #expect(starts.filter { $0 <= .seconds(4) }.count == 3 + 4 * 4, "burst + startsPerSecond × T over T seconds")
     }
 
+    // MARK: - Starts taken when a fetch leaves (a pool with a fleet's coordinator)
+
+    /// The slots of a budget whose fetches take their start when they leave: admitted on a slot alone, as many at
+    /// once as there are slots, in the same urgency order, and never waiting for time, so never a sleeper.
+    @Test func aBudgetOfSlotsAloneAdmitsOnASlotAndNeverWaitsForTime() {
+        var slots = Machine(slots: 2, now: .zero)
+        let a = slots.start("a", at: .zero)!
+        let b = slots.start("b", at: .zero)!
+        #expect(slots.snapshot.inFlight == 2 && slots.snapshot.admitted == 2, "no bucket limits them")
+        let renewal = slots.queue("renewal", .proactive, deadline: .seconds(60), at: .zero)
+        let needed = slots.queue("needed", .needed, deadline: .seconds(90), at: .zero)
+        #expect(!slots.sleeping, "they wait for a slot, not for time")
+        #expect(slots.release(a, outcome: .answered, waited: .zero, at: .seconds(1)) == Action(resume: [needed.order]))
+        #expect(slots.release(b, outcome: .outage, waited: .zero, at: .seconds(1)) == Action(resume: [renewal.order]))
+        #expect(slots.probeAt == nil && slots.snapshot.outages == 0, "outages are the starts' to count")
+        #expect(slots.start("c", at: .seconds(1)) == nil, "both slots are taken")
+    }
+
+    /// The budget of starts expects the slots' tickets, so that a caller who comes while the fetch waits for a slot
+    /// or at the fleet makes it leave as needed; a ticket whose fetch never leaves is forgotten, promotion and all.
+    @Test func anExpectedTicketCanBePromotedBeforeItLeavesAndIsForgottenIfItNeverDoes() {
+        var slots = Machine(slots: 4, now: .zero)
+        var starts = Self.machine(rate: 4, burst: 1)
+        _ = starts.start("blocker", at: .zero)
+        let renewal = slots.ticket(urgency: .proactive, deadline: .seconds(60), account: "renewal")
+        let shared = slots.ticket(urgency: .proactive, deadline: .seconds(30), account: "shared")
+        starts.expect(renewal)
+        starts.expect(shared)
+        starts.promote(renewal, at: .milliseconds(10))
+        starts.promote(shared, at: .milliseconds(10))
+        #expect(starts.promotedCount == 2)
+        starts.forget(shared)
+        #expect(starts.promotedCount == 1, "the fetch the fleet answered leaves nothing behind")
+        let later = starts.queue("later", .needed, deadline: .milliseconds(20), at: .milliseconds(100))
+        _ = starts.acquire(renewal, cancelled: false, at: .milliseconds(100))
+        #expect(starts.snapshot.queuedNeeded == 2, "the promoted renewal leaves as needed")
+        #expect(
+            starts.sleeperFired(at: .milliseconds(250))
+                == Action(resume: [renewal.order], startSleeper: .milliseconds(250)),
+            "needed since its caller came, before a fetch needed later")
+        #expect(starts.sleeperFired(at: .milliseconds(500)) == Action(resume: [later.order]))
+    }
+
     // MARK: - The order of the queue
 
     @Test func aNeededFetchGoesBeforeAProactiveRenewal() {
@@ -636,6 +679,159 @@ extension FetchBudgetStateMachineTests {
         for start in starts {
             let inOneSecond = starts.filter { $0 >= start && $0 <= start + .seconds(1) }.count
             #expect(Double(inOneSecond) <= Double(burst) + rate, "starts in the second from \(start)")
+        }
+    }
+
+    /// A coordinated pool's budget as its owner drives it, with random inputs: slots given in urgency order, fetches
+    /// the fleet answers (their start forgotten) or lets go (they wait for a start), fetches cancelled while they wait
+    /// to leave, promotions at any stage, pauses, outages. The slots never wait for time and bound every fetch past
+    /// admission; the starts bound what leaves to `burst + startsPerSecond` in any second, whatever the fleet let go
+    /// together; no fetch waiting to leave is left with nothing to wake it; and once the backend answers, every fetch
+    /// leaves, and neither machine keeps a promotion or a fetch.
+    @Test(arguments: 0..<32 as Range<UInt64>)
+    func randomInputsThroughSlotsAndStartsKeepBothBounds(seed: UInt64) {
+        var random = SplitMix64(seed: seed)
+        let slotLimit = Int.random(in: 1...4, using: &random)
+        let rate = [1.0, 2, 4, 8].randomElement(using: &random)!
+        let burst = Int.random(in: 1...3, using: &random)
+        var slots = Machine(slots: slotLimit, now: .zero)
+        var starts = Self.machine(
+            inFlight: slotLimit, rate: rate, burst: burst, outageThreshold: [nil, 2].randomElement(using: &random)!,
+            outageAccounts: 1, probeInterval: .seconds(1))
+        var now = Duration.zero
+        var sleeperDue: Duration?
+        var waitingForSlot: [UInt64: FetchBudget.Ticket] = [:]
+        var atFleet: [UInt64: FetchBudget.Ticket] = [:]
+        var waitingToLeave: [UInt64: FetchBudget.Ticket] = [:]
+        var left: [UInt64: FetchBudget.Ticket] = [:]
+        var leaves: [Duration] = []
+        var nextAccount = 0
+
+        func slotsDid(_ action: Action, _ step: String) {
+            #expect(
+                action.startSleeper == nil && action.report.isEmpty, "\(step): the slots wait for nothing but a slot")
+            for order in action.resume {
+                guard let ticket = waitingForSlot.removeValue(forKey: order) else {
+                    Issue.record("\(step): a slot for \(order), which did not wait for one")
+                    continue
+                }
+                atFleet[order] = ticket
+            }
+        }
+        func startsDid(_ action: Action, _ step: String) {
+            if action.stopSleeper { sleeperDue = nil }
+            if let sleep = action.startSleeper { sleeperDue = now + sleep }
+            for order in action.resume {
+                guard let ticket = waitingToLeave.removeValue(forKey: order) else {
+                    Issue.record("\(step): a start for \(order), which did not wait to leave")
+                    continue
+                }
+                left[order] = ticket
+                leaves.append(now)
+            }
+        }
+        func freeSlot(_ ticket: FetchBudget.Ticket, _ step: String) {
+            slotsDid(slots.release(ticket, outcome: .neither, waited: .zero, at: now), step)
+        }
+        func leave(_ ticket: FetchBudget.Ticket) {
+            switch starts.acquire(ticket, cancelled: false, at: now) {
+            case .startNow:
+                left[ticket.order] = ticket
+                leaves.append(now)
+            case .queued(let action):
+                waitingToLeave[ticket.order] = ticket
+                startsDid(action, "leave")
+            case .resumeCancelled:
+                Issue.record("not cancelled")
+            }
+        }
+        func end(_ order: UInt64, _ outcome: FetchBudget.Outcome) {
+            let ticket = left.removeValue(forKey: order)!
+            startsDid(starts.release(ticket, outcome: outcome, waited: .zero, at: now), "release")
+            freeSlot(ticket, "release")
+        }
+        func fire() {
+            guard let due = sleeperDue else { return }
+            now = max(now, due)
+            sleeperDue = nil
+            startsDid(starts.sleeperFired(at: now), "sleeper")
+        }
+        func checkState(_ step: String) {
+            #expect(!slots.sleeping, "\(step)")
+            let pastAdmission = atFleet.count + waitingToLeave.count + left.count
+            #expect(slots.snapshot.inFlight == pastAdmission && pastAdmission <= slotLimit, "\(step)")
+            #expect(starts.snapshot.inFlight == left.count, "\(step)")
+            if !waitingToLeave.isEmpty, !starts.probing {
+                #expect(starts.sleeping, "\(step): a fetch waits to leave with nothing to wake it")
+            }
+        }
+
+        for _ in 0..<300 {
+            now += .milliseconds(Int64.random(in: 0...300, using: &random))
+            if let due = sleeperDue, due <= now { fire() }
+            switch Int.random(in: 0..<11, using: &random) {
+            case 0...2:
+                nextAccount += 1
+                let ticket = slots.ticket(
+                    urgency: Bool.random(using: &random) ? .needed : .proactive,
+                    deadline: now + .milliseconds(Int64.random(in: -500...3000, using: &random)),
+                    account: AccountID("account-\(nextAccount)"))
+                starts.expect(ticket)
+                switch slots.acquire(ticket, cancelled: false, at: now) {
+                case .startNow: atFleet[ticket.order] = ticket
+                case .queued(let action):
+                    waitingForSlot[ticket.order] = ticket
+                    slotsDid(action, "acquire")
+                case .resumeCancelled: Issue.record("not cancelled")
+                }
+            case 3:
+                // Another replica's credential answers it: no start is taken.
+                guard let order = atFleet.keys.randomElement(using: &random) else { break }
+                let ticket = atFleet.removeValue(forKey: order)!
+                starts.forget(ticket)
+                freeSlot(ticket, "share")
+            case 4...5:
+                // The fleet lets go of every fetch it held, together.
+                for order in atFleet.keys.sorted() { leave(atFleet.removeValue(forKey: order)!) }
+            case 6...7:
+                guard let order = left.keys.randomElement(using: &random) else { break }
+                end(order, [.answered, .outage, .neither].randomElement(using: &random)!)
+            case 8:
+                guard let order = waitingToLeave.keys.randomElement(using: &random) else { break }
+                let ticket = waitingToLeave.removeValue(forKey: order)!
+                guard case .resumeCancelled(let stopsSleeper) = starts.cancel(ticket) else {
+                    Issue.record("a fetch waiting to leave was not cancelled")
+                    break
+                }
+                if stopsSleeper { sleeperDue = nil }
+                freeSlot(ticket, "cancel")
+            case 9:
+                let all = Array(waitingForSlot.values) + Array(atFleet.values) + Array(waitingToLeave.values)
+                guard let ticket = all.randomElement(using: &random) else { break }
+                slots.promote(ticket, at: now)
+                starts.promote(ticket, at: now)
+            default:
+                starts.pause(for: .milliseconds(Int64.random(in: 0...2000, using: &random)), at: now)
+            }
+            checkState("step")
+        }
+        // The fleet lets every fetch go and the backend answers: every fetch leaves.
+        var rounds = 0
+        while !(waitingForSlot.isEmpty && atFleet.isEmpty && waitingToLeave.isEmpty && left.isEmpty), rounds < 10_000 {
+            rounds += 1
+            for order in atFleet.keys.sorted() { leave(atFleet.removeValue(forKey: order)!) }
+            if let order = left.keys.min() {
+                end(order, .answered)
+            } else {
+                fire()
+            }
+            checkState("drain")
+        }
+        #expect(waitingForSlot.isEmpty && waitingToLeave.isEmpty && left.isEmpty, "every fetch left and ended")
+        #expect(slots.promotedCount == 0 && starts.promotedCount == 0, "no promotion kept")
+        for start in leaves {
+            let inOneSecond = leaves.filter { $0 >= start && $0 <= start + .seconds(1) }.count
+            #expect(Double(inOneSecond) <= Double(burst) + rate, "leaves in the second from \(start)")
         }
     }
 

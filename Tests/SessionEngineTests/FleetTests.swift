@@ -400,6 +400,125 @@ private func backend(_ clock: ManualClock, secret: String = "fleet-secret") thro
         await pool.shutdown()
     }
 
+    /// A pool whose budget holds one start an hour: alice's fetch, which the fleet answers with another replica's
+    /// credential, leaves that start unspent, so bob's fetch reaches the backend at once. A coordinated fetch takes
+    /// its start of the pool's budget when the fleet lets it leave, not when the budget admits it.
+    @Test func aFetchTheFleetAnswersSpendsNoneOfThePoolsStarts() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let signer = try IdentitySigner(projectID: "proj_fleet", secret: "peer", lifetime: .seconds(600), clock: clock)
+        let coordinator = FaultyCoordinator(clock: clock) { fetch in
+            fetch.account == "alice"
+                ? .shared(try! signer.sign(email: "alice@example.com")) : .start(lease: FleetLease("bob"))
+        }
+        var configuration = SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 8))
+        configuration.budget = SessionPoolConfiguration.Budget(startsPerSecond: 1.0 / 3_600, burst: 1)
+        let pool = SessionPool(
+            fetcher: fetcher, configuration: configuration, clock: clock,
+            coordination: FleetCoordination(coordinator, sharesCredentials: true))
+        try await pool.startCall { try await $0.signIn("alice", expecting: "alice@example.com") }.value
+        #expect(fetcher.requests.isEmpty && pool.metrics.fleet?.sharesInstalled == 1)
+        let signIn = await pool.startCall { try await $0.signIn("bob") }
+        await pool.waitUntilIdle()
+        #expect(fetcher.requestedAccounts == ["bob"] && pool.state(of: "bob").isIdentified)
+        #expect(pool.metrics.fetchesAdmitted == 1 && pool.metrics.fetchesInFlight == 0)
+        await pool.shutdown()
+        _ = try? await signIn.value
+    }
+
+    /// Four fetches the fleet holds for ten seconds and then lets go together leave at the pool's own rate (a start a
+    /// second, a bucket of one), not at once: every request the backend sees took a start of the pool's budget, so its
+    /// starts stay within `burst + rate × T` whatever the fleet held.
+    @Test func fetchesTheFleetLetsGoTogetherLeaveAtThePoolsRate() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let opens = clock.now.addingTimeInterval(10)
+        let coordinator = FaultyCoordinator(clock: clock) { [clock] fetch in
+            clock.now < opens
+                ? .hold(retryIn: .seconds(opens.timeIntervalSince(clock.now)), reason: .budget)
+                : .start(lease: FleetLease("\(fetch.account)"))
+        }
+        var configuration = SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 9))
+        configuration.budget = SessionPoolConfiguration.Budget(maximumInFlight: 4, startsPerSecond: 1, burst: 1)
+        let pool = SessionPool(
+            fetcher: fetcher, configuration: configuration, clock: clock, coordination: FleetCoordination(coordinator))
+        let accounts: [AccountID] = ["a", "b", "c", "d"]
+        var signIns: [Task<Void, any Error>] = []
+        for account in accounts { signIns.append(await pool.startCall { try await $0.signIn(account) }) }
+        #expect(fetcher.requests.isEmpty, "the fleet holds every fetch")
+        #expect(await clock.advance(upTo: .seconds(60)) { fetcher.requests.count == 4 })
+        for signIn in signIns { try await signIn.value }
+        let times = fetcher.requests.compactMap(\.receivedAt).sorted()
+        #expect(times.count == 4)
+        for (earlier, later) in zip(times, times.dropFirst()) {
+            #expect(later.timeIntervalSince(earlier) >= 0.999, "\(times)")
+        }
+        #expect(times.first.map { $0 >= opens } == true)
+        await pool.shutdown()
+    }
+
+    /// The fleet reserves alice's start 3 s ahead and bob's 3.5 s ahead; the pool's budget gives a start a second, from
+    /// a bucket of one. Each fetch takes its start while it waits for its reserved time, so both leave when the fleet
+    /// said: bob at 3.5 s, not at 4 s, when a start taken on leaving would have come. The fleet's spacing of its
+    /// starts is what the backend sees.
+    @Test func aFetchTakesItsStartWhileItWaitsForItsReservedStartAndLeavesOnTime() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let begin = clock.now
+        let coordinator = FaultyCoordinator(clock: clock) { [clock] fetch in
+            let at = fetch.account == "alice" ? 3.0 : 3.5
+            let left = at - clock.now.timeIntervalSince(begin)
+            return left > 0.001
+                ? .reserved(FleetReservation("\(fetch.account)"), retryIn: .seconds(left))
+                : .start(lease: FleetLease("\(fetch.account)"))
+        }
+        var configuration = SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 11))
+        configuration.budget = SessionPoolConfiguration.Budget(startsPerSecond: 1, burst: 1)
+        let pool = SessionPool(
+            fetcher: fetcher, configuration: configuration, clock: clock, coordination: FleetCoordination(coordinator))
+        let signIns = [
+            await pool.startCall { try await $0.signIn("alice") }, await pool.startCall { try await $0.signIn("bob") },
+        ]
+        #expect(await clock.advance(upTo: .seconds(60)) { fetcher.requests.count == 2 })
+        for signIn in signIns { try await signIn.value }
+        let left = fetcher.requests.map { ($0.account, $0.receivedAt.map { $0.timeIntervalSince(begin) } ?? -1) }
+        #expect(left.map(\.0) == ["alice", "bob"], "\(left)")
+        #expect(zip(left.map(\.1), [3.0, 3.5]).allSatisfy { abs($0 - $1) < 0.001 }, "\(left)")
+        await pool.shutdown()
+    }
+
+    /// A sign-out while the fetch the fleet let go waits for a start of the pool's budget ends the wait: nothing
+    /// reaches the backend, the lease goes back to the coordinator as abandoned, and neither a slot nor a start is
+    /// held for it.
+    @Test func aSignOutWhileTheFetchWaitsToLeaveSendsNothingAndGivesItsLeaseBack() async throws {
+        let clock = ManualClock()
+        let fetcher = try backend(clock)
+        let coordinator = FaultyCoordinator(clock: clock) { .start(lease: FleetLease("\($0.account)")) }
+        var configuration = SessionPoolConfiguration(session: SessionConfiguration(randomSeed: 10))
+        configuration.budget = SessionPoolConfiguration.Budget(startsPerSecond: 1.0 / 60, burst: 1)
+        let pool = SessionPool(
+            fetcher: fetcher, configuration: configuration, clock: clock, coordination: FleetCoordination(coordinator))
+        try await pool.startCall { try await $0.signIn("alice") }.value
+        let signIn = await pool.startCall { try await $0.signIn("bob") }
+        #expect(pool.metrics.queuedNeeded == 1 && pool.metrics.fetchesInFlight == 1, "bob waits for a start")
+        await pool.signOut("bob")
+        await pool.waitUntilIdle()
+        await #expect(throws: SessionError.self) { try await signIn.value }
+        #expect(pool.metrics.fetchesInFlight == 0 && pool.metrics.queuedNeeded == 0)
+        let bobs = coordinator.ended.values.filter { $0.lease == FleetLease("bob") }
+        #expect(bobs.count == 1)
+        if case .abandoned? = bobs.first?.outcome {} else { Issue.record("\(bobs)") }
+        clock.advance(by: .seconds(120))
+        await pool.waitUntilIdle()
+        #expect(fetcher.requestedAccounts == ["alice"])
+        // The start bob did not take is carol's.
+        let carol = await pool.startCall { try await $0.signIn("carol") }
+        await pool.waitUntilIdle()
+        #expect(fetcher.requestedAccounts == ["alice", "carol"] && pool.state(of: "carol").isIdentified)
+        await pool.shutdown()
+        _ = try? await carol.value
+    }
+
     /// A fetch holding a reserved start that it does not take reports the start abandoned, so that the account's other
     /// replicas are not held for it: when its account signs out while it waits for the start, and when the fleet
     /// hands it another replica's credential instead. One that takes its start reports only its lease's end; one that

@@ -211,30 +211,50 @@ extension AccountShard {
             } else if Task.isCancelled {
                 // The account session ended (a change, a sign-out, shutdown) before this task first ran: its request
                 // never reaches the backend, which by now may be serving the next account's hooks.
-                if let ticket { budget?.release(ticket, outcome: .neither) }
+                if let ticket { budget?.release(ticket, outcome: .neither, started: false) }
                 result = .failure(CancellationError())
             } else {
                 // The budget let it go; the fleet, if there is one, has its say.
-                let budgetWaited = ticket == nil ? Duration.zero : max(.zero, clock.uptime - now.uptime)
+                var budgetWaited = ticket == nil ? Duration.zero : max(.zero, clock.uptime - now.uptime)
                 var lease: FleetLease?
+                // Whether it took its start of the pool's budget while the fleet reserved one for it.
+                var tookStart = false
                 if let fleet, let fleetFetch {
                     let rejected = { @Sendable in await self.followsRejection(slot) }
-                    switch await fleet.admit(
-                        fleetFetch, pinnedTo: pinnedEmail, holding: held, followsRejection: rejected)
-                    {
+                    let takeStart = { @Sendable () async -> Bool in
+                        guard let budget, let ticket else { return true }
+                        return await budget.leave(ticket)
+                    }
+                    let admission: FleetGate.Admission
+                    (admission, tookStart) = await fleet.admit(
+                        fleetFetch, pinnedTo: pinnedEmail, holding: held, followsRejection: rejected,
+                        takeStart: takeStart)
+                    switch admission {
                     case .start(let granted): lease = granted
                     case .shared(let credential):
-                        if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }
+                        // A start it took goes unused, never back to the bucket, which may have dropped one meanwhile.
+                        if let ticket { budget?.release(ticket, outcome: .neither, started: tookStart) }
                         waited = max(.zero, clock.uptime - now.uptime)
                         await self.fetchCompleted(
                             slot, request.id, .success(FetchedCredential(credential)), waited: waited)
                         return
                     case .cancelled:
-                        if let ticket { budget?.release(ticket, outcome: .neither, waited: budgetWaited) }
+                        if let ticket { budget?.release(ticket, outcome: .neither, started: tookStart) }
                         await self.fetchCompleted(slot, request.id, .failure(CancellationError()), waited: waited)
                         return
                     }
                 }
+                // It takes its start of the pool's budget when it leaves, after the fleet let it go (or reserved a
+                // start for it), so a fetch the fleet answered at once spent none and every request the backend sees
+                // took one (at once where admission took the start).
+                let leaving = clock.uptime
+                if !tookStart, let budget, let ticket, await !budget.leave(ticket) {
+                    budget.release(ticket, outcome: .neither, started: false)
+                    if let fleetFetch { fleet?.ended(fleetFetch, lease: lease, outcome: .abandoned) }
+                    await self.fetchCompleted(slot, request.id, .failure(CancellationError()), waited: waited)
+                    return
+                }
+                budgetWaited += max(.zero, clock.uptime - leaving)
                 // The request leaves now: the time it waited for the budget and the fleet is neither the backend's
                 // clock offset nor its latency, so the fetcher measures from here.
                 var admitted = request

@@ -95,13 +95,20 @@ final class FleetGate: Sendable {
     ///   - held: The credential the account holds, which a shared one must outlive; `nil` when it holds none.
     ///   - followsRejection: Whether the service has rejected the held credential by now, asked before each question:
     ///     a fetch under way when a rejection comes becomes the renewal after it (`FleetFetch/followsRejection`).
-    /// - Returns: What the fetch does.
+    ///   - takeStart: Takes the fetch's start of the replica's own budget, waiting for it; `false` when the task was
+    ///     cancelled first. Called once, when the fleet first reserves a start for the fetch
+    ///     (``FleetDecision/reserved(_:retryIn:)``), so that the fetch leaves at the reserved time.
+    /// - Returns: What the fetch does, and whether it took its start on the way (release it then, whatever the fetch
+    ///   does).
     func admit(
         _ fetch: FleetFetch, pinnedTo email: String?, holding held: IdentityCredential?,
-        followsRejection: @Sendable () async -> Bool
-    ) async -> Admission {
+        followsRejection: @Sendable () async -> Bool, takeStart: @Sendable () async -> Bool
+    ) async -> (Admission, tookStart: Bool) {
         var fetch = fetch
-        let admission = await admitting(&fetch, pinnedTo: email, holding: held, followsRejection: followsRejection)
+        var tookStart = false
+        let admission = await admitting(
+            &fetch, pinnedTo: email, holding: held, followsRejection: followsRejection, takeStart: takeStart,
+            tookStart: &tookStart)
         // A start reserved for a fetch that does not go to the backend (it was cancelled, or took another replica's
         // credential) would hold the account's other replicas until it lapsed: the coordinator hears it was abandoned,
         // and frees the account. One that goes ahead on its own keeps holding them, for the credential it will share.
@@ -111,13 +118,13 @@ final class FleetGate: Sendable {
         case .start:
             break
         }
-        return admission
+        return (admission, tookStart)
     }
 
     /// ``admit(_:pinnedTo:holding:followsRejection:)``'s questions; `fetch` ends with the reservation it holds, if any.
     private func admitting(
         _ fetch: inout FleetFetch, pinnedTo email: String?, holding held: IdentityCredential?,
-        followsRejection: @Sendable () async -> Bool
+        followsRejection: @Sendable () async -> Bool, takeStart: @Sendable () async -> Bool, tookStart: inout Bool
     ) async -> Admission {
         var peerWaitStarted: Duration?
         var refusals = 0
@@ -191,9 +198,18 @@ final class FleetGate: Sendable {
                 // Asked again when the start comes, with the reservation: the fetch keeps its place in the queue.
                 peerWaitStarted = nil
                 fetch.reservation = reservation
-                wait = min(maximumHold, max(Self.shortestWait, retryIn))
+                let due = clock.uptime + min(maximumHold, max(Self.shortestWait, retryIn))
                 count { $0.holds += 1 }
+                // The fleet will start it then: it takes its start of the replica's budget while it waits, so that
+                // it leaves on time, and the fleet's spacing of its starts is what the backend sees.
+                if !tookStart {
+                    guard await takeStart() else { return .cancelled }
+                    tookStart = true
+                }
+                wait = due - clock.uptime
             }
+            // A start that came later than the reserved one is asked for at once.
+            guard wait > .zero else { continue }
             guard await FetchRace.sleep(for: wait, clock: clock, timers: timers) else { return .cancelled }
         }
     }

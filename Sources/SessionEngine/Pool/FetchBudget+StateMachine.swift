@@ -109,6 +109,9 @@ extension FetchBudget {
         }
 
         private let limits: SessionPoolConfiguration.Budget
+        /// Whether an admission takes a start from the bucket too; `false` for the slots of a budget whose fetches
+        /// take their start when they leave (``FetchBudget/leave(_:)``).
+        private let limitsStarts: Bool
         private var state: State
 
         /// The longest the sleeper sleeps before it looks again: a day.
@@ -117,6 +120,15 @@ extension FetchBudget {
         /// A budget with a full bucket at `now`, nothing queued and nothing in flight.
         init(limits: SessionPoolConfiguration.Budget, now: Duration) {
             self.limits = limits
+            limitsStarts = true
+            state = State(tokens: Double(limits.burst), refilledAt: now)
+        }
+
+        /// A budget of `slots` fetches in flight alone, at `now`: no rate, no hold, no outage; it admits queued
+        /// fetches in the same order as a budget with every limit does.
+        init(slots: Int, now: Duration) {
+            limits = SessionPoolConfiguration.Budget(maximumInFlight: slots, outageThreshold: nil)
+            limitsStarts = false
             state = State(tokens: Double(limits.burst), refilledAt: now)
         }
 
@@ -159,6 +171,19 @@ extension FetchBudget {
             state.nextOrder += 1
             state.unacquired.insert(state.nextOrder)
             return Ticket(order: state.nextOrder, urgency: urgency, deadline: deadline, account: account)
+        }
+
+        /// A claim another budget issued will ask this one to start its fetch: it can be promoted until it does.
+        /// Orders come from one issuer alone, so the owner expects here only tickets of the budget that issues them.
+        mutating func expect(_ ticket: Ticket) {
+            state.unacquired.insert(ticket.order)
+        }
+
+        /// The fetch of an expected ticket will not ask to start (it was answered without the backend, or
+        /// cancelled): its claim is forgotten.
+        mutating func forget(_ ticket: Ticket) {
+            state.unacquired.remove(ticket.order)
+            state.promoted.removeValue(forKey: ticket.order)
         }
 
         /// A caller now waits, since `now`, for the ticket's fetch: it is needed, whether it has queued yet or not, and
@@ -296,12 +321,12 @@ extension FetchBudget {
         /// Takes a token and a slot for fetch `order` if both are free and no hold keeps it: during an outage or after
         /// the backend's pause, only as the probe, when none is at the backend and the probe's time has come.
         private mutating func admit(_ order: UInt64, at now: Duration) -> Bool {
-            guard state.inFlight < limits.maximumInFlight, state.tokens >= 1 else { return false }
+            guard state.inFlight < limits.maximumInFlight, !limitsStarts || state.tokens >= 1 else { return false }
             if let hold = state.hold {
                 guard hold.probe == nil, now >= hold.probeAt else { return false }
                 state.hold?.probe = order
             }
-            state.tokens -= 1
+            if limitsStarts { state.tokens -= 1 }
             state.inFlight += 1
             state.admitted += 1
             return true
@@ -315,7 +340,8 @@ extension FetchBudget {
             while let key = nextQueued(at: now, avoiding: state.hold?.lastProbeAccount) {
                 let order = key.order
                 guard admit(order, at: now) else { break }
-                if state.queued[order] == .proactive, key.deadline <= now {
+                // Late is the starts' to count, where a budget has them.
+                if limitsStarts, state.queued[order] == .proactive, key.deadline <= now {
                     state.lateRenewals += 1
                     if !state.behind {
                         state.behind = true

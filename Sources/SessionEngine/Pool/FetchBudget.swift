@@ -24,12 +24,19 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// next token, the pause's end or the next probe; none is set while nothing waits.
 ///
 /// After ``SessionPoolConfiguration/Budget/outageThreshold`` fetches in a row, from at least
-/// ``SessionPoolConfiguration/Budget/outageAccounts`` accounts, end as an outage (``release(_:outcome:waited:)``),
+/// ``SessionPoolConfiguration/Budget/outageAccounts`` accounts, end as an outage (``release(_:outcome:waited:started:)``),
 /// the budget holds every queued fetch but one probe at a time, the first in urgency order that is not of the
 /// account whose probe failed last, admitted once ``SessionPoolConfiguration/Budget/outageProbeInterval`` has passed
 /// since the last probe failed. A pause the backend asked for holds the same way, without counting as an outage: at
 /// its end one probe goes first. The first fetch the backend answers ends the hold, and the bucket holds at most one
 /// start then, so the held fetches go at the budget's rate.
+///
+/// A pool with a fleet's coordinator (``FleetCoordination``) splits the budget in two instances of the machine, as the
+/// fleet sits between admission and the backend: this one gives out the slots alone, in the same order, and the
+/// second, ``starts``, the starts: its rate, holds, probes and pauses, taken (``leave(_:)``) when the fleet lets the
+/// fetch go or reserves a start for it. A fetch another replica's credential answers at once, or one cancelled
+/// first, then spends no start, and every request the backend sees took one, so a replica's starts stay within
+/// `burst + rate × T` whatever the fleet held and let go together.
 final class FetchBudget: Sendable {
     /// One fetch's claim on the budget, made on the engine's actor when it starts the fetch.
     struct Ticket: Sendable {
@@ -103,6 +110,9 @@ final class FetchBudget: Sendable {
     /// The deadline queue the sleeper waits in: the pool's, which its accounts' timers wait in too.
     private let timers: DeadlineQueue<AccountShard.TimerTarget>
     private let state: SanitizedMutex<Locked>
+    /// The budget of starts that a fetch takes when it leaves for the backend, for a pool whose fleet may answer a
+    /// fetch without it; `nil` when admission takes the start.
+    private let starts: FetchBudget?
     /// Receives each change in the lock step that makes it, so in order; it must return quickly and must not call the
     /// budget.
     private let onChange: (@Sendable (Change) -> Void)?
@@ -113,21 +123,42 @@ final class FetchBudget: Sendable {
     ///   - limits: The budget's limits.
     ///   - clock: The clock the budget's rate, pauses and probes are on.
     ///   - timers: The deadline queue the sleeper waits in: a pool's, on `clock`.
+    ///   - startsWhenLeaving: Whether a fetch takes its start when it leaves (``leave(_:)``) rather than when it is
+    ///     admitted: a pool with a fleet's coordinator.
     ///   - onChange: Receives each change in the lock step that makes it.
     init(
         limits: SessionPoolConfiguration.Budget,
         clock: any SessionClock,
         timers: DeadlineQueue<AccountShard.TimerTarget>,
+        startsWhenLeaving: Bool = false,
         onChange: (@Sendable (Change) -> Void)? = nil
     ) {
         self.clock = clock
         self.timers = timers
-        self.onChange = onChange
-        state = SanitizedMutex(Locked(machine: StateMachine(limits: limits, now: clock.uptime)))
+        if startsWhenLeaving {
+            // The starts report the changes: the outage, and the renewals that left late.
+            starts = FetchBudget(limits: limits, clock: clock, timers: timers, onChange: onChange)
+            self.onChange = nil
+            state = SanitizedMutex(
+                Locked(machine: StateMachine(slots: limits.maximumInFlight, now: clock.uptime)))
+        } else {
+            starts = nil
+            self.onChange = onChange
+            state = SanitizedMutex(Locked(machine: StateMachine(limits: limits, now: clock.uptime)))
+        }
     }
 
+    /// The budget's counters. With ``starts``: fetches in flight hold a slot (at the fleet or at the backend), the
+    /// queues and waits are for a slot and to leave together, and the rest are the starts'.
     var snapshot: Snapshot {
-        state.withLock { $0.machine.snapshot }
+        let slots = state.withLock { $0.machine.snapshot }
+        guard let starts = starts?.snapshot else { return slots }
+        var snapshot = starts
+        snapshot.inFlight = slots.inFlight
+        snapshot.queuedNeeded += slots.queuedNeeded
+        snapshot.queuedProactive += slots.queuedProactive
+        snapshot.waits += slots.waits
+        return snapshot
     }
 
     /// A claim for a fetch about to start.
@@ -138,21 +169,42 @@ final class FetchBudget: Sendable {
     ///     now for a caller waiting.
     ///   - account: The account the fetch is for.
     func ticket(urgency: FetchUrgency, deadline: Duration, account: AccountID) -> Ticket {
-        state.withLock { $0.machine.ticket(urgency: urgency, deadline: deadline, account: account) }
+        let ticket = state.withLock { $0.machine.ticket(urgency: urgency, deadline: deadline, account: account) }
+        starts?.state.withLock { $0.machine.expect(ticket) }
+        return ticket
     }
 
-    /// A caller now waits for the ticket's fetch: it is needed, whether it has queued yet or not.
+    /// A caller now waits for the ticket's fetch: it is needed, whether it has queued yet or not, for a slot and to
+    /// leave.
     func promote(_ ticket: Ticket) {
         guard ticket.urgency == .proactive else { return }
         state.withLock { $0.machine.promote(ticket, at: clock.uptime) }
+        starts?.promote(ticket)
     }
 
-    /// Waits until the ticket's fetch may start, then counts it in flight; pair every `true` with one
-    /// ``release(_:outcome:waited:)``.
+    /// Waits until the ticket's fetch may start (with ``starts``, until it holds a slot), then counts it in flight;
+    /// pair every `true` with one ``release(_:outcome:waited:started:)``.
     ///
     /// - Parameter ticket: The fetch's claim.
     /// - Returns: `false` when the calling task was cancelled before the fetch was admitted (nothing to release).
     func acquire(_ ticket: Ticket) async -> Bool {
+        let admitted = await admission(ticket)
+        if !admitted { starts?.state.withLock { $0.machine.forget(ticket) } }
+        return admitted
+    }
+
+    /// Waits, for an admitted fetch that the fleet lets go or reserves a start for, until it takes its start: until the
+    /// starts (``starts``) give it one, ahead of the fetches that wait for a slot; at once when admission took it.
+    ///
+    /// - Parameter ticket: The fetch's claim.
+    /// - Returns: `false` when the calling task was cancelled first: release the ticket as not started.
+    func leave(_ ticket: Ticket) async -> Bool {
+        guard let starts else { return true }
+        return await starts.admission(ticket)
+    }
+
+    /// ``acquire(_:)``'s wait in this instance's machine.
+    private func admission(_ ticket: Ticket) async -> Bool {
         let order = ticket.order
         return await withTaskCancellationHandler {
             await withParkedContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
@@ -189,7 +241,23 @@ final class FetchBudget: Sendable {
     /// A fetch admitted by ``acquire(_:)`` for `ticket`, after waiting `waited` for the budget, has ended with
     /// `outcome`, or was abandoned (its deadline passed, its account session ended) whether or not its fetcher has
     /// returned.
-    func release(_ ticket: Ticket, outcome: Outcome, waited: Duration = .zero) {
+    ///
+    /// - Parameter started: Whether the fetch took its start (``leave(_:)`` returned `true`); with ``starts``, only
+    ///   such a fetch is released there, where its outcome counts toward an outage. A start taken never goes back to
+    ///   the bucket.
+    func release(_ ticket: Ticket, outcome: Outcome, waited: Duration = .zero, started: Bool = true) {
+        if let starts {
+            if started {
+                starts.releasing(ticket, outcome: outcome, waited: waited)
+            } else {
+                starts.state.withLock { $0.machine.forget(ticket) }
+            }
+        }
+        releasing(ticket, outcome: outcome, waited: waited)
+    }
+
+    /// ``release(_:outcome:waited:started:)`` in this instance's machine.
+    private func releasing(_ ticket: Ticket, outcome: Outcome, waited: Duration) {
         let ready = state.withLock { state -> [UnsafeContinuation<Bool, Never>] in
             perform(state.machine.release(ticket, outcome: outcome, waited: waited, at: clock.uptime), &state)
         }
@@ -201,6 +269,7 @@ final class FetchBudget: Sendable {
     /// rate.
     func pause(for duration: Duration) {
         guard duration > .zero else { return }
+        if let starts { return starts.pause(for: duration) }
         state.withLock { $0.machine.pause(for: duration, at: clock.uptime) }
     }
 

@@ -123,9 +123,10 @@ public final class SessionPool: Sendable {
     }
 
     /// Creates a pool with no accounts whose fetches are coordinated with other replicas of the process through a
-    /// fleet's coordinator: after the pool's own budget lets a fetch go, the pool asks the coordinator, and tells it
-    /// how each fetch ended; whenever the coordinator fails or is slow, the pool decides locally
-    /// (``FleetCoordinator``).
+    /// fleet's coordinator: after the pool's own budget gives a fetch a slot, the pool asks the coordinator, and tells
+    /// it how each fetch ended; a fetch takes its start of the pool's budget when the coordinator lets it go or
+    /// reserves a start for it, so one answered at once with another replica's credential spends none. Whenever the
+    /// coordinator fails or is slow, the pool decides locally (``FleetCoordinator``).
     ///
     /// - Parameters:
     ///   - fetcher: Gets credentials from the host's backend, for every account; each request names its account.
@@ -175,7 +176,7 @@ public final class SessionPool: Sendable {
         let timers = DeadlineQueue<AccountShard.TimerTarget>(clock: clock, taskExecutor: taskExecutor)
         self.timers = timers
         self.budget = FetchBudget(
-            limits: configuration.budget, clock: clock, timers: timers,
+            limits: configuration.budget, clock: clock, timers: timers, startsWhenLeaving: coordination != nil,
             onChange: { [log = configuration.session.log] change in
                 let event: SessionPoolEvent
                 switch change {

@@ -135,15 +135,18 @@ final class PoolEventBroadcaster: Sendable {
 public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     /// Accounts in the pool.
     public var accounts: Int
-    /// Fetches in flight across the pool.
+    /// Fetches in flight across the pool; with a fleet's coordinator (``FleetCoordination``), also those the
+    /// coordinator is asked about or holds, and those waiting to leave for the backend.
     public var fetchesInFlight: Int
     /// Fetches waiting for the budget that are needed now (a caller waits, or the identity is not usable).
     public var queuedNeeded: Int
     /// Proactive renewals waiting for the budget.
     public var queuedProactive: Int
-    /// Fetches that had to wait for the budget, over the pool's life.
+    /// Fetches that had to wait for the budget, over the pool's life; with a fleet's coordinator, for a slot and to
+    /// leave for the backend, each counted.
     public var budgetWaits: Int
-    /// Fetches the budget let start, over the pool's life.
+    /// Fetches the budget let start, over the pool's life; with a fleet's coordinator, those that left for the
+    /// backend (a fetch the fleet answered with another replica's credential did not).
     public var fetchesAdmitted: Int
     /// Accounts the pool signed out by itself (capacity or idle), over its life.
     public var evictions: Int
