@@ -226,9 +226,12 @@ extension AccountShard {
                         return await budget.leave(ticket)
                     }
                     let admission: FleetGate.Admission
+                    let giveUpStart = { @Sendable in
+                        if let ticket { budget?.giveUpStart(ticket) }
+                    }
                     (admission, tookStart) = await fleet.admit(
                         fleetFetch, pinnedTo: pinnedEmail, holding: held, followsRejection: rejected,
-                        takeStart: takeStart)
+                        takeStart: takeStart, giveUpStart: giveUpStart)
                     switch admission {
                     case .start(let granted): lease = granted
                     case .shared(let credential):

@@ -96,19 +96,23 @@ final class FleetGate: Sendable {
     ///   - followsRejection: Whether the service has rejected the held credential by now, asked before each question:
     ///     a fetch under way when a rejection comes becomes the renewal after it (`FleetFetch/followsRejection`).
     ///   - takeStart: Takes the fetch's start of the replica's own budget, waiting for it; `false` when the task was
-    ///     cancelled first. Called once, when the fleet first reserves a start for the fetch
-    ///     (``FleetDecision/reserved(_:retryIn:)``), so that the fetch leaves at the reserved time.
+    ///     cancelled first. Called when the fleet reserves a start for the fetch (``FleetDecision/reserved(_:retryIn:)``)
+    ///     and it holds none, so that it leaves at the reserved time.
+    ///   - giveUpStart: Gives up the start taken, unused, when the fleet then holds the fetch or makes it wait for a
+    ///     peer after all: a start held through the fleet's hold could be the replica's one probe, which the fetch the
+    ///     fleet lets probe would wait for.
     /// - Returns: What the fetch does, and whether it took its start on the way (release it then, whatever the fetch
     ///   does).
     func admit(
         _ fetch: FleetFetch, pinnedTo email: String?, holding held: IdentityCredential?,
-        followsRejection: @Sendable () async -> Bool, takeStart: @Sendable () async -> Bool
+        followsRejection: @Sendable () async -> Bool, takeStart: @Sendable () async -> Bool,
+        giveUpStart: @Sendable () -> Void
     ) async -> (Admission, tookStart: Bool) {
         var fetch = fetch
         var tookStart = false
         let admission = await admitting(
             &fetch, pinnedTo: email, holding: held, followsRejection: followsRejection, takeStart: takeStart,
-            tookStart: &tookStart)
+            giveUpStart: giveUpStart, tookStart: &tookStart)
         // A start reserved for a fetch that does not go to the backend (it was cancelled, or took another replica's
         // credential) would hold the account's other replicas until it lapsed: the coordinator hears it was abandoned,
         // and frees the account. One that goes ahead on its own keeps holding them, for the credential it will share.
@@ -124,7 +128,8 @@ final class FleetGate: Sendable {
     /// ``admit(_:pinnedTo:holding:followsRejection:)``'s questions; `fetch` ends with the reservation it holds, if any.
     private func admitting(
         _ fetch: inout FleetFetch, pinnedTo email: String?, holding held: IdentityCredential?,
-        followsRejection: @Sendable () async -> Bool, takeStart: @Sendable () async -> Bool, tookStart: inout Bool
+        followsRejection: @Sendable () async -> Bool, takeStart: @Sendable () async -> Bool,
+        giveUpStart: @Sendable () -> Void, tookStart: inout Bool
     ) async -> Admission {
         var peerWaitStarted: Duration?
         var refusals = 0
@@ -190,8 +195,16 @@ final class FleetGate: Sendable {
                     return .start(nil)
                 }
                 count { $0.peerWaits += 1 }
+                if tookStart {
+                    giveUpStart()
+                    tookStart = false
+                }
             case .hold(let retryIn, _):
                 peerWaitStarted = nil
+                if tookStart {
+                    giveUpStart()
+                    tookStart = false
+                }
                 wait = min(maximumHold, max(Self.shortestWait, retryIn))
                 count { $0.holds += 1 }
             case .reserved(let reservation, let retryIn):

@@ -112,14 +112,19 @@ extension FetchBudget {
         /// Whether an admission takes a start from the bucket too; `false` for the slots of a budget whose fetches
         /// take their start when they leave (``FetchBudget/leave(_:)``).
         private let limitsStarts: Bool
+        /// Whether it counts and reports the proactive renewals it admits late; `false` for the starts of a budget
+        /// whose slots count them, where a renewal waits in a coordinated pool.
+        private let countsLateRenewals: Bool
         private var state: State
 
         /// The longest the sleeper sleeps before it looks again: a day.
         static let longestSleep = Duration.seconds(86_400)
 
-        /// A budget with a full bucket at `now`, nothing queued and nothing in flight.
-        init(limits: SessionPoolConfiguration.Budget, now: Duration) {
+        /// A budget with a full bucket at `now`, nothing queued and nothing in flight; `countsLateRenewals` says
+        /// whether it counts the proactive renewals it admits late.
+        init(limits: SessionPoolConfiguration.Budget, now: Duration, countsLateRenewals: Bool = true) {
             self.limits = limits
+            self.countsLateRenewals = countsLateRenewals
             limitsStarts = true
             state = State(tokens: Double(limits.burst), refilledAt: now)
         }
@@ -129,6 +134,7 @@ extension FetchBudget {
         init(slots: Int, now: Duration) {
             limits = SessionPoolConfiguration.Budget(maximumInFlight: slots, outageThreshold: nil)
             limitsStarts = false
+            countsLateRenewals = true
             state = State(tokens: Double(limits.burst), refilledAt: now)
         }
 
@@ -340,8 +346,7 @@ extension FetchBudget {
             while let key = nextQueued(at: now, avoiding: state.hold?.lastProbeAccount) {
                 let order = key.order
                 guard admit(order, at: now) else { break }
-                // Late is the starts' to count, where a budget has them.
-                if limitsStarts, state.queued[order] == .proactive, key.deadline <= now {
+                if countsLateRenewals, state.queued[order] == .proactive, key.deadline <= now {
                     state.lateRenewals += 1
                     if !state.behind {
                         state.behind = true

@@ -35,8 +35,10 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// fleet sits between admission and the backend: this one gives out the slots alone, in the same order, and the
 /// second, ``starts``, the starts: its rate, holds, probes and pauses, taken (``leave(_:)``) when the fleet lets the
 /// fetch go or reserves a start for it. A fetch another replica's credential answers at once, or one cancelled
-/// first, then spends no start, and every request the backend sees took one, so a replica's starts stay within
-/// `burst + rate × T` whatever the fleet held and let go together.
+/// first, then spends no start; every request the backend sees took one, and the starts taken stay within
+/// `burst + rate × T` whatever the fleet held and let go together. A reserved fetch leaves at its reserved time, so
+/// where the fleet's rate exceeds the replica's own, its requests may come closer together than its starts, within
+/// the reservations' wait.
 final class FetchBudget: Sendable {
     /// One fetch's claim on the budget, made on the engine's actor when it starts the fetch.
     struct Ticket: Sendable {
@@ -112,7 +114,7 @@ final class FetchBudget: Sendable {
     private let state: SanitizedMutex<Locked>
     /// The budget of starts that a fetch takes when it leaves for the backend, for a pool whose fleet may answer a
     /// fetch without it; `nil` when admission takes the start.
-    private let starts: FetchBudget?
+    let starts: FetchBudget?
     /// Receives each change in the lock step that makes it, so in order; it must return quickly and must not call the
     /// budget.
     private let onChange: (@Sendable (Change) -> Void)?
@@ -126,30 +128,42 @@ final class FetchBudget: Sendable {
     ///   - startsWhenLeaving: Whether a fetch takes its start when it leaves (``leave(_:)``) rather than when it is
     ///     admitted: a pool with a fleet's coordinator.
     ///   - onChange: Receives each change in the lock step that makes it.
-    init(
+    convenience init(
         limits: SessionPoolConfiguration.Budget,
         clock: any SessionClock,
         timers: DeadlineQueue<AccountShard.TimerTarget>,
         startsWhenLeaving: Bool = false,
         onChange: (@Sendable (Change) -> Void)? = nil
     ) {
+        let now = clock.uptime
+        guard startsWhenLeaving else {
+            self.init(
+                StateMachine(limits: limits, now: now), starts: nil, clock: clock, timers: timers, onChange: onChange)
+            return
+        }
+        // The starts report the outage; the slots, where a coordinated pool's renewals wait, the late renewals.
+        let starts = FetchBudget(
+            StateMachine(limits: limits, now: now, countsLateRenewals: false), starts: nil, clock: clock,
+            timers: timers, onChange: onChange)
+        self.init(
+            StateMachine(slots: limits.maximumInFlight, now: now), starts: starts, clock: clock, timers: timers,
+            onChange: onChange)
+    }
+
+    private init(
+        _ machine: StateMachine, starts: FetchBudget?, clock: any SessionClock,
+        timers: DeadlineQueue<AccountShard.TimerTarget>, onChange: (@Sendable (Change) -> Void)?
+    ) {
         self.clock = clock
         self.timers = timers
-        if startsWhenLeaving {
-            // The starts report the changes: the outage, and the renewals that left late.
-            starts = FetchBudget(limits: limits, clock: clock, timers: timers, onChange: onChange)
-            self.onChange = nil
-            state = SanitizedMutex(
-                Locked(machine: StateMachine(slots: limits.maximumInFlight, now: clock.uptime)))
-        } else {
-            starts = nil
-            self.onChange = onChange
-            state = SanitizedMutex(Locked(machine: StateMachine(limits: limits, now: clock.uptime)))
-        }
+        self.starts = starts
+        self.onChange = onChange
+        state = SanitizedMutex(Locked(machine: machine))
     }
 
     /// The budget's counters. With ``starts``: fetches in flight hold a slot (at the fleet or at the backend), the
-    /// queues and waits are for a slot and to leave together, and the rest are the starts'.
+    /// queues and waits are for a slot and for a start together, late renewals are the slots', and the rest are the
+    /// starts'.
     var snapshot: Snapshot {
         let slots = state.withLock { $0.machine.snapshot }
         guard let starts = starts?.snapshot else { return slots }
@@ -158,6 +172,7 @@ final class FetchBudget: Sendable {
         snapshot.queuedNeeded += slots.queuedNeeded
         snapshot.queuedProactive += slots.queuedProactive
         snapshot.waits += slots.waits
+        snapshot.lateRenewals = slots.lateRenewals
         return snapshot
     }
 
@@ -201,6 +216,13 @@ final class FetchBudget: Sendable {
     func leave(_ ticket: Ticket) async -> Bool {
         guard let starts else { return true }
         return await starts.admission(ticket)
+    }
+
+    /// A fetch that took its start (``leave(_:)``) while the fleet reserved one for it will not leave with it: the
+    /// fleet holds it after all, or waits for another replica's fetch. The start goes unused, never back to the
+    /// bucket, and a hold's probe it was is free for a fetch that goes; ``leave(_:)`` takes another when it goes.
+    func giveUpStart(_ ticket: Ticket) {
+        starts?.releasing(ticket, outcome: .neither, waited: .zero)
     }
 
     /// ``acquire(_:)``'s wait in this instance's machine.

@@ -145,8 +145,8 @@ public struct SessionPoolMetrics: Sendable, Hashable, CustomStringConvertible {
     /// Fetches that had to wait for the budget, over the pool's life; with a fleet's coordinator, for a slot and to
     /// leave for the backend, each counted.
     public var budgetWaits: Int
-    /// Fetches the budget let start, over the pool's life; with a fleet's coordinator, those that left for the
-    /// backend (a fetch the fleet answered with another replica's credential did not).
+    /// Fetches the budget let start, over the pool's life; with a fleet's coordinator, the starts taken (a fetch the
+    /// fleet answered at once with another replica's credential took none; one it had reserved a start for did).
     public var fetchesAdmitted: Int
     /// Accounts the pool signed out by itself (capacity or idle), over its life.
     public var evictions: Int
