@@ -232,13 +232,14 @@ final class FetchBudget: Sendable {
             await withParkedContinuation { (continuation: UnsafeContinuation<Bool, Never>) in
                 let start = state.withLock { state -> Start in
                     let action: StateMachine.Action
-                    switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: clock.uptime) {
+                    let now = clock.uptime
+                    switch state.machine.acquire(ticket, cancelled: Task.isCancelled, at: now) {
                     case .resumeCancelled: return .cancelled
                     case .startNow: return .now
                     case .queued(let queued): action = queued
                     }
                     state.parked[order] = continuation
-                    return .queued(perform(action, &state))
+                    return .queued(perform(action, at: now, &state))
                 }
                 switch start {
                 case .now:
@@ -281,7 +282,8 @@ final class FetchBudget: Sendable {
     /// ``release(_:outcome:waited:started:)`` in this instance's machine.
     private func releasing(_ ticket: Ticket, outcome: Outcome, waited: Duration) {
         let ready = state.withLock { state -> [UnsafeContinuation<Bool, Never>] in
-            perform(state.machine.release(ticket, outcome: outcome, waited: waited, at: clock.uptime), &state)
+            let now = clock.uptime
+            return perform(state.machine.release(ticket, outcome: outcome, waited: waited, at: now), at: now, &state)
         }
         for continuation in ready { continuation.resume(returning: true) }
     }
@@ -305,17 +307,19 @@ final class FetchBudget: Sendable {
     /// is never set again by an earlier step that comes late: the deadline queue's lock is taken inside the budget's,
     /// the one place it is, and the queue never calls the budget while it holds its own.
     private func perform(
-        _ action: StateMachine.Action, _ state: inout Locked
+        _ action: StateMachine.Action, at now: Duration, _ state: inout Locked
     ) -> [UnsafeContinuation<Bool, Never>] {
         for change in action.report { onChange?(change) }
         if action.stopSleeper { stopSleeper(&state) }
         if let sleep = action.startSleeper {
             // The machine starts a sleeper only when none sleeps, so no slot is held here. The slot holds the budget
             // weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
+            // Set at the step's time plus the sleep, not the clock's time now: a clock that moved since the step read
+            // it would set it late.
             assert(state.sleeper == nil, "a second sleeper")
-            state.sleeper = AccountShard.setDeadline(in: timers, on: clock, after: sleep) { [weak self] in
-                self?.sleeperFired()
-            }
+            let token = timers.register(.deadline { [weak self] in self?.sleeperFired() })
+            timers.schedule(TimerSpec(id: 0, uptimeDeadline: now + sleep), for: token)
+            state.sleeper = token
         }
         return action.resume.compactMap { state.parked.removeValue(forKey: $0) }
     }
@@ -332,7 +336,8 @@ final class FetchBudget: Sendable {
     private func sleeperFired() {
         let ready = state.withLock { state -> [UnsafeContinuation<Bool, Never>] in
             stopSleeper(&state)
-            return perform(state.machine.sleeperFired(at: clock.uptime), &state)
+            let now = clock.uptime
+            return perform(state.machine.sleeperFired(at: now), at: now, &state)
         }
         for continuation in ready { continuation.resume(returning: true) }
     }
