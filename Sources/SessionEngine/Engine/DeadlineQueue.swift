@@ -253,10 +253,13 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// Starts the sleeper planned by ``sleeperIfEarlier(_:than:at:)``.
     private func startSleeper(_ plan: (wait: Duration, id: UInt64)) {
         let clock = self.clock
+        let wakesAt = clock.uptime + plan.wait
         // The sleeper holds the queue weakly: a queue whose owners are all gone goes with them.
         let task = Task.start(preferring: taskExecutor) { [weak self] in
             do {
-                try await clock.sleep(for: plan.wait)
+                // Until the instant planned, not for the wait from whenever the task first runs: the clock may have
+                // moved on meanwhile, and a sleep counted from then would wake late.
+                try await clock.sleep(for: max(.zero, wakesAt - clock.uptime))
             } catch {
                 return  // Replaced by a sleeper that wakes earlier, or no timer is left.
             }
