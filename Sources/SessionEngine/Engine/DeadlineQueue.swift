@@ -157,7 +157,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// Schedules `spec` in the slot `token`, replacing its timer.
     func schedule(_ spec: TimerSpec, for token: Token) {
         let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
-        let start = state.withLock { state -> (wait: Duration, id: UInt64)? in
+        let start = state.withLock { state -> (wakesAt: Duration, id: UInt64)? in
             guard state.slots.indices.contains(token), state.slots[token] != nil else { return nil }
             state.nextGeneration += 1
             let generation = state.nextGeneration
@@ -231,10 +231,10 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         state.heap = heap
     }
 
-    /// A new sleeper's wait and identity when none sleeps or the one that does wakes after `due`, recorded in
-    /// this lock step. The sleeper it replaces is cancelled.
+    /// A new sleeper's wake-up instant and identity when none sleeps or the one that does wakes after `due`,
+    /// recorded in this lock step. The sleeper it replaces is cancelled.
     private func sleeperIfEarlier(_ state: inout State, than due: Duration, at now: SessionInstant) -> (
-        wait: Duration, id: UInt64
+        wakesAt: Duration, id: UInt64
     )? {
         let wait = min(Self.slice, max(.zero, due - now.uptime))
         let wakesAt = now.uptime + wait
@@ -245,21 +245,20 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         state.nextGeneration += 1
         let id = state.nextGeneration
         state.sleeper = (nil, wakesAt, id)
-        return (wait, id)
+        return (wakesAt, id)
     }
 
     // MARK: - The sleeper
 
     /// Starts the sleeper planned by ``sleeperIfEarlier(_:than:at:)``.
-    private func startSleeper(_ plan: (wait: Duration, id: UInt64)) {
+    private func startSleeper(_ plan: (wakesAt: Duration, id: UInt64)) {
         let clock = self.clock
-        let wakesAt = clock.uptime + plan.wait
         // The sleeper holds the queue weakly: a queue whose owners are all gone goes with them.
         let task = Task.start(preferring: taskExecutor) { [weak self] in
             do {
                 // Until the instant planned, not for the wait from whenever the task first runs: the clock may have
                 // moved on meanwhile, and a sleep counted from then would wake late.
-                try await clock.sleep(for: max(.zero, wakesAt - clock.uptime))
+                try await clock.sleep(for: max(.zero, plan.wakesAt - clock.uptime))
             } catch {
                 return  // Replaced by a sleeper that wakes earlier, or no timer is left.
             }
@@ -278,7 +277,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     private func look(sleeper id: UInt64) {
         let now = SessionInstant(wall: clock.now, uptime: clock.uptime)
         let (due, delivery, next) = state.withLock {
-            state -> ([(Target, TimerID)], Delivery?, (wait: Duration, id: UInt64)?) in
+            state -> ([(Target, TimerID)], Delivery?, (wakesAt: Duration, id: UInt64)?) in
             // A sleeper replaced just as its sleep ended leaves the looking to its replacement.
             guard state.sleeper?.id == id else { return ([], nil, nil) }
             state.sleeper = nil
@@ -304,7 +303,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
                 }
             }
             for key in early { state.heap.insert(key) }
-            var next: (wait: Duration, id: UInt64)?
+            var next: (wakesAt: Duration, id: UInt64)?
             while let key = state.heap.min {
                 if let timer = state.slots[key.slot]?.timer, timer.generation == key.generation {
                     next = sleeperIfEarlier(&state, than: key.due, at: now)
