@@ -17,8 +17,9 @@ final class PeerProcess {
     ///   - command: The program and its arguments.
     ///   - environment: Variables added to this process's environment for the peer, such as a secret that must not
     ///     appear among its arguments.
+    ///   - standardError: Where the peer's standard error goes; nowhere unless given.
     /// - Returns: `nil` when the process cannot be started.
-    init?(_ command: [String], environment: [String: String] = [:]) {
+    init?(_ command: [String], environment: [String: String] = [:], standardError: FileHandle? = nil) {
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = command
         if !environment.isEmpty {
@@ -26,7 +27,7 @@ final class PeerProcess {
         }
         process.standardInput = input
         process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
+        process.standardError = standardError ?? FileHandle.nullDevice
         do {
             try process.run()
         } catch {
@@ -39,6 +40,9 @@ final class PeerProcess {
         input.fileHandleForWriting.write(Data((line + "\n").utf8))
         return readLine()
     }
+
+    /// Whether the peer is still running.
+    var isRunning: Bool { process.isRunning }
 
     /// Closes the peer's input, which ends it, and waits for it to exit.
     ///

@@ -7,6 +7,10 @@ public struct FleetLimits: Sendable, Hashable {
     /// Fetch starts a second across the fleet.
     public var startsPerSecond: Double
     /// The most starts the bucket holds.
+    ///
+    /// Give each replica's own budget (``SessionPoolConfiguration/Budget/burst``) a burst above this one, or a higher
+    /// rate: the fleet may reserve several starts in a row for one replica, which at the fleet's rate and burst takes
+    /// its own starts a little later each time, past the reserved ones.
     public var burst: Int
     /// The most fetches in flight across the fleet.
     public var maximumInFlight: Int

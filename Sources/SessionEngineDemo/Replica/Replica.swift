@@ -24,12 +24,17 @@ final class Replica: Sendable {
     private let pool: SessionPool
     private let accounts: [AccountID]
     private let service: ReplicaService
+    private let sent: SentRequests
 
     init(_ settings: ReplicaSettings) throws {
         self.settings = settings
-        let fetcher = HTTPCredentialFetcher(endpoint: settings.backend, proxy: .none) { account, request in
-            request.setValue("Bearer session-\(account.rawValue)", forHTTPHeaderField: "Authorization")
-        }
+        let sent = SentRequests()
+        self.sent = sent
+        let fetcher = SentRequests.Counting(
+            sent: sent,
+            base: HTTPCredentialFetcher(endpoint: settings.backend, proxy: .none) { account, request in
+                request.setValue("Bearer session-\(account.rawValue)", forHTTPHeaderField: "Authorization")
+            })
         let configuration = SessionPoolConfiguration(budget: settings.budget)
         if let redis = settings.redis {
             let coordinator = try RedisFleetCoordinator(configuration: redis)
@@ -107,7 +112,7 @@ final class Replica: Sendable {
         return [
             "identified": identified, "installed": installed, "renewals": renewals, "fetches": fetches,
             "generation": service.generation,
-            "fleet": fleet,
+            "fleet": fleet, "sentPerSecond": sent.takeCompleteSeconds(),
         ]
     }
 
@@ -127,6 +132,49 @@ final class Replica: Sendable {
         }
         thread.start()
         return stream
+    }
+}
+
+/// The replica's requests to the backend per Unix second, counted as the fetcher sends them: beside the backend's
+/// own count, which is taken when its handler runs, they tell the replicas' timing from the backend's.
+final class SentRequests: Sendable {
+    /// A fetcher that counts each fetch as it starts, then sends it.
+    struct Counting: CredentialFetcher {
+        let sent: SentRequests
+        let base: HTTPCredentialFetcher
+
+        func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
+            sent.count(at: Date())
+            return try await base.fetchCredential(for: account)
+        }
+
+        func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
+            sent.count(at: Date())
+            return try await base.fetch(request)
+        }
+    }
+
+    /// The seconds kept between two statuses: a replica nobody asks drops the oldest past an hour.
+    static let kept = 3_600
+
+    private let perSecond = SanitizedMutex<[Int: Int]>([:])
+
+    func count(at date: Date) {
+        let second = Int(date.timeIntervalSince1970.rounded(.down))
+        perSecond.withLock { counts in
+            counts[second, default: 0] += 1
+            if counts.count > Self.kept, let oldest = counts.keys.min() { counts[oldest] = nil }
+        }
+    }
+
+    /// The counts of the seconds before the current one, as `[second, requests]` pairs, which are counted no more.
+    func takeCompleteSeconds() -> [[Int]] {
+        let current = Int(Date().timeIntervalSince1970.rounded(.down))
+        return perSecond.withLock { counts in
+            let done = counts.keys.filter { $0 < current }.sorted()
+            defer { done.forEach { counts[$0] = nil } }
+            return done.map { [$0, counts[$0] ?? 0] }
+        }
     }
 }
 

@@ -13,7 +13,7 @@ enum ReplicaCommand {
         USAGE: SessionEngineDemo replica --backend URL [--accounts N] [--redis URL [--key-prefix P]
                                          [--share-credentials] [--redis-timeout MS] [--redis-ca FILE]
                                          [--redis-certificate FILE [--redis-key FILE]]] [--starts-per-second R]
-                                         [--burst B] [--in-flight N] [--project-id ID]
+                                         [--burst B] [--fleet-burst B] [--in-flight N] [--project-id ID]
 
         Runs one replica of a daemon in real time: a SessionPool signs in N accounts (account-00000, ...) and keeps
         them identified against the backend at URL, authenticating each request with "Authorization: Bearer
@@ -33,14 +33,18 @@ enum ReplicaCommand {
         \(RedisOptions.usage(defaultPrefix: "session-engine-demo"))
           --starts-per-second R   the budget's fetch starts per second, the replica's and the fleet's
                                   (1 to 10000, default 20)
-          --burst B               the budget's burst (1 to 10000, default 1)
+          --burst B               the replica's own burst (1 to 10000, default 1)
+          --fleet-burst B         the fleet's burst (1 to 10000, default: --burst). A replica follows the fleet's
+                                  reserved starts on time only with a burst of its own above the fleet's, or a
+                                  rate above it: at an equal rate and burst its starts fall behind the fleet's
           --in-flight N           the budget's fetches in flight (1 to 10000, default 32)
 
         Standard input takes one command a line and answers each with one JSON line on standard output:
-          status   {"identified", "installed", "renewals", "fetches", "generation", "fleet": {...} or null}:
-                   the accounts whose credential the service accepts now, the credentials installed (renewals
-                   among them) and the fetches started over every account, the service's secret generation, and
-                   the coordinator's counts
+          status   {"identified", "installed", "renewals", "fetches", "generation", "fleet": {...} or null,
+                   "sentPerSecond": [[second, requests], ...]}: the accounts whose credential the service accepts
+                   now, the credentials installed (renewals among them) and the fetches started over every
+                   account, the service's secret generation, the coordinator's counts, and the requests sent to
+                   the backend in each Unix second since the last status, counted as they leave
           rotate   the service moves to the next secret, "<secret>:rotated:<n>" as the backend's rotate does;
                    answers {"generation": n}
         At the end of standard input the pool shuts down and the replica exits 0.
@@ -51,8 +55,10 @@ enum ReplicaCommand {
         do {
             let options = try Options(
                 command: arguments,
-                valued: Set(["backend", "accounts", "starts-per-second", "burst", "in-flight", "project-id"])
-                    .union(RedisOptions.valued),
+                valued: Set([
+                    "backend", "accounts", "starts-per-second", "burst", "fleet-burst", "in-flight", "project-id",
+                ])
+                .union(RedisOptions.valued),
                 flags: ["share-credentials"])
             if options.has("help") {
                 print(usage)
@@ -100,6 +106,7 @@ struct ReplicaSettings {
         accounts = try options.integer("accounts", in: 1...100_000, default: 100)
         let startsPerSecond = try options.integer("starts-per-second", in: 1...10_000, default: 20)
         let burst = try options.integer("burst", in: 1...10_000, default: 1)
+        let fleetBurst = try options.integer("fleet-burst", in: 1...10_000, default: burst)
         let inFlight = try options.integer("in-flight", in: 1...10_000, default: 32)
         budget = SessionPoolConfiguration.Budget(
             maximumInFlight: inFlight, startsPerSecond: Double(startsPerSecond), burst: burst)
@@ -107,11 +114,14 @@ struct ReplicaSettings {
         redis = try RedisOptions.configuration(
             options,
             limits: FleetLimits(
-                startsPerSecond: Double(startsPerSecond), burst: burst, maximumInFlight: inFlight,
+                startsPerSecond: Double(startsPerSecond), burst: fleetBurst, maximumInFlight: inFlight,
                 sharesCredentials: sharesCredentials),
             defaultPrefix: "session-engine-demo")
         if sharesCredentials, redis == nil {
             throw Options.UsageError(description: "--share-credentials applies only with --redis")
+        }
+        if options["fleet-burst"] != nil, redis == nil {
+            throw Options.UsageError(description: "--fleet-burst applies only with --redis")
         }
         secret = try IdentityEnvironment.secret()
         projectID = try IdentityEnvironment.requiredProjectID(options)

@@ -16,7 +16,9 @@ struct FleetReplicaTests {
     static let replicas = 4
     static let accounts = 100
     static let startsPerSecond = 50
-    static let burst = 1
+    /// The fleet's bucket; each replica's own holds one more start, so that it takes its starts in time for the
+    /// fleet's reserved ones (`FleetReplicasBenchmark.replicaBurst`).
+    static let fleetBurst = 1
     static let secret = "fleet-replica-test-secret-0123456789"
 
     /// Through a secret rotation the fleet fetches each account about once, never faster than its one budget, and the
@@ -39,7 +41,7 @@ struct FleetReplicaTests {
             authority.clientCertificate, "--redis-key", authority.clientKey, "--key-prefix", "replicas",
             "--share-credentials",
             "--redis-timeout", "2000", "--starts-per-second", String(Self.startsPerSecond), "--burst",
-            String(Self.burst),
+            String(Self.fleetBurst + 1), "--fleet-burst", String(Self.fleetBurst),
         ]
         var replicas: [LineChild] = []
         for index in 0..<Self.replicas {
@@ -72,7 +74,7 @@ struct FleetReplicaTests {
         // Each replica on its own would fetch every account: four times as many.
         #expect(fetches <= Self.accounts * 3 / 2, "\(fetches) fetches for \(Self.accounts) accounts")
         #expect(
-            busiest <= Self.startsPerSecond + Self.burst,
+            busiest <= Self.startsPerSecond + Self.fleetBurst,
             "the busiest second after the rotation: \(busiest), budget \(Self.startsPerSecond)/s")
 
         for replica in replicas { replica.child.closeInput() }

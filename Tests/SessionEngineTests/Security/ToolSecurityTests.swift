@@ -135,6 +135,8 @@ struct ToolSecurityTests {
                 "needs a client certificate"
             ),
             (backend + ["--share-credentials"], "--share-credentials applies only with --redis"),
+            (backend + ["--fleet-burst", "2"], "--fleet-burst applies only with --redis"),
+            (backend + ["--redis", "redis://127.0.0.1", "--fleet-burst", "0"], "--fleet-burst must be a whole number"),
         ] {
             let outcome = try await Self.run(arguments)
             #expect(outcome.status == 2, "\(arguments): \(outcome.error)")
