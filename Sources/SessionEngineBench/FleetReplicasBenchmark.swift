@@ -24,10 +24,10 @@ struct FleetReplicasBenchmark: Benchmark {
     static let startsPerSecond = 50
     /// The fleet's bucket.
     static let fleetBurst = 1
-    /// Each replica's own bucket: one above the fleet's, so that a replica handed several of the fleet's reserved
-    /// starts in a row takes its own starts in time for them (at an equal burst, its sleeper's late wake-ups lose
-    /// it time the fleet's bucket does not lose, its fetches leave after their reserved time, and they meet the
-    /// other replicas' in one second: 52 and 54 in the rotation's busiest second against the fleet's 51).
+    /// Each replica's own bucket: two, so that a replica handed several of the fleet's reserved starts in a row takes
+    /// its own in time for them (with a bucket of one, its sleeper's late wake-ups lose it time the fleet's bucket
+    /// does not lose, its fetches leave after their reserved time, and they meet the other replicas' in one second:
+    /// 52 and 54 in the rotation's busiest second against the fleet's 51).
     static let replicaBurst = 2
     /// The credentials' lifetime: renewals at about two thirds of it, 25 a second for 2,000 accounts.
     static let lifetime = 120
@@ -372,7 +372,8 @@ private final class Replicas {
 
     init(_ processes: [PeerProcess]) { self.processes = processes }
 
-    /// Every replica's status, in order; a replica that has exited or answers otherwise has none.
+    /// Every replica's status, in order; a replica that has exited or answers otherwise has none. The requests sent
+    /// that a replica reports are counted here, once: it reports each second once.
     func statuses() -> [Status] {
         let statuses = processes.compactMap { process in
             process.ask("status").flatMap { try? JSONDecoder().decode(Status.self, from: Data($0.utf8)) }
@@ -405,15 +406,19 @@ private final class Replicas {
         let started = ContinuousClock.now
         while ContinuousClock.now - started < limit {
             backend.drain()
-            if statuses().reduce(0, { $0 + $1.identified }) == total { return (ContinuousClock.now - started).seconds }
-            guard processes.allSatisfy(\.isRunning) else { break }
+            let statuses = statuses()
+            if statuses.reduce(0, { $0 + $1.identified }) == total { return (ContinuousClock.now - started).seconds }
+            guard statuses.count == processes.count else {
+                let running = processes.map { $0.isRunning ? "running" : "exited" }.joined(separator: ", ")
+                throw BenchmarkFailure(
+                    "a replica stopped answering (replicas \(running); their standard error is kept, see above)")
+            }
             try await Task.sleep(for: .milliseconds(500))
         }
-        let running = processes.map { $0.isRunning ? "running" : "exited" }.joined(separator: ", ")
         let identified = statuses().map { String($0.identified) }.joined(separator: ", ")
         throw BenchmarkFailure(
-            "the replicas did not identify every account within \(limit) (replicas \(running); identified "
-                + "\(identified) of \(total / processes.count) each)")
+            "the replicas did not identify every account within \(limit) (identified \(identified) of "
+                + "\(total / processes.count) each)")
     }
 
     /// Ends every replica: the end of its input shuts its pool down.

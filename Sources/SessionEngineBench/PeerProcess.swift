@@ -36,8 +36,12 @@ final class PeerProcess {
     }
 
     /// Sends one line and returns the peer's one-line answer, or `nil` when the peer has exited.
+    ///
+    /// A peer that has exited is not asked: its output may be held open by a copy another peer inherited, so that a
+    /// read would wait for ever.
     func ask(_ line: String) -> String? {
-        input.fileHandleForWriting.write(Data((line + "\n").utf8))
+        guard process.isRunning, (try? input.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))) != nil
+        else { return nil }
         return readLine()
     }
 

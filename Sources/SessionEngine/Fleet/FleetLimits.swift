@@ -8,9 +8,9 @@ public struct FleetLimits: Sendable, Hashable {
     public var startsPerSecond: Double
     /// The most starts the bucket holds.
     ///
-    /// Give each replica's own budget (``SessionPoolConfiguration/Budget/burst``) a burst above this one, or a higher
-    /// rate: the fleet may reserve several starts in a row for one replica, which at the fleet's rate and burst takes
-    /// its own starts a little later each time, past the reserved ones.
+    /// Give each replica's own budget (``SessionPoolConfiguration/Budget/burst``) a burst of at least two and at least
+    /// this one: the fleet may reserve several starts in a row for one replica, which with a bucket of one start takes
+    /// its own a little later each time, past the reserved ones.
     public var burst: Int
     /// The most fetches in flight across the fleet.
     public var maximumInFlight: Int

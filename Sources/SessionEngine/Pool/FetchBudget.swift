@@ -36,9 +36,9 @@ enum FetchUrgency: Sendable, Hashable, Comparable {
 /// second, ``starts``, the starts: its rate, holds, probes and pauses, taken (``leave(_:)``) when the fleet lets the
 /// fetch go or reserves a start for it. A fetch another replica's credential answers at once, or one cancelled
 /// first, then spends no start; every request the backend sees took one, and the starts taken stay within
-/// `burst + rate × T` whatever the fleet held and let go together. A reserved fetch leaves at its reserved time, so
-/// where the fleet's rate exceeds the replica's own, its requests may come closer together than its starts, within
-/// the reservations' wait.
+/// `burst + rate × T` whatever the fleet held and let go together. A reserved fetch leaves at its reserved time (or
+/// once it has its start, if that comes later), so where the fleet's rate exceeds the replica's own, its requests may
+/// come closer together than its starts, within the reservations' wait.
 final class FetchBudget: Sendable {
     /// One fetch's claim on the budget, made on the engine's actor when it starts the fetch.
     struct Ticket: Sendable {

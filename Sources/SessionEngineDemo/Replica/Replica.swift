@@ -144,12 +144,12 @@ final class SentRequests: Sendable {
         let base: HTTPCredentialFetcher
 
         func fetchCredential(for account: AccountID) async throws -> IdentityCredential {
-            sent.count(at: Date())
+            sent.count()
             return try await base.fetchCredential(for: account)
         }
 
         func fetch(_ request: FetchRequest) async throws -> FetchedCredential {
-            sent.count(at: Date())
+            sent.count()
             return try await base.fetch(request)
         }
     }
@@ -159,23 +159,25 @@ final class SentRequests: Sendable {
 
     private let perSecond = SanitizedMutex<[Int: Int]>([:])
 
-    func count(at date: Date) {
-        let second = Int(date.timeIntervalSince1970.rounded(.down))
+    /// Counts a request sent now. The time is read under the lock, so no count lands in a second already taken.
+    func count() {
         perSecond.withLock { counts in
-            counts[second, default: 0] += 1
+            counts[Self.second(Date()), default: 0] += 1
             if counts.count > Self.kept, let oldest = counts.keys.min() { counts[oldest] = nil }
         }
     }
 
     /// The counts of the seconds before the current one, as `[second, requests]` pairs, which are counted no more.
     func takeCompleteSeconds() -> [[Int]] {
-        let current = Int(Date().timeIntervalSince1970.rounded(.down))
-        return perSecond.withLock { counts in
+        perSecond.withLock { counts in
+            let current = Self.second(Date())
             let done = counts.keys.filter { $0 < current }.sorted()
             defer { done.forEach { counts[$0] = nil } }
             return done.map { [$0, counts[$0] ?? 0] }
         }
     }
+
+    private static func second(_ date: Date) -> Int { Int(date.timeIntervalSince1970.rounded(.down)) }
 }
 
 /// The service's side of a replica: which secret it checks with, and what it decided for each account's credential.

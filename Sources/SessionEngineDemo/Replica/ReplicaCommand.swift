@@ -33,10 +33,10 @@ enum ReplicaCommand {
         \(RedisOptions.usage(defaultPrefix: "session-engine-demo"))
           --starts-per-second R   the budget's fetch starts per second, the replica's and the fleet's
                                   (1 to 10000, default 20)
-          --burst B               the replica's own burst (1 to 10000, default 1)
-          --fleet-burst B         the fleet's burst (1 to 10000, default: --burst). A replica follows the fleet's
-                                  reserved starts on time only with a burst of its own above the fleet's, or a
-                                  rate above it: at an equal rate and burst its starts fall behind the fleet's
+          --burst B               the replica's own burst (1 to 10000, default 2)
+          --fleet-burst B         the fleet's burst (1 to 10000, default: --burst). A replica takes its starts in
+                                  time for the fleet's reserved ones only with a burst of its own of at least 2
+                                  and at least the fleet's
           --in-flight N           the budget's fetches in flight (1 to 10000, default 32)
 
         Standard input takes one command a line and answers each with one JSON line on standard output:
@@ -105,7 +105,7 @@ struct ReplicaSettings {
         backend = url
         accounts = try options.integer("accounts", in: 1...100_000, default: 100)
         let startsPerSecond = try options.integer("starts-per-second", in: 1...10_000, default: 20)
-        let burst = try options.integer("burst", in: 1...10_000, default: 1)
+        let burst = try options.integer("burst", in: 1...10_000, default: 2)
         let fleetBurst = try options.integer("fleet-burst", in: 1...10_000, default: burst)
         let inFlight = try options.integer("in-flight", in: 1...10_000, default: 32)
         budget = SessionPoolConfiguration.Budget(

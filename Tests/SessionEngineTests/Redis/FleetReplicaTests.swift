@@ -16,7 +16,7 @@ struct FleetReplicaTests {
     static let replicas = 4
     static let accounts = 100
     static let startsPerSecond = 50
-    /// The fleet's bucket; each replica's own holds one more start, so that it takes its starts in time for the
+    /// The fleet's bucket; each replica's own holds one more start, two, so that it takes its starts in time for the
     /// fleet's reserved ones (`FleetReplicasBenchmark.replicaBurst`).
     static let fleetBurst = 1
     static let secret = "fleet-replica-test-secret-0123456789"
