@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs the demo's fleet day over a real Redis server: `SessionEngineDemo --fleet 3 --redis URL` against a
-# redis-server this script starts on a free loopback port with nothing saved to disk. The day runs in real time (two
-# runs of 96 s: the replicas on their own, then coordinated over Redis), then the scenario as usual. It passes when the
-# demo exits 0, every identity ended identified in both runs, the four Verify checks passed, no coordinator call
-# failed, and the coordinated run sent the backend fewer requests than the replicas on their own.
+# redis-server this script starts on a free loopback port with nothing saved to disk. The day runs in real time (96 s,
+# the replicas on their own and coordinated over Redis at once, each against a backend of its own), then the scenario
+# as usual. It passes when the demo exits 0, every identity ended identified in both runs, the four Verify checks
+# passed, no coordinator call failed, and the coordinated run sent the backend fewer requests than the replicas on
+# their own.
 #
 #   Scripts/check-demo-fleet-redis.sh [DEMO]    # DEMO: the demo binary (default: built with `swift build`)
 #

@@ -94,7 +94,8 @@ struct PoolDay {
         return outcome.identified == people
     }
 
-    /// Runs the day for the replicas on their own, then coordinated; prints both histograms side by side.
+    /// Runs the day for the replicas on their own and coordinated (in real time both at once, each with a backend of
+    /// its own, so that the two days take the time of one); prints both histograms side by side.
     ///
     /// - Returns: Whether every person ended identified with their own credential on every replica, both times.
     func runFleet(print line: (String) -> Void) async -> Bool {
@@ -103,7 +104,8 @@ struct PoolDay {
                 "Fleet: \(replicas) replicas of a daemon, each holding the same \(people) people, each with a budget "
                     + "of \(Int(Self.budget.startsPerSecond)) starts/s, in real time: a day of 12 \"hours\" of 8 s "
                     + "with 1-minute credentials, an 8-second outage at hour 5 and a secret rotation at hour 8, 96 s "
-                    + "a run. First each on its own, then over the Redis server at "
+                    + "a run. Two runs at once, each against a backend of its own: each replica on its own, and over "
+                    + "the Redis server at "
                     + "\(redis.host):\(redis.port) (key prefix \(redis.keyPrefix)\(redis.tls == nil ? "" : ", TLS")) with "
                     + "the same budget for the fleet, sharing credentials.")
         } else {
@@ -113,8 +115,16 @@ struct PoolDay {
                     + "rotation at hour 18. First each on its own, then over one coordinator with the same budget for "
                     + "the fleet, sharing credentials.")
         }
-        let alone = await day(coordinated: false)
-        let fleet = await day(coordinated: true)
+        let alone: Outcome
+        let fleet: Outcome
+        if scale.isRealTime {
+            async let replicasAlone = day(coordinated: false)
+            fleet = await day(coordinated: true)
+            alone = await replicasAlone
+        } else {
+            alone = await day(coordinated: false)
+            fleet = await day(coordinated: true)
+        }
         printHistogram([alone.perStep, fleet.perStep], scale: scale, print: line)
         for (name, outcome) in [("alone", alone), ("coordinated", fleet)] {
             line(

@@ -33,8 +33,8 @@ struct ScenarioOptions: Sendable {
                            fleet coordinator sharing their budget, outage and credentials; the backend's requests
                            per second by hour for both; then the scenario as usual
           With --fleet R, over a Redis server instead of the in-process coordinator, each replica with a
-          connection of its own; the day then runs in real time, shortened to 96 s a run (12 "hours" of 8 s,
-          1-minute credentials, an outage at hour 5, a rotation at hour 8):
+          connection of its own; the day then runs in real time, shortened to 96 s (12 "hours" of 8 s, 1-minute
+          credentials, an outage at hour 5, a rotation at hour 8), the two runs at once:
         \(RedisOptions.usage(defaultPrefix: "session-engine-demo-day"))
           --backend URL    fetch credentials over HTTP from URL instead of the embedded backend, for example the
                            loopback backend: python3 Tests/SessionEngineTests/Fixtures/backend/identity_backend.py
