@@ -201,10 +201,10 @@ struct FleetReplicasBenchmark: Benchmark {
         run.rotationRecovery = try await replicas.waitUntilIdentified(total, within: .seconds(900), backend: backend)
         try await Task.sleep(for: .seconds(1.1))
         backend.drain()
-        run.rotationPeak = backend.peak(since: wall)
+        run.rotationPeak = backend.perSecond.peak(since: wall)
         run.rotationFetches = backend.requests - beforeRotation
         _ = replicas.statuses()
-        run.rotationSentPeak = replicas.sentPeak(since: wall)
+        run.rotationSentPeak = replicas.sentPerSecond.peak(since: wall)
         progress(
             String(
                 format: "    rotation: %.1f s, busiest second %d (%d as sent), %d fetches; %@", run.rotationRecovery,
@@ -235,7 +235,7 @@ struct FleetReplicasBenchmark: Benchmark {
         // Renewals go through Redis again once a call tries it (after the replica's retry interval).
         try await Task.sleep(for: .seconds(10))
         backend.drain()
-        run.outagePeak = backend.peak(since: wall)
+        run.outagePeak = backend.perSecond.peak(since: wall)
         run.decisionsAfterRedisReturned =
             replicas.statuses().reduce(0) { $0 + ($1.fleet?.started ?? 0) } - decisionsBefore
         progress(
@@ -277,7 +277,7 @@ private final class CountingBackend {
     private let process: PeerProcess
     let port: Int
     private(set) var requests = 0
-    private var perSecond: [Int: Int] = [:]
+    private(set) var perSecond = PerSecondCounts()
 
     /// Starts `Scripts/fault-soak-backend.py` and reads its port, or returns `nil`.
     init?(script: String, environment: [String: String], standardError: FileHandle?) {
@@ -303,12 +303,7 @@ private final class CountingBackend {
     func drain() {
         guard let stats = process.backendStats() else { return }
         requests = stats.requests
-        for (second, count) in stats.perSecond { perSecond[second, default: 0] += count }
-    }
-
-    /// The most requests in one second from the second holding `wall` on.
-    func peak(since wall: TimeInterval) -> Int {
-        perSecond.filter { $0.key >= Int(wall) }.values.max() ?? 0
+        for (second, count) in stats.perSecond { perSecond.add(count, in: second) }
     }
 }
 
@@ -368,7 +363,7 @@ private final class Replicas {
 
     private let processes: [PeerProcess]
     /// The requests the replicas sent per Unix second, summed over the replicas, from every status so far.
-    private var sentPerSecond: [Int: Int] = [:]
+    private(set) var sentPerSecond = PerSecondCounts()
 
     init(_ processes: [PeerProcess]) { self.processes = processes }
 
@@ -379,14 +374,9 @@ private final class Replicas {
             process.ask("status").flatMap { try? JSONDecoder().decode(Status.self, from: Data($0.utf8)) }
         }
         for pair in statuses.flatMap(\.sentPerSecond) where pair.count == 2 {
-            sentPerSecond[pair[0], default: 0] += pair[1]
+            sentPerSecond.add(pair[1], in: pair[0])
         }
         return statuses
-    }
-
-    /// The most requests the replicas sent in one second, from the second holding `wall` on.
-    func sentPeak(since wall: TimeInterval) -> Int {
-        sentPerSecond.filter { $0.key >= Int(wall) }.values.max() ?? 0
     }
 
     func rotate() { for process in processes { _ = process.ask("rotate") } }
@@ -423,6 +413,18 @@ private final class Replicas {
 
     /// Ends every replica: the end of its input shuts its pool down.
     func finish() { processes.reversed().forEach { $0.finish() } }
+}
+
+/// Requests counted per Unix second: the backend's as it received them, or the replicas' as they sent them.
+private struct PerSecondCounts {
+    private var counts: [Int: Int] = [:]
+
+    mutating func add(_ count: Int, in second: Int) { counts[second, default: 0] += count }
+
+    /// The most requests in one second, from the second holding `wall` on.
+    func peak(since wall: TimeInterval) -> Int {
+        counts.filter { $0.key >= Int(wall) }.values.max() ?? 0
+    }
 }
 
 /// Files for the standard error of the benchmark's processes, in a directory of its own.

@@ -116,10 +116,7 @@ import Testing
             sleep = action.startSleeper
         }
         #expect(starts.count == 40)
-        for start in starts {
-            let window = starts.filter { $0 >= start && $0 <= start + .seconds(1) }
-            #expect(window.count <= 3 + 4, "burst + startsPerSecond in the second from \(start)")
-        }
+        Self.expectWithinRate(starts, burst: 3, rate: 4, "starts")
         #expect(starts.filter { $0 <= .seconds(1) }.count == 7, "the bound is reached: a full bucket, then a second")
         #expect(starts.filter { $0 <= .seconds(4) }.count == 3 + 4 * 4, "burst + startsPerSecond × T over T seconds")
     }
@@ -676,9 +673,14 @@ extension FetchBudgetStateMachineTests {
             checkState("drain")
         }
         #expect(queued.isEmpty && running.isEmpty, "every fetch not cancelled was admitted and released")
-        for start in starts {
-            let inOneSecond = starts.filter { $0 >= start && $0 <= start + .seconds(1) }.count
-            #expect(Double(inOneSecond) <= Double(burst) + rate, "starts in the second from \(start)")
+        Self.expectWithinRate(starts, burst: burst, rate: rate, "starts")
+    }
+
+    /// Expects at most `burst + rate` of `instants` in the second from each of them.
+    static func expectWithinRate(_ instants: [Duration], burst: Int, rate: Double, _ what: String) {
+        for start in instants {
+            let inOneSecond = instants.filter { $0 >= start && $0 <= start + .seconds(1) }.count
+            #expect(Double(inOneSecond) <= Double(burst) + rate, "\(what) in the second from \(start)")
         }
     }
 
@@ -829,10 +831,7 @@ extension FetchBudgetStateMachineTests {
         }
         #expect(waitingForSlot.isEmpty && waitingToLeave.isEmpty && left.isEmpty, "every fetch left and ended")
         #expect(slots.promotedCount == 0 && starts.promotedCount == 0, "no promotion kept")
-        for start in leaves {
-            let inOneSecond = leaves.filter { $0 >= start && $0 <= start + .seconds(1) }.count
-            #expect(Double(inOneSecond) <= Double(burst) + rate, "leaves in the second from \(start)")
-        }
+        Self.expectWithinRate(leaves, burst: burst, rate: rate, "leaves")
     }
 
     /// A budget holding for an outage that began at `now` (three accounts' fetches failed), its bucket full again.

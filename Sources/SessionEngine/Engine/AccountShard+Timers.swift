@@ -64,23 +64,25 @@ extension AccountShard {
         Self.setDeadline(in: timers, on: clock, after: timeout, action)
     }
 
-    /// ``setDeadline(after:_:)`` in `timers`, on `clock`.
+    /// ``setDeadline(after:_:)`` in `timers`, on `clock`, counted from `start` (the clock's monotonic time) when
+    /// given: a lock step that read the clock sets its deadline from that reading, not from a later one.
     static func setDeadline(
         in timers: DeadlineQueue<TimerTarget>, on clock: any SessionClock, after timeout: Duration,
-        _ action: @escaping @Sendable () -> Void
+        from start: Duration? = nil, _ action: @escaping @Sendable () -> Void
     ) -> DeadlineQueue<TimerTarget>.Token {
         let token = timers.register(.deadline(action))
-        scheduleDeadline(token, in: timers, on: clock, after: timeout)
+        scheduleDeadline(token, in: timers, on: clock, after: timeout, from: start)
         return token
     }
 
     /// Sets the deadline of the slot `token`, a slot that lives longer than one wait (a pool's idle sweeper),
-    /// `timeout` from now on `clock`, replacing the slot's earlier one; a timeout beyond a year sets none.
+    /// `timeout` from now on `clock` (or from `start`), replacing the slot's earlier one; a timeout beyond a year sets
+    /// none.
     static func scheduleDeadline(
         _ token: DeadlineQueue<TimerTarget>.Token, in timers: DeadlineQueue<TimerTarget>, on clock: any SessionClock,
-        after timeout: Duration
+        after timeout: Duration, from start: Duration? = nil
     ) {
         guard timeout <= .seconds(365 * 86_400) else { return }
-        timers.schedule(TimerSpec(id: 0, uptimeDeadline: clock.uptime + timeout), for: token)
+        timers.schedule(TimerSpec(id: 0, uptimeDeadline: (start ?? clock.uptime) + timeout), for: token)
     }
 }

@@ -313,13 +313,12 @@ final class FetchBudget: Sendable {
         if action.stopSleeper { stopSleeper(&state) }
         if let sleep = action.startSleeper {
             // The machine starts a sleeper only when none sleeps, so no slot is held here. The slot holds the budget
-            // weakly: a pool dropped with a sleeper set leaves a firing that finds nobody.
-            // Set at the step's time plus the sleep, not the clock's time now: a clock that moved since the step read
-            // it would set it late.
+            // weakly: a pool dropped with a sleeper set leaves a firing that finds nobody. Set from the step's time:
+            // a clock that moved since the step read it would set it late.
             assert(state.sleeper == nil, "a second sleeper")
-            let token = timers.register(.deadline { [weak self] in self?.sleeperFired() })
-            timers.schedule(TimerSpec(id: 0, uptimeDeadline: now + sleep), for: token)
-            state.sleeper = token
+            state.sleeper = AccountShard.setDeadline(in: timers, on: clock, after: sleep, from: now) {
+                [weak self] in self?.sleeperFired()
+            }
         }
         return action.resume.compactMap { state.parked.removeValue(forKey: $0) }
     }
