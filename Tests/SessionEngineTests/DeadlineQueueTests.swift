@@ -82,6 +82,54 @@ import Testing
         #expect(rig.fired.value.map(\.timer) == [2, 4])
     }
 
+    /// Owners schedule, replace and cancel timers, come and go, in random order: after every call the heap holds one
+    /// key for each timer with a deadline (a replaced or cancelled timer's key moves or goes where it sits, so none is
+    /// left behind to be skipped later), and once the clock passes them all, the timers fire in the order of their
+    /// deadlines, and of their scheduling for one deadline.
+    @Test(arguments: [1, 2, 3] as [UInt64])
+    func theHeapHoldsOneKeyPerTimerAndFiresThemInOrder(seed: UInt64) async {
+        let rig = Rig()
+        var random = SplitMix64(seed: seed)
+        let start = rig.clock.uptime
+        // Each owner's slot, and its timer: its deadline from the start (none for a timer without one) and when it
+        // was scheduled.
+        var slots: [Int: DeadlineQueue<Int>.Token] = [:]
+        var timers: [Int: (due: Duration?, scheduled: Int, id: TimerID)] = [:]
+        for call in 0..<2_000 {
+            let owner = Int(random.next() % 24)
+            switch (slots[owner], random.next() % 8) {
+            case (nil, _):
+                slots[owner] = rig.queue.register(owner)
+            case (let slot?, 0):
+                rig.queue.release(slot)
+                slots[owner] = nil
+                timers[owner] = nil
+            case (let slot?, 1):
+                rig.queue.cancel(for: slot)
+                timers[owner] = nil
+            case (let slot?, let kind):
+                // Few deadlines, so that many fall together; one timer in six has none.
+                let due: Duration? = kind == 2 ? nil : .seconds(Int(random.next() % 40) + 1)
+                let id = TimerID(call)
+                rig.queue.schedule(TimerSpec(id: id, uptimeDeadline: due.map { start + $0 }), for: slot)
+                timers[owner] = (due, call, id)
+            }
+            let keyed = timers.values.filter { $0.due != nil }.count
+            #expect(rig.queue.keyCount == keyed, "call \(call)")
+            #expect(rig.queue.count == timers.count, "call \(call)")
+            if rig.queue.keyCount != keyed { return }
+        }
+        await rig.advance(by: .seconds(41))
+        let expected = timers.values.compactMap { timer in
+            timer.due.map { (due: $0, scheduled: timer.scheduled, id: timer.id) }
+        }
+        .sorted { ($0.due, $0.scheduled) < ($1.due, $1.scheduled) }.map(\.id)
+        #expect(rig.fired.value.map(\.timer) == expected)
+        #expect(rig.queue.keyCount == 0 && rig.queue.count == timers.count - expected.count)
+        for slot in slots.values { rig.queue.release(slot) }
+        #expect(rig.queue.slotCount == 0 && !rig.queue.isSleeping)
+    }
+
     @Test func cancellingTheLastTimerStopsTheSleeper() async {
         let rig = Rig()
         let first = rig.queue.register(1)

@@ -29,31 +29,35 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     typealias Delivery = @Sendable (Target, TimerID) -> Void
 
     /// A scheduled timer.
-    private struct Armed {
-        /// The scheduling's generation, which tells it apart from the slot's earlier and later timers; before the
-        /// spec, so that no padding follows the spec's last field (a pool's slot is 88 bytes instead of 96).
+    fileprivate struct Armed {
+        /// The scheduling's generation, which orders timers due at once; before the spec, so that no padding follows
+        /// the spec's last field and the slot's `place` fits in the room left (a pool's slot is 80 bytes).
         var generation: UInt64
         var spec: TimerSpec
     }
 
-    private struct Slot {
+    fileprivate struct Slot {
         /// The owner's target; `nil` until it is attached.
         var target: Target?
         var timer: Armed?
+        /// Where the timer's key sits in the heap, or -1 while the slot has no timer with a deadline; 32 bits, in
+        /// the room the slot's last field leaves (a pool's slot stays 80 bytes).
+        var place: Int32 = -1
     }
 
-    /// A timer's place in the heap; stale once its slot holds another generation, or none.
-    private struct Key: Comparable {
+    /// A timer's key in the heap. Each slot's timer with a deadline has exactly one, which moves with the timer: a
+    /// replaced timer's key is changed where it sits and a cancelled one's taken out, so the heap holds as many keys
+    /// as timers, not a key for every timer ever scheduled.
+    fileprivate struct Key {
         var due: Duration
+        /// The scheduling's generation: of two timers due at once, the one scheduled first fires first.
         var generation: UInt64
-        var slot: Int
+        var slot: Int32
 
-        static func < (lhs: Key, rhs: Key) -> Bool {
-            (lhs.due, lhs.generation) < (rhs.due, rhs.generation)
-        }
+        func precedes(_ other: Key) -> Bool { (due, generation) < (other.due, other.generation) }
     }
 
-    private struct State {
+    fileprivate struct State {
         /// The owners' slots by token; `nil` for a free one.
         var slots: [Slot?] = []
         var freeSlots: [Int] = []
@@ -61,7 +65,8 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         var registered = 0
         /// How many slots hold a timer.
         var scheduled = 0
-        var heap = Heap<Key>()
+        /// A binary min-heap of the keys, each slot's `place` its index (``State/setKey(_:)``).
+        var heap: [Key] = []
         var nextGeneration: UInt64 = 0
         /// The sleeping task (`nil` until it is made), when it will wake and its identity.
         var sleeper: (task: Task<Void, Never>?, wakesAt: Duration, id: UInt64)?
@@ -105,6 +110,9 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// How many slots the array holds, free ones included.
     var slotCount: Int { state.withLock { $0.slots.count } }
 
+    /// How many keys the heap holds: one for each timer with a deadline.
+    var keyCount: Int { state.withLock { $0.heap.count } }
+
     /// How many times the sleeper has woken.
     var wakeUps: Int { state.withLock { $0.wakeUps } }
 
@@ -126,6 +134,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
                 state.slots[free] = Slot(target: target)
                 return free
             }
+            precondition(state.slots.count < Int32.max, "a deadline queue holds fewer than 2^31 slots")
             state.slots.append(Slot(target: target))
             return state.slots.count - 1
         }
@@ -141,6 +150,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         let sleeper = state.withLock { state -> Task<Void, Never>? in
             guard state.slots.indices.contains(token), state.slots[token] != nil else { return nil }
             if state.slots[token]?.timer != nil { state.scheduled -= 1 }
+            state.removeKey(of: token)
             state.slots[token] = nil
             state.freeSlots.append(token)
             state.registered -= 1
@@ -165,10 +175,11 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
             state.slots[token]?.timer = Armed(generation: generation, spec: spec)
             let offset = state.offset ?? Self.offset(at: now)
             state.offset = offset
-            guard let due = Self.due(spec, offset: offset) else { return nil }
-            state.heap.insert(Key(due: due, generation: generation, slot: token))
-            // Stale keys of replaced timers are dropped as they come up; past twice the timers, all at once.
-            if state.heap.count > 2 * state.scheduled + 64 { Self.rekey(&state, at: now) }
+            guard let due = Self.due(spec, offset: offset) else {
+                state.removeKey(of: token)
+                return nil
+            }
+            state.setKey(Key(due: due, generation: generation, slot: Int32(token)))
             return sleeperIfEarlier(&state, than: due, at: now)
         }
         if let start { startSleeper(start) }
@@ -179,6 +190,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         let sleeper = state.withLock { state -> Task<Void, Never>? in
             guard state.slots.indices.contains(token), state.slots[token]?.timer != nil else { return nil }
             state.slots[token]?.timer = nil
+            state.removeKey(of: token)
             state.scheduled -= 1
             return Self.stopIfEmpty(&state)
         }
@@ -190,7 +202,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// With no timer left, forgets the keys and the sleeper, and returns the sleeper's task to cancel.
     private static func stopIfEmpty(_ state: inout State) -> Task<Void, Never>? {
         guard state.scheduled == 0 else { return nil }
-        state.heap = Heap()
+        state.heap = []
         defer { state.sleeper = nil }
         return state.sleeper?.task
     }
@@ -219,16 +231,14 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         return due
     }
 
-    /// Computes every live timer's key again at `now`, dropping stale keys.
+    /// Computes every timer's key again at `now`.
     private static func rekey(_ state: inout State, at now: SessionInstant) {
         let offset = offset(at: now)
         state.offset = offset
-        var heap = Heap<Key>()
-        for (slot, held) in state.slots.enumerated() {
-            guard let timer = held?.timer, let due = due(timer.spec, offset: offset) else { continue }
-            heap.insert(Key(due: due, generation: timer.generation, slot: slot))
+        for index in state.slots.indices {
+            guard let timer = state.slots[index]?.timer, let due = due(timer.spec, offset: offset) else { continue }
+            state.setKey(Key(due: due, generation: timer.generation, slot: Int32(index)))
         }
-        state.heap = heap
     }
 
     /// A new sleeper's wake-up instant and identity when none sleeps or the one that does wakes after `due`,
@@ -287,35 +297,97 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
             // them anew too.
             if let keyed = state.offset, !(abs(offset - keyed) <= Self.jumpTolerance) { Self.rekey(&state, at: now) }
             var due: [(Target, TimerID)] = []
-            var early: [Key] = []
-            while let key = state.heap.min, key.due <= now.uptime {
-                state.heap.removeMin()
-                guard let slot = state.slots[key.slot], let timer = slot.timer, timer.generation == key.generation
-                else { continue }
+            while let key = state.heap.first, key.due <= now.uptime {
+                let token = Int(key.slot)
+                // Every key is its slot's timer's: a timer replaced or cancelled took its key along.
+                guard let slot = state.slots[token], let timer = slot.timer else {
+                    preconditionFailure("a deadline queue's key outlived its timer")
+                }
                 if timer.spec.isDue(at: now) {
-                    state.slots[key.slot]?.timer = nil
+                    state.removeKey(of: token)
+                    state.slots[token]?.timer = nil
                     state.scheduled -= 1
                     if let target = slot.target { due.append((target, timer.spec.id)) }
-                } else if let again = Self.due(timer.spec, offset: offset) {
-                    // Woken early by a jump of the wall clock back: wait again from the current offset.
-                    let due = max(again, now.uptime + .milliseconds(1))
-                    early.append(Key(due: due, generation: key.generation, slot: key.slot))
+                } else {
+                    // Woken early by a jump of the wall clock back: wait again from the current offset (a key has a
+                    // deadline, so `due` has one too), no earlier than a millisecond on, so the loop moves past it.
+                    let again = Self.due(timer.spec, offset: offset) ?? key.due
+                    state.setKey(
+                        Key(due: max(again, now.uptime + .milliseconds(1)), generation: key.generation, slot: key.slot))
                 }
             }
-            for key in early { state.heap.insert(key) }
-            var next: (wakesAt: Duration, id: UInt64)?
-            while let key = state.heap.min {
-                if let timer = state.slots[key.slot]?.timer, timer.generation == key.generation {
-                    next = sleeperIfEarlier(&state, than: key.due, at: now)
-                    break
-                }
-                state.heap.removeMin()
-            }
+            let next = state.heap.first.flatMap { sleeperIfEarlier(&state, than: $0.due, at: now) }
             return (due, state.delivery, next)
         }
         if let delivery {
             for (target, timer) in due { delivery(target, timer) }
         }
         if let next { startSleeper(next) }
+    }
+}
+
+// MARK: - The heap
+
+extension DeadlineQueue.State {
+    fileprivate typealias Key = DeadlineQueue<Target>.Key
+
+    /// Puts `key` in the heap as its slot's key, in place of the one the slot had.
+    fileprivate mutating func setKey(_ key: Key) {
+        let token = Int(key.slot)
+        let place = slots[token]?.place ?? -1
+        if place < 0 {
+            heap.append(key)
+            slots[token]?.place = Int32(heap.count - 1)
+            siftUp(heap.count - 1)
+        } else {
+            let index = Int(place)
+            let earlier = key.precedes(heap[index])
+            heap[index] = key
+            if earlier { siftUp(index) } else { siftDown(index) }
+        }
+    }
+
+    /// Takes the key of the slot `token` out of the heap, if it has one.
+    fileprivate mutating func removeKey(of token: Int) {
+        guard let place = slots[token]?.place, place >= 0 else { return }
+        slots[token]?.place = -1
+        let index = Int(place)
+        let last = heap.removeLast()
+        guard index < heap.count else { return }
+        // The last key fills the hole, and moves up or down from there.
+        heap[index] = last
+        slots[Int(last.slot)]?.place = place
+        siftUp(index)
+        siftDown(Int(slots[Int(last.slot)]?.place ?? place))
+    }
+
+    private mutating func siftUp(_ start: Int) {
+        var child = start
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard heap[child].precedes(heap[parent]) else { break }
+            swapKeys(child, parent)
+            child = parent
+        }
+    }
+
+    private mutating func siftDown(_ start: Int) {
+        var parent = start
+        while true {
+            let left = 2 * parent + 1
+            let right = left + 1
+            var first = parent
+            if left < heap.count, heap[left].precedes(heap[first]) { first = left }
+            if right < heap.count, heap[right].precedes(heap[first]) { first = right }
+            guard first != parent else { return }
+            swapKeys(parent, first)
+            parent = first
+        }
+    }
+
+    private mutating func swapKeys(_ one: Int, _ other: Int) {
+        heap.swapAt(one, other)
+        slots[Int(heap[one].slot)]?.place = Int32(one)
+        slots[Int(heap[other].slot)]?.place = Int32(other)
     }
 }

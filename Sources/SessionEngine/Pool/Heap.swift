@@ -1,5 +1,6 @@
-/// A binary min-heap: the order of the budget's queued fetches (``FetchBudget``) and of a deadline queue's timers
-/// (``DeadlineQueue``).
+/// A binary min-heap: the order of the budget's queued fetches (``FetchBudget``) and of a shard's free numbers. A
+/// deadline queue keeps a heap of its own whose keys know their places, so that a replaced or cancelled timer's key
+/// moves or goes where it sits (``DeadlineQueue``).
 struct Heap<Element: Comparable & Sendable>: Sendable {
     private var storage: [Element] = []
 
