@@ -8,16 +8,17 @@ struct MetricsRecorder: ~Copyable, Sendable {
     /// The counters ``SessionMetrics`` reports, and nothing it fills in when read: an engine keeps one for its whole
     /// life (a pool one per account), so the latency summaries and gauges a snapshot computes are not stored.
     ///
-    /// The counters every identified engine moves are kept inline; those that move only after a failure, a push, a
-    /// rejection or a clock report are kept out of line (``Rare``), so an engine that saw none of those, as most of a
-    /// pool's accounts, holds a pointer for them instead of fifteen words.
+    /// The counters every identified engine moves are kept inline, in four bytes each (``PackedCount``: they stop at
+    /// `UInt32.max`, an event a second for a century); those that move only after a failure, a push, a rejection or
+    /// a clock report are kept out of line (``Rare``), with the failed fetches' durations, so an engine that saw none
+    /// of those, as most of a pool's accounts, holds a pointer for them instead of seventeen words.
     struct Counts {
-        var fetchesStarted = 0
-        var fetchesSucceeded = 0
-        var credentialsInstalled = 0
-        var renewals = 0
-        var accountChanges = 0
-        var eventsPublished = 0
+        @PackedCount var fetchesStarted = 0
+        @PackedCount var fetchesSucceeded = 0
+        @PackedCount var credentialsInstalled = 0
+        @PackedCount var renewals = 0
+        @PackedCount var accountChanges = 0
+        @PackedCount var eventsPublished = 0
         private var rareBox: OutOfLine<Rare>?
 
         /// The counters that move only after a failure, a push, a rejection or a clock report.
@@ -33,6 +34,8 @@ struct MetricsRecorder: ~Copyable, Sendable {
             var rejections = 0
             var expiries = 0
             var scopedWorkCancelled = 0
+            /// Recent durations of failed fetches, made at the first.
+            var failedLatencies: LatencyRing?
         }
 
         /// The out-of-line counters, all zero until one moves.
@@ -69,23 +72,20 @@ struct MetricsRecorder: ~Copyable, Sendable {
         var metrics = Counts()
         /// The epoch of the last account change counted.
         var changeEpoch: UInt64 = 0
-        /// Recent durations of successful fetches, and of failed ones.
+        /// Recent durations of successful fetches (of failed ones: ``Counts/Rare/failedLatencies``, as many).
         var latencies: LatencyRing
-        var failedLatencies: LatencyRing
         /// The epoch whose account session last installed a credential.
         var installedEpoch: UInt64?
         /// Whether the last published state is `expired`, to count expiries once each.
         var expired = false
-        var liveTasks = 0
+        @PackedCount var liveTasks = 0
     }
 
     private let state: SanitizedMutex<State>
 
     /// Creates a recorder whose latency summaries cover at most `latencyWindow` recent fetches each.
     init(latencyWindow: Int = LatencySummary.window) {
-        state = SanitizedMutex(
-            State(
-                latencies: LatencyRing(capacity: latencyWindow), failedLatencies: LatencyRing(capacity: latencyWindow)))
+        state = SanitizedMutex(State(latencies: LatencyRing(capacity: latencyWindow)))
     }
 
     /// A fetch started.
@@ -127,10 +127,15 @@ struct MetricsRecorder: ~Copyable, Sendable {
                 state.installedEpoch = identity.epoch
                 if let offset = fetch.serverClockOffset { state.metrics.rare.clockOffset = offset }
             case .fetchFailed(let failure):
-                state.metrics.rare.fetchesFailed[failure.error.code, default: 0] += 1
-                if failure.serverRetryAfter != nil { state.metrics.rare.serverDirectedDelays += 1 }
-                if failure.error.failureClass == .misconfiguration { state.metrics.rare.misconfigurations += 1 }
-                state.failedLatencies.record(failure.fetch.duration)
+                // One copy of the out-of-line counters for the four that move.
+                var rare = state.metrics.rare
+                rare.fetchesFailed[failure.error.code, default: 0] += 1
+                if failure.serverRetryAfter != nil { rare.serverDirectedDelays += 1 }
+                if failure.error.failureClass == .misconfiguration { rare.misconfigurations += 1 }
+                var failed = rare.failedLatencies ?? LatencyRing(capacity: state.latencies.capacity)
+                failed.record(failure.fetch.duration)
+                rare.failedLatencies = failed
+                state.metrics.rare = rare
             case .clockSkewSuspected(let report):
                 state.metrics.rare.appliedClockOffset = report.serverClockOffset
                 if report.finding == .dateHeaderIgnored { state.metrics.rare.clockOffsetsKeptOut += 1 }
@@ -150,7 +155,7 @@ struct MetricsRecorder: ~Copyable, Sendable {
         state.withLock { state in
             var metrics = state.metrics.metrics
             metrics.fetchLatency = LatencySummary(of: state.latencies.durations)
-            metrics.failedFetchLatency = LatencySummary(of: state.failedLatencies.durations)
+            metrics.failedFetchLatency = LatencySummary(of: state.metrics.rare.failedLatencies?.durations ?? [])
             metrics.liveTasks = state.liveTasks
             return metrics
         }
@@ -160,8 +165,8 @@ struct MetricsRecorder: ~Copyable, Sendable {
 /// The last `capacity` durations recorded (``LatencySummary/window`` for an engine of its own), each to the
 /// microsecond and at most `UInt32.max` microseconds (about 71 minutes; a longer one is kept as that).
 ///
-/// Four bytes a duration instead of sixteen: a pool's accounts keep two rings of sixteen each for as long as they are
-/// signed in, and an engine of its own two of 1,024.
+/// Four bytes a duration instead of sixteen: a pool's accounts keep a ring of sixteen each for as long as they are
+/// signed in, and a second one once a fetch has failed; an engine of its own two of 1,024.
 struct LatencyRing {
     private var microseconds: [UInt32] = []
     /// Four bytes each, so that a ring is two words.

@@ -1,7 +1,9 @@
 /// A snapshot of what an engine has done and holds, read with ``SessionEngine/metrics`` without an actor hop.
 ///
 /// Counters grow over the engine's life and never reset; a host exports them as monotonic counters and the rest as
-/// gauges. Every counter is fed by the same step that publishes the matching event, so the metrics and the events
+/// gauges. The counters an identified engine moves in the normal course (fetches started and succeeded, credentials
+/// installed, renewals, account changes, events published) stop at 4,294,967,295 (`UInt32.max`), an event a second
+/// for more than a century, so that each account of a pool keeps them in four bytes. Every counter is fed by the same step that publishes the matching event, so the metrics and the events
 /// always agree. Nothing here holds a secret or a signature.
 public struct SessionMetrics: Sendable, Hashable, CustomStringConvertible {
     /// Fetches the engine started.
