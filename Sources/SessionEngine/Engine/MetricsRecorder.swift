@@ -44,6 +44,15 @@ struct MetricsRecorder: ~Copyable, Sendable {
             set { rareBox = OutOfLine(newValue) }
         }
 
+        /// Changes the out-of-line counters in one copy, taken out of their box first so that the failed fetches'
+        /// ring and the failures' table are changed in place, not copied.
+        mutating func updateRare(_ change: (inout Rare) -> Void) {
+            var rare = self.rare
+            rareBox = nil
+            change(&rare)
+            rareBox = OutOfLine(rare)
+        }
+
         var metrics: SessionMetrics {
             let rare = self.rare
             return SessionMetrics(
@@ -127,15 +136,14 @@ struct MetricsRecorder: ~Copyable, Sendable {
                 state.installedEpoch = identity.epoch
                 if let offset = fetch.serverClockOffset { state.metrics.rare.clockOffset = offset }
             case .fetchFailed(let failure):
-                // One copy of the out-of-line counters for the four that move.
-                var rare = state.metrics.rare
-                rare.fetchesFailed[failure.error.code, default: 0] += 1
-                if failure.serverRetryAfter != nil { rare.serverDirectedDelays += 1 }
-                if failure.error.failureClass == .misconfiguration { rare.misconfigurations += 1 }
-                var failed = rare.failedLatencies ?? LatencyRing(capacity: state.latencies.capacity)
-                failed.record(failure.fetch.duration)
-                rare.failedLatencies = failed
-                state.metrics.rare = rare
+                let capacity = state.latencies.capacity
+                state.metrics.updateRare { rare in
+                    rare.fetchesFailed[failure.error.code, default: 0] += 1
+                    if failure.serverRetryAfter != nil { rare.serverDirectedDelays += 1 }
+                    if failure.error.failureClass == .misconfiguration { rare.misconfigurations += 1 }
+                    rare.failedLatencies = rare.failedLatencies ?? LatencyRing(capacity: capacity)
+                    rare.failedLatencies?.record(failure.fetch.duration)
+                }
             case .clockSkewSuspected(let report):
                 state.metrics.rare.appliedClockOffset = report.serverClockOffset
                 if report.finding == .dateHeaderIgnored { state.metrics.rare.clockOffsetsKeptOut += 1 }
