@@ -354,11 +354,12 @@ extension DeadlineQueue.State {
         let index = Int(place)
         let last = heap.removeLast()
         guard index < heap.count else { return }
-        // The last key fills the hole, and moves up or down from there.
+        // The last key fills the hole, and moves up or down from there (after a move up, the key in the hole is its
+        // old parent, already before every key below it).
         heap[index] = last
         slots[Int(last.slot)]?.place = place
         siftUp(index)
-        siftDown(Int(slots[Int(last.slot)]?.place ?? place))
+        siftDown(index)
     }
 
     private mutating func siftUp(_ start: Int) {
