@@ -39,13 +39,10 @@ struct MetricsRecorder: ~Copyable, Sendable {
         }
 
         /// The out-of-line counters, all zero until one moves.
-        var rare: Rare {
-            get { rareBox?.value ?? Rare() }
-            set { rareBox = OutOfLine(newValue) }
-        }
+        var rare: Rare { rareBox?.value ?? Rare() }
 
-        /// Changes the out-of-line counters in one copy, taken out of their box first so that the failed fetches'
-        /// ring and the failures' table are changed in place, not copied.
+        /// Changes the out-of-line counters, the one way they change: in one copy, taken out of their box first so
+        /// that the failed fetches' ring and the failures' table are changed in place, not copied, and boxed again.
         mutating func updateRare(_ change: (inout Rare) -> Void) {
             var rare = self.rare
             rareBox = nil
@@ -121,12 +118,12 @@ struct MetricsRecorder: ~Copyable, Sendable {
                     state.changeEpoch = event.epoch
                 }
                 if case .expired(let expired) = new, expired.reason == .expired, !state.expired {
-                    state.metrics.rare.expiries += 1
+                    state.metrics.updateRare { $0.expiries += 1 }
                 }
                 state.expired = new.isExpired
             case .renewed(let identity, let fetch):
                 if fetch.pushed {
-                    state.metrics.rare.credentialsPushed += 1
+                    state.metrics.updateRare { $0.credentialsPushed += 1 }
                 } else {
                     state.metrics.fetchesSucceeded += 1
                     state.latencies.record(fetch.duration)
@@ -134,7 +131,7 @@ struct MetricsRecorder: ~Copyable, Sendable {
                 state.metrics.credentialsInstalled += 1
                 if state.installedEpoch == identity.epoch { state.metrics.renewals += 1 }
                 state.installedEpoch = identity.epoch
-                if let offset = fetch.serverClockOffset { state.metrics.rare.clockOffset = offset }
+                if let offset = fetch.serverClockOffset { state.metrics.updateRare { $0.clockOffset = offset } }
             case .fetchFailed(let failure):
                 let capacity = state.latencies.capacity
                 state.metrics.updateRare { rare in
@@ -145,13 +142,15 @@ struct MetricsRecorder: ~Copyable, Sendable {
                     rare.failedLatencies?.record(failure.fetch.duration)
                 }
             case .clockSkewSuspected(let report):
-                state.metrics.rare.appliedClockOffset = report.serverClockOffset
-                if report.finding == .dateHeaderIgnored { state.metrics.rare.clockOffsetsKeptOut += 1 }
-                if report.finding == .noClockPlausible { state.metrics.rare.implausibleCredentials += 1 }
+                state.metrics.updateRare { rare in
+                    rare.appliedClockOffset = report.serverClockOffset
+                    if report.finding == .dateHeaderIgnored { rare.clockOffsetsKeptOut += 1 }
+                    if report.finding == .noClockPlausible { rare.implausibleCredentials += 1 }
+                }
             case .credentialRejected:
-                state.metrics.rare.rejections += 1
+                state.metrics.updateRare { $0.rejections += 1 }
             case .workCancelled(_, let count):
-                if count > 0 { state.metrics.rare.scopedWorkCancelled += count }
+                if count > 0 { state.metrics.updateRare { $0.scopedWorkCancelled += count } }
             case .eventsDropped:
                 break
             }
