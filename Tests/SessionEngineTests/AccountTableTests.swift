@@ -15,17 +15,30 @@ import Testing
         AccountTable(hasher: AccountTable.Hasher(seed: seed))
     }
 
-    /// A member of `table`'s pool, in a shard of its own; `hash` in place of the account's own, to make accounts
-    /// share rows.
-    private func member(_ account: AccountID, in table: AccountTable, hash: UInt64? = nil) -> SessionPool.Member {
-        let membership = AccountShard.Membership(account: account, serial: 1, hash: hash ?? table.hasher.hash(account))
+    /// A member of `table`'s pool, in a shard of its own.
+    private func member(_ account: AccountID) -> SessionPool.Member {
+        let membership = AccountShard.Membership(account: account, serial: 1)
         return SessionPool.Member(
             slot: AccountShard(shared: shared).reserve(latencyWindow: 1, membership: membership))
     }
 
+    /// The first `count` accounts `prefix-0`, `prefix-1`… whose hashes put them in the table's first shard with the
+    /// home row `row` of a shard of sixteen rows: accounts that share a probe run, found by trying names.
+    private func accounts(_ prefix: String, homeRow row: UInt64, count: Int, in table: AccountTable) -> [AccountID] {
+        var found: [AccountID] = []
+        var number = 0
+        while found.count < count {
+            let account = AccountID("\(prefix)-\(number)")
+            let hash = table.hasher.hash(account)
+            if hash >> AccountTable.shardShift == 0 && hash & 15 == row { found.append(account) }
+            number += 1
+        }
+        return found
+    }
+
     @Test func everyAccountFindsItsOwnMemberThroughGrowthAndSharedRows() {
         let table = table()
-        let members = (0..<5_000).map { member(AccountID("account-\($0)"), in: table) }
+        let members = (0..<5_000).map { member(AccountID("account-\($0)")) }
         for member in members { table.insert(member, use: 0) }
         #expect(table.count == members.count)
         for member in members {
@@ -54,7 +67,7 @@ import Testing
 
     @Test func removalLeavesTheOthersAndShrinkingKeepsThem() {
         let table = table(seed: 1)
-        let members = (0..<2_000).map { member(AccountID("user-\($0)"), in: table) }
+        let members = (0..<2_000).map { member(AccountID("user-\($0)")) }
         for member in members { table.insert(member, use: 0) }
         for member in members.dropFirst(10) {
             let removed = table.remove(member)
@@ -73,13 +86,14 @@ import Testing
         // wraps around to rows 0 to 4; two more have the home row 1, inside that run, and sit after it, in rows 5 and
         // 6. Whichever are removed, every other account is still found.
         let table = table()
-        let crowded = (0..<6).map { member(AccountID("crowded-\($0)"), in: table, hash: 15) }
-        let inside = (0..<2).map { member(AccountID("inside-\($0)"), in: table, hash: 1) }
+        let crowded = accounts("crowded", homeRow: 15, count: 6, in: table).map { member($0) }
+        let inside = accounts("inside", homeRow: 1, count: 2, in: table).map { member($0) }
         let all = crowded + inside
         for member in all { table.insert(member, use: 0) }
         for index in order { table.remove(all[index]) }
         for (index, member) in all.enumerated() {
-            let found = table.reading(member.account, hash: member.hash, stampingUse: false) != nil
+            let found =
+                table.reading(member.account, hash: table.hasher.hash(member.account), stampingUse: false) != nil
             #expect(found == !order.contains(index), "\(member.account) after removing \(order)")
         }
         #expect(table.count == all.count - order.count)
@@ -93,10 +107,34 @@ import Testing
         #expect(hasher.composedHash(AccountID(account)) == hasher.hash(AccountID(account)))
     }
 
+    @Test func accountsWhoseRowsShareATagAreToldApartByTheirNames() throws {
+        // Under this seed the two accounts' hashes share their top four bits and their low 32 (found by trying
+        // names): one shard, one home row, one tag, so only the account tells their rows apart.
+        let table = table()
+        let (one, two): (AccountID, AccountID) = ("twin-28953", "twin-194004")
+        let (hashOne, hashTwo) = (table.hasher.hash(one), table.hasher.hash(two))
+        #expect(hashOne != hashTwo)
+        #expect(hashOne >> AccountTable.shardShift == hashTwo >> AccountTable.shardShift)
+        #expect(UInt32(truncatingIfNeeded: hashOne) == UInt32(truncatingIfNeeded: hashTwo))
+        let first = member(one)
+        let second = member(two)
+        table.insert(first, use: 0)
+        table.insert(second, use: 0)
+        #expect(table.count == 2)
+        #expect(table.member(one)?.is(first) == true)
+        #expect(table.member(two)?.is(second) == true)
+        table.mirror(try usable("two@example.com"), of: second.slot, account: two)
+        #expect(table.reading(one, hash: hashOne, stampingUse: false)?.headers == nil)
+        #expect(table.reading(two, hash: hashTwo, stampingUse: false)?.headers?["X-AppNorth-Identity-Email"] != nil)
+        #expect(table.remove(first))
+        #expect(table.member(one) == nil)
+        #expect(table.member(two)?.is(second) == true)
+    }
+
     @Test func aReplacedMemberCannotRemoveItsSuccessor() {
         let table = table()
-        let first = member("alice", in: table)
-        let second = member("alice", in: table)
+        let first = member("alice")
+        let second = member("alice")
         table.insert(first, use: 0)
         let replaced = table.insert(second, use: 0)
         #expect(replaced?.is(first) == true)
@@ -119,7 +157,7 @@ import Testing
         // Each pair is one AccountID, as it is one String: both spellings hash alike.
         #expect(AccountID(spelling.0) == AccountID(spelling.1))
         let table = table()
-        let joined = member(AccountID(spelling.0), in: table)
+        let joined = member(AccountID(spelling.0))
         table.insert(joined, use: 0)
         #expect(table.hasher.hash(AccountID(spelling.0)) == table.hasher.hash(AccountID(spelling.1)))
         #expect(table.member(AccountID(spelling.1))?.is(joined) == true)
@@ -142,14 +180,14 @@ import Testing
         weak var removed: AccountShard.Slot?
         weak var emptied: AccountShard.Slot?
         do {
-            let first = member("alice", in: table)
-            let gone = member("bob", in: table)
-            let last = member("carol", in: table)
+            let first = member("alice")
+            let gone = member("bob")
+            let last = member("carol")
             (replaced, removed, emptied) = (first.slot, gone.slot, last.slot)
             table.insert(first, use: 0)
             table.insert(gone, use: 0)
             table.insert(last, use: 0)
-            table.insert(member("alice", in: table), use: 0)
+            table.insert(member("alice"), use: 0)
             table.remove(gone)
         }
         #expect(replaced == nil && removed == nil, "the table holds neither any longer")
@@ -170,15 +208,15 @@ import Testing
 
     @Test func aMemberThatLeftTheTableCannotChangeItsSuccessorsRead() throws {
         let table = table()
-        let first = member("alice", in: table)
-        let second = member("alice", in: table)
+        let first = member("alice")
+        let second = member("alice")
         let hash = table.hasher.hash("alice")
         table.insert(first, use: 0)
         table.insert(second, use: 0)
-        table.mirror(try usable("second@example.com"), of: second.slot, hash: hash)
+        table.mirror(try usable("second@example.com"), of: second.slot, account: "alice")
         // The replaced member's shard still publishes (its sign-out and shutdown): none of it reaches the row.
-        table.mirror((nil, 0, .shutDown), of: first.slot, hash: hash)
-        table.mirror(try usable("first@example.com"), of: first.slot, hash: hash)
+        table.mirror((nil, 0, .shutDown), of: first.slot, account: "alice")
+        table.mirror(try usable("first@example.com"), of: first.slot, account: "alice")
         let reading = table.reading("alice", hash: hash, stampingUse: false)
         #expect(try reading?.headers?.credential().email == "second@example.com")
         table.remove(second)
@@ -195,14 +233,14 @@ import Testing
         let stuck = await RealThreadRounds.run(RealThreadRounds.scaled(2_000)) { round in
             let table = table()
             let hash = table.hasher.hash("alice")
-            let first = member("alice", in: table)
-            let second = member("alice", in: table)
+            let first = member("alice")
+            let second = member("alice")
             table.insert(first, use: 0)
             let line = RealThreadRounds.StartLine(parties: 2)
             await withTaskGroup(of: Void.self) { group in
                 group.addTask(executorPreference: RealThreadRounds.threads) {
                     line.arriveAndWait()
-                    for _ in 0..<64 { table.mirror(stale, of: first.slot, hash: hash) }
+                    for _ in 0..<64 { table.mirror(stale, of: first.slot, account: "alice") }
                 }
                 group.addTask(executorPreference: RealThreadRounds.threads) {
                     line.arriveAndWait()
@@ -224,7 +262,7 @@ import Testing
 
     @Test func readsStampTheRowAfterTheLatestCallAndTheStampsOutliveAGrowth() throws {
         let table = table()
-        let alice = member("alice", in: table)
+        let alice = member("alice")
         table.insert(alice, use: table.nextUse())
         let joined = try #require(table.lastUses().first?.used)
         let hash = table.hasher.hash("alice")
@@ -240,7 +278,7 @@ import Testing
         _ = table.reading("alice", hash: hash, stampingUse: true)
         let secondRead = try #require(table.lastUses().first?.used)
         #expect(secondRead > call, "a read is later than the call before it")
-        for account in (0..<100).map({ AccountID("grow-\($0)") }) { table.insert(member(account, in: table), use: 0) }
+        for account in (0..<100).map({ AccountID("grow-\($0)") }) { table.insert(member(account), use: 0) }
         #expect(table.lastUses().first { $0.member.is(alice) }?.used == secondRead, "after the table grew")
         _ = table.member("alice", stamping: firstRead)
         #expect(

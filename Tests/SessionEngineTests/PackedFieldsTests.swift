@@ -87,6 +87,12 @@ import Testing
         // failed fetches' ring waits out of line with the rare counters.
         #expect(MemoryLayout<MetricsRecorder.State>.size == 72)
         #expect(MemoryLayout<MetricsRecorder>.size == 80)
+        // The life in the shard's chunks: the machine and what carries out its decisions.
+        #expect(MemoryLayout<AccountShard.AccountLife?>.stride == 256)
+        // A member's account and serial; the table hashes the account again when it needs the row.
+        #expect(MemoryLayout<AccountShard.Membership?>.size == 24)
+        // Two to four rows an account.
+        #expect(MemoryLayout<AccountTable.Row>.stride == 56)
     }
 
     @Test func aHostsExpectedEmailPinsTheSessionUntilItsFirstCredentialDoes() throws {

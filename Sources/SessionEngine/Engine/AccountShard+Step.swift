@@ -64,7 +64,7 @@ extension AccountShard {
     ) {
         let (stateChanged, reading) = slot.store.install(snapshot)
         if let membership = slot.membership {
-            shared.outlets?.table.mirror(reading, of: slot, hash: membership.hash)
+            shared.outlets?.table.mirror(reading, of: slot, account: membership.account)
         }
         let newState = snapshot.state
         var events: [(SessionEvent.Kind, UInt64)] = []

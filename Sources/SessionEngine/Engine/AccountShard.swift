@@ -61,8 +61,6 @@ actor AccountShard {
         /// Which member of the pool this is, counting from 1 in the order the pool made them: an account that leaves
         /// and signs in again has a new member, with a slot, a life and events of its own.
         let serial: UInt64
-        /// The account's hash in the pool's table (``AccountTable/Hasher``), which finds the member's row.
-        let hash: UInt64
     }
 
     /// The lives of a shard's accounts by number, in chunks of a fixed count, each allocated once: a growing array
@@ -146,8 +144,6 @@ actor AccountShard {
     final class Slot: Sendable {
         /// The shard the account lives in.
         let shard: AccountShard
-        /// The number of the account's life in the shard's ``AccountShard/lives``.
-        let index: Int
         /// The pool's member this account is; `nil` for an engine's.
         let membership: Membership?
         /// The account-change hooks the account's life starts with: a pool's, as they were when the account joined.
@@ -155,6 +151,8 @@ actor AccountShard {
         let store: SessionStore
         /// The account's event broadcaster, made when the first subscriber comes.
         let broadcaster: BroadcasterSlot
+        /// ``index``, in four bytes: stored after the broadcaster's slot, in the room its last field leaves.
+        private let number: Int32
         /// The callers waiting for an outcome, made when the first registers and dropped by the step after the last
         /// has gone (``AccountShard/dropWaitersIfNone(_:)``): an identified account nobody waits on keeps none.
         let waiterTable = SanitizedMutex<OutcomeWaiters?>(nil)
@@ -162,6 +160,9 @@ actor AccountShard {
         /// The account's timer's slot in the deadline queue (``Shared/timers``), taken when the slot is made and given
         /// back when it is freed.
         let timerToken: DeadlineQueue<TimerTarget>.Token
+
+        /// The number of the account's life in the shard's ``AccountShard/lives``.
+        var index: Int { Int(number) }
 
         /// What tells the slot's life from a later account's at the same number: the member's serial, 0 for an engine.
         var serial: UInt64 { membership?.serial ?? 0 }
@@ -181,7 +182,8 @@ actor AccountShard {
             membership: Membership?
         ) {
             self.shard = shard
-            self.index = index
+            // A shard hands out its lowest free number, so its numbers stay below its accounts at once, far below 2^31.
+            number = Int32(index)
             self.membership = membership
             self.hooks = hooks
             let shared = shard.shared

@@ -48,13 +48,21 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// A timer's key in the heap. Each slot's timer with a deadline has exactly one, which moves with the timer: a
     /// replaced timer's key is changed where it sits and a cancelled one's taken out, so the heap holds as many keys
     /// as timers, not a key for every timer ever scheduled.
+    ///
+    /// The generation takes 32 bits and wraps, and two generations compare by their difference: of two timers due at
+    /// once, the one scheduled first fires first as long as fewer than 2^31 generations (each scheduling and each plan
+    /// of the sleeper takes one) came between them. A wrap changes only the order of timers due at the same instant,
+    /// never whether or when one fires, since the deadline is compared first. A key takes 24 bytes, not 32.
     fileprivate struct Key {
         var due: Duration
         /// The scheduling's generation: of two timers due at once, the one scheduled first fires first.
-        var generation: UInt64
+        var generation: UInt32
         var slot: Int32
 
-        func precedes(_ other: Key) -> Bool { (due, generation) < (other.due, other.generation) }
+        func precedes(_ other: Key) -> Bool {
+            if due != other.due { return due < other.due }
+            return Int32(bitPattern: generation &- other.generation) < 0
+        }
     }
 
     fileprivate struct State {
@@ -179,7 +187,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
                 state.removeKey(of: token)
                 return nil
             }
-            state.setKey(Key(due: due, generation: generation, slot: Int32(token)))
+            state.setKey(Key(due: due, generation: UInt32(truncatingIfNeeded: generation), slot: Int32(token)))
             return sleeperIfEarlier(&state, than: due, at: now)
         }
         if let start { startSleeper(start) }
@@ -237,7 +245,8 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         state.offset = offset
         for index in state.slots.indices {
             guard let timer = state.slots[index]?.timer, let due = due(timer.spec, offset: offset) else { continue }
-            state.setKey(Key(due: due, generation: timer.generation, slot: Int32(index)))
+            state.setKey(
+                Key(due: due, generation: UInt32(truncatingIfNeeded: timer.generation), slot: Int32(index)))
         }
     }
 

@@ -9,7 +9,7 @@ import Synchronization
 /// open-addressed table (its low bits); the account sits in the first free row from there on (linear probing), and a
 /// row a member leaves is filled by moving the rows after it back, so no row is ever a tombstone. A row holds the
 /// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
-/// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:of:hash:)``) and the serial of the account's
+/// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:of:account:)``) and the serial of the account's
 /// last use. A read therefore takes one shard's lock and touches one row and the headers it hands out: not the
 /// member's engine, not its store, which at 100,000 accounts are each a cache miss; and two threads reading two
 /// accounts take the same lock once in sixteen times.
@@ -24,7 +24,7 @@ import Synchronization
 /// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a
 /// leaf too, and only when a member is inserted, never on the read or the install path. The pool's members' lock is
 /// taken before a shard's (joins and removals) and never under one. An engine's step takes its store's locks one after
-/// the other as it installs, and then its shard's alone (``mirror(_:of:hash:)``), so no lock is held across another
+/// the other as it installs, and then its shard's alone (``mirror(_:of:account:)``), so no lock is held across another
 /// when a credential lands.
 ///
 /// **Uses.** Every join, every call that names an account and every checkpoint of the idle sweeper takes the next
@@ -247,7 +247,8 @@ final class AccountTable: @unchecked Sendable {
     /// How many shards: enough that two threads seldom read the same one, few enough that an empty pool's rows
     /// (``minimumRows`` in each) cost little. A power of two; the hash's top bits choose one.
     static let shardCount = 16
-    private static let shardShift = UInt64(64 - shardCount.trailingZeroBitCount)
+    /// How far the hash moves right to name its shard.
+    static let shardShift = UInt64(64 - shardCount.trailingZeroBitCount)
     /// A shard's fewest rows.
     static let minimumRows = 8
 
@@ -318,12 +319,13 @@ final class AccountTable: @unchecked Sendable {
         }
     }
 
-    /// Installs a change of a member's read in its row, found by the member's engine and its account's hash; a member
+    /// Installs a change of a member's read in its row, found by the member's slot under its account's hash; a member
     /// that has left the table changes nothing.
     ///
     /// The engine's step calls it after its store's install, with the store's locks released and in the order of the
     /// installs (the engine's actor alone installs), so a row's read changes as the store's does.
-    func mirror(_ reading: SessionStore.Reading, of slot: AccountShard.Slot, hash: UInt64) {
+    func mirror(_ reading: SessionStore.Reading, of slot: AccountShard.Slot, account: AccountID) {
+        let hash = hasher.hash(account)
         let tag = UInt32(truncatingIfNeeded: hash)
         shard(hash).pointee.rows.withLock { shard in
             guard let position = shard.find(tag: tag, { $0.member?.slot === slot }) else { return }
@@ -334,7 +336,7 @@ final class AccountTable: @unchecked Sendable {
     /// Adds `member`, last used at `use`, with its store's read; returns the member of its account it replaced.
     @discardableResult
     func insert(_ member: SessionPool.Member, use: Int64) -> SessionPool.Member? {
-        let hash = member.hash
+        let hash = hasher.hash(member.account)
         let tag = UInt32(truncatingIfNeeded: hash)
         return shard(hash).pointee.rows.withLock { shard -> SessionPool.Member? in
             let replaced = shard.find(member.account, tag: tag).map { shard.remove(at: $0).member } ?? nil
@@ -352,7 +354,7 @@ final class AccountTable: @unchecked Sendable {
     /// Removes `member` if it is still its account's member; returns whether it was.
     @discardableResult
     func remove(_ member: SessionPool.Member) -> Bool {
-        let hash = member.hash
+        let hash = hasher.hash(member.account)
         let tag = UInt32(truncatingIfNeeded: hash)
         // The row comes out of the lock to be released after it.
         let removed = shard(hash).pointee.rows.withLock { shard -> Row? in

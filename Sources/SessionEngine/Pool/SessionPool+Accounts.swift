@@ -228,8 +228,7 @@ extension SessionPool {
             }
             members.made += 1
             let serial = members.made
-            let membership = AccountShard.Membership(
-                account: account, serial: serial, hash: table.hasher.hash(account))
+            let membership = AccountShard.Membership(account: account, serial: serial)
             // Spread over the shards in the order members are made, so the same program places them the same way.
             let shard = shards[Int(truncatingIfNeeded: serial) & (shards.count - 1)]
             let member = Member(

@@ -51,9 +51,6 @@ extension SessionPool {
         /// The member's serial (``AccountShard/Membership/serial``).
         var serial: UInt64 { membership.serial }
 
-        /// The account's hash in the pool's table.
-        var hash: UInt64 { membership.hash }
-
         /// Whether `other` is this member, not only a member of its account.
         func `is`(_ other: Member) -> Bool { slot === other.slot }
 
