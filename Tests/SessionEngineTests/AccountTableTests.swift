@@ -123,9 +123,9 @@ import Testing
         #expect(table.count == 2)
         #expect(table.member(one)?.is(first) == true)
         #expect(table.member(two)?.is(second) == true)
-        table.mirror(try usable("two@example.com"), of: second.slot, account: two)
-        #expect(table.reading(one, hash: hashOne, stampingUse: false)?.headers == nil)
-        #expect(table.reading(two, hash: hashTwo, stampingUse: false)?.headers?["X-AppNorth-Identity-Email"] != nil)
+        table.mirror(try usable("two@example.com"), keepsHeaders: false, of: second.slot, account: two)
+        #expect(email(table.reading(one, hash: hashOne, stampingUse: false)) == nil)
+        #expect(email(table.reading(two, hash: hashTwo, stampingUse: false)) == "two@example.com")
         #expect(table.remove(first))
         #expect(table.member(one) == nil)
         #expect(table.member(two)?.is(second) == true)
@@ -203,8 +203,42 @@ import Testing
     private func usable(_ email: String) throws -> SessionStore.Reading {
         let signature = String(repeating: "a", count: 64)
         let credential = try IdentityCredential(email: email, expiresAt: 2_000_000_000, signature: signature)
-        return (IdentityHeaders(credential), 2_000_000_000, .expired)
+        return (.unbuilt(credential), 2_000_000_000, .expired)
     }
+
+    /// The email of the credential a read of a row found, its headers built or not.
+    private func email(_ copy: SessionStore.Copy?) -> String? {
+        copy?.headers.flatMap { try? $0.credential().email } ?? copy?.unbuilt?.email
+    }
+
+    /// A row's read holds its credential until a read of the row builds the headers; the row keeps that build
+    /// through a step that kept the credential, and drops it for one that did not. A build of a credential the row no
+    /// longer holds is never kept.
+    @Test func aRowKeepsTheHeadersAReadBuiltWhileItsCredentialStays() throws {
+        let table = table()
+        let alice = member("alice")
+        let hash = table.hasher.hash("alice")
+        table.insert(alice, use: 0)
+        let (first, second) = (try usable("first@example.com"), try usable("second@example.com"))
+        guard case .unbuilt(let credential) = first.headers else { throw Unexpected() }
+        func built() -> Bool {
+            table.reading("alice", hash: hash, stampingUse: false)?.headers != nil
+        }
+        table.mirror(first, keepsHeaders: false, of: alice.slot, account: "alice")
+        #expect(!built())
+        table.keep(IdentityHeaders(credential), of: credential, account: "alice", hash: hash)
+        #expect(built())
+        table.mirror(first, keepsHeaders: true, of: alice.slot, account: "alice")
+        #expect(built(), "a step that kept the credential")
+        table.mirror(first, keepsHeaders: false, of: alice.slot, account: "alice")
+        #expect(!built(), "a step that did not")
+        table.mirror(second, keepsHeaders: false, of: alice.slot, account: "alice")
+        table.keep(IdentityHeaders(credential), of: credential, account: "alice", hash: hash)
+        #expect(!built(), "a late build of the credential before")
+        #expect(email(table.reading("alice", hash: hash, stampingUse: false)) == "second@example.com")
+    }
+
+    private struct Unexpected: Error {}
 
     @Test func aMemberThatLeftTheTableCannotChangeItsSuccessorsRead() throws {
         let table = table()
@@ -213,12 +247,11 @@ import Testing
         let hash = table.hasher.hash("alice")
         table.insert(first, use: 0)
         table.insert(second, use: 0)
-        table.mirror(try usable("second@example.com"), of: second.slot, account: "alice")
+        table.mirror(try usable("second@example.com"), keepsHeaders: false, of: second.slot, account: "alice")
         // The replaced member's shard still publishes (its sign-out and shutdown): none of it reaches the row.
-        table.mirror((nil, 0, .shutDown), of: first.slot, account: "alice")
-        table.mirror(try usable("first@example.com"), of: first.slot, account: "alice")
-        let reading = table.reading("alice", hash: hash, stampingUse: false)
-        #expect(try reading?.headers?.credential().email == "second@example.com")
+        table.mirror((nil, 0, .shutDown), keepsHeaders: false, of: first.slot, account: "alice")
+        table.mirror(try usable("first@example.com"), keepsHeaders: false, of: first.slot, account: "alice")
+        #expect(email(table.reading("alice", hash: hash, stampingUse: false)) == "second@example.com")
         table.remove(second)
         #expect(table.reading("alice", hash: hash, stampingUse: false) == nil)
     }
@@ -240,7 +273,7 @@ import Testing
             await withTaskGroup(of: Void.self) { group in
                 group.addTask(executorPreference: RealThreadRounds.threads) {
                     line.arriveAndWait()
-                    for _ in 0..<64 { table.mirror(stale, of: first.slot, account: "alice") }
+                    for _ in 0..<64 { table.mirror(stale, keepsHeaders: false, of: first.slot, account: "alice") }
                 }
                 group.addTask(executorPreference: RealThreadRounds.threads) {
                     line.arriveAndWait()
@@ -249,8 +282,7 @@ import Testing
                     table.insert(second, use: 0)
                 }
             }
-            let reading = table.reading("alice", hash: hash, stampingUse: false)
-            if (try? reading?.headers?.credential().email) == "first@example.com" {
+            if email(table.reading("alice", hash: hash, stampingUse: false)) == "first@example.com" {
                 overwritten.value.add(1, ordering: .relaxed)
             }
         }

@@ -79,7 +79,7 @@ import Testing
     @Test func theMachineKeepsItsCountedSize() {
         #expect(MemoryLayout<SessionStateMachine.AccountSession>.size == 96)
         #expect(MemoryLayout<SessionStateMachine>.stride == 200)
-        #expect(MemoryLayout<SessionStore>.size == 144)
+        #expect(MemoryLayout<SessionStore>.size == 128)
         #expect(MemoryLayout<BroadcasterSlot>.size == 98)
         #expect(MemoryLayout<SessionState>.size == 49)
         #expect(MemoryLayout<SessionEvent>.size == 89)

@@ -559,7 +559,7 @@ struct SessionEngineTests {
     /// between the renewal and the retry, though the session held a fresh credential of the same user.)
     @Test func aRetryStartsWithAnyCredentialOfItsSessionButTheRejectedOne() throws {
         let harness = EngineHarness()
-        let store = SessionStore(wallClock: SharedWallClockCheck(harness.clock))
+        let store = SessionStore()
         let rejected = harness.credential(for: "alice", lifetime: 900)
         let pushed = harness.credential(for: "alice", lifetime: 1200)
         func install(_ credential: IdentityCredential, epoch: UInt64) {
@@ -571,7 +571,10 @@ struct SessionEngineTests {
         }
         func retry() throws(SessionError) -> IdentityCredential {
             // The work is registered and never runs: only what the store hands out is checked.
-            try store.startWork(requiring: (epoch: 1, rejected: rejected)) { _, _ in Task {} }.0
+            try store.startWork(at: harness.clock.now.timeIntervalSince1970, requiring: (epoch: 1, rejected: rejected))
+            {
+                _, _ in Task {}
+            }.0
         }
         install(pushed, epoch: 1)
         #expect(try retry() == pushed, "a credential of the session installed after the renewal")

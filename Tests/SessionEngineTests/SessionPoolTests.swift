@@ -90,6 +90,32 @@ struct PoolHarness {
         await harness.pool.shutdown()
     }
 
+    /// An account's first read builds its headers, and its row keeps them for the reads after it: until then the row
+    /// holds only the credential, as the rows of accounts nobody reads do. Another credential starts unbuilt again.
+    @Test func aRowKeepsTheHeadersItsFirstReadBuiltUntilTheNextCredential() async throws {
+        let harness = PoolHarness()
+        for call in await harness.signInAtOnce(["alice"]) { try await call.value }
+        let table = harness.pool.table
+        let hash = table.hasher.hash("alice")
+        func read() -> SessionStore.Copy? { table.reading("alice", hash: hash, stampingUse: false) }
+        let first = try #require(read()?.unbuilt)
+        #expect(read()?.headers == nil)
+        #expect(try harness.pool.identityHeaders(for: "alice") == IdentityHeaders(first))
+        #expect(read()?.headers == IdentityHeaders(first))
+        #expect(read()?.unbuilt == nil)
+        // A renewal that brings the same credential keeps the headers; a pushed credential does not.
+        #expect(try await harness.pool.renew(for: "alice") == first)
+        #expect(read()?.headers == IdentityHeaders(first))
+        harness.clock.advance(by: .seconds(1))
+        let renewed = harness.credential(for: "alice")
+        #expect(renewed != first)
+        try await harness.pool.setIdentityCredential(renewed, for: "alice")
+        #expect(read()?.unbuilt == renewed)
+        #expect(try harness.pool.identityHeaders(for: "alice") == IdentityHeaders(renewed))
+        #expect(read()?.headers == IdentityHeaders(renewed))
+        await harness.pool.shutdown()
+    }
+
     @Test func theBudgetBoundsFetchesInFlightAcrossAccounts() async throws {
         let harness = PoolHarness(budget: .init(maximumInFlight: 2, startsPerSecond: 1000), answersAtOnce: false)
         let accounts = PoolHarness.accounts(10)

@@ -48,7 +48,7 @@ extension AccountShard {
     ///   - credential: The credential the work sent and the service rejected.
     ///   - epoch: The account session the work ran in.
     /// Returns once the account session holds a credential other than the rejected one; the retry takes whichever
-    /// the session holds when it starts (``SessionStore/startWork(requiring:_:)``).
+    /// the session holds when it starts (``SessionStore/startWork(at:requiring:_:)``).
     ///
     /// - Throws: ``SessionError/Code/accountChanged`` when that account session is no longer the current one (the
     ///   work must not run again as another account); ``SessionError/Code/invalidIdentity`` when no renewal follows.

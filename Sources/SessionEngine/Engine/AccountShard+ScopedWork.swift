@@ -44,7 +44,8 @@ extension AccountShard {
         let executor = shared.taskExecutor
         // The work's task holds the account's slot, whose store it reports its end to; the caller holds it too until
         // then.
-        let (credential, task, ticket) = try slot.store.startWork(requiring: required) { credential, id in
+        let now = clock.now.timeIntervalSince1970
+        let (credential, task, ticket) = try slot.store.startWork(at: now, requiring: required) { credential, id in
             return Task.start(preferring: executor) {
                 defer { slot.store.finishWork(id) }
                 return try await body(credential)

@@ -62,9 +62,9 @@ extension AccountShard {
         at index: Int,
         _ now: SessionInstant
     ) {
-        let (stateChanged, reading) = slot.store.install(snapshot)
+        let (stateChanged, reading, keepsHeaders) = slot.store.install(snapshot)
         if let membership = slot.membership {
-            shared.outlets?.table.mirror(reading, of: slot, account: membership.account)
+            shared.outlets?.table.mirror(reading, keepsHeaders: keepsHeaders, of: slot, account: membership.account)
         }
         let newState = snapshot.state
         var events: [(SessionEvent.Kind, UInt64)] = []

@@ -188,7 +188,7 @@ actor AccountShard {
             self.hooks = hooks
             let shared = shard.shared
             recorder = MetricsRecorder(latencyWindow: latencyWindow)
-            store = SessionStore(wallClock: shared.wallClock)
+            store = SessionStore()
             let start = SessionInstant(wall: shared.clock.now, uptime: shared.clock.uptime)
             broadcaster = BroadcasterSlot(
                 initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0))
@@ -224,7 +224,7 @@ actor AccountShard {
 
         /// ``SessionEngine/hasValidIdentity(at:)``, for the slot's account: the engine's, or a pool's member's.
         func hasValidIdentity(at date: Date) -> Bool {
-            guard let expiry = store.localExpiry() else { return false }
+            guard let expiry = store.localExpiry(at: shard.clock.now.timeIntervalSince1970) else { return false }
             return date.timeIntervalSince1970 < expiry
         }
 
@@ -244,8 +244,9 @@ actor AccountShard {
             metrics.scopedWork = store.runningWorkCount
             // Scoped work's tasks are the account's tasks as well; the store counts them.
             metrics.liveTasks += metrics.scopedWork
-            if let expiry = store.localExpiry() {
-                let remaining = expiry - shard.clock.now.timeIntervalSince1970
+            let now = shard.clock.now.timeIntervalSince1970
+            if let expiry = store.localExpiry(at: now) {
+                let remaining = expiry - now
                 metrics.credentialRemainingLifetime = .seconds(max(0, remaining))
             }
             return metrics

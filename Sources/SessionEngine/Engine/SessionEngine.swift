@@ -33,6 +33,9 @@ public actor SessionEngine {
     /// The engine's account in its shard: what every call names, and the store and events its readers take without a
     /// hop.
     nonisolated let slot: AccountShard.Slot
+    /// The check of the clock that decides local expiry, which the read passes to the store: the shard's, held here
+    /// so that the read reaches it in one step.
+    nonisolated let wallClock: SharedWallClockCheck
 
     /// The serial executor the engine runs on: its shard's.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { shard.unownedExecutor }
@@ -103,6 +106,7 @@ public actor SessionEngine {
                 configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer,
                 coordination: coordination))
         slot = shard.reserve(latencyWindow: LatencySummary.window, membership: nil)
+        wallClock = shard.shared.wallClock
     }
 
     // MARK: - Reading without an actor hop
@@ -112,8 +116,8 @@ public actor SessionEngine {
 
     /// The identity headers for an identified request, read without an actor hop.
     ///
-    /// The headers are computed once when a credential is installed; this call takes one uncontended lock and
-    /// reads the wall clock, so it is safe on every request.
+    /// The first read of each installed credential builds its headers and keeps them; every later read takes one
+    /// uncontended lock and reads the wall clock, so it is safe on every request.
     ///
     /// - Returns: The `X-AppNorth-Identity-*` headers of the installed credential.
     /// - Throws: ``SessionError`` with ``SessionError/Code/invalidIdentity`` (`INVALID_IDENTITY`) when the
@@ -123,7 +127,7 @@ public actor SessionEngine {
     @inline(never)
     public nonisolated func identityHeaders() throws(SessionError) -> IdentityHeaders {
         // Never inlined: the store's read inlines its lock here (`SanitizedMutex.withLockInlined`).
-        try slot.store.headers()
+        try slot.store.headers(checkedBy: wallClock)
     }
 
     /// Whether the installed credential is usable and has not expired at `date`.

@@ -48,9 +48,9 @@ struct SessionStore: ~Copyable, Sendable {
     /// What identified work may use.
     enum Access: Sendable {
         case unavailable(Unavailability)
-        /// A credential and its precomputed headers; usable until `expiresAt` (Unix seconds) by the local clock: the
-        /// credential's own expiry, moved by the backend clock offset the engine applies.
-        case usable(IdentityCredential, IdentityHeaders, expiresAt: TimeInterval, epoch: UInt64)
+        /// A credential, usable until `expiresAt` (Unix seconds) by the local clock: the credential's own expiry,
+        /// moved by the backend clock offset the engine applies.
+        case usable(IdentityCredential, expiresAt: TimeInterval, epoch: UInt64)
 
         /// The error of a read that finds no usable credential here (an expired one when a credential is held).
         var error: SessionError {
@@ -119,49 +119,86 @@ struct SessionStore: ~Copyable, Sendable {
         var drains = WaiterQueue<UInt64, Void>()
     }
 
-    /// What ``headers()`` reads, and all it reads: the usable credential's headers and expiry, or why there are none.
+    /// A usable credential's headers as readers hold them: the credential, until the first read that finds it
+    /// unexpired builds its headers, and from then on the headers that read built, which every later read hands out.
     ///
-    /// Kept apart from ``State`` so a read copies one reference (the headers' storage) and takes a lock no other
-    /// path contends for. Written only by ``install(_:)``, right after `State.access`, by the engine's actor alone.
+    /// An account nobody reads holds no headers: in an idle pool most accounts are not read between two renewals, and
+    /// the headers' array (176 bytes with the allocator's) was the largest part of their credential. The first read
+    /// pays for the build (an array and the email's and properties' encodings) outside every lock, then keeps it with
+    /// ``SessionStore/keep(_:of:)`` or ``AccountTable/keep(_:of:account:hash:)``; two first reads at once may both
+    /// build, and the later keeps nothing.
+    enum Headers: Sendable {
+        case unbuilt(IdentityCredential)
+        case built(IdentityHeaders)
+
+        /// What a read copies out of its lock for `headers` and `expiresAt`, or for `unavailable` when no credential
+        /// is usable: the built headers apart from the credential, so that a read hands on the headers it copied, not
+        /// a copy of them taken out of the enum (a retain and a release more: one engine's read took 40 ns, not 28).
+        @inline(__always)
+        static func copy(_ headers: Self?, _ expiresAt: TimeInterval, _ unavailable: Unavailability) -> Copy {
+            switch headers {
+            case .built(let built): (built, nil, expiresAt, unavailable)
+            case .unbuilt(let credential): (nil, credential, expiresAt, unavailable)
+            case nil: (nil, nil, expiresAt, unavailable)
+            }
+        }
+    }
+
+    /// What a read copies out of its lock: the built headers, or the credential to build them from, with their local
+    /// expiry; neither, and why there are none, when no credential is usable.
+    typealias Copy = (
+        headers: IdentityHeaders?, unbuilt: IdentityCredential?, expiresAt: TimeInterval, unavailable: Unavailability
+    )
+
+    /// What ``headers(checkedBy:)`` reads, and all it reads: the usable credential's headers and expiry, or why there
+    /// are none.
+    ///
+    /// Kept apart from ``State`` so a read copies one reference (the headers' storage, or the credential until a read
+    /// builds them) and takes a lock no other path contends for. Written by ``install(_:)``, right after
+    /// `State.access`, by the engine's actor alone, and by ``keep(_:of:)``, which only puts a read's build of the
+    /// credential's headers in place of that credential.
     enum Readable {
         /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
-        case usable(IdentityHeaders, expiresAt: TimeInterval)
+        case usable(Headers, expiresAt: TimeInterval)
         case unavailable(Unavailability)
 
         /// What a reader may see of `access`.
         init(_ access: Access) {
             switch access {
-            case .usable(_, let headers, let expiresAt, _): self = .usable(headers, expiresAt: expiresAt)
+            case .usable(let credential, let expiresAt, _): self = .usable(.unbuilt(credential), expiresAt: expiresAt)
             case .unavailable(let why): self = .unavailable(why)
             }
         }
 
         /// What ``SessionStore/reading()`` hands out for it.
-        @inline(__always)
         var reading: Reading {
             switch self {
             case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
             case .unavailable(let why): (nil, 0, why)
             }
         }
+
+        /// What ``SessionStore/headers(checkedBy:)`` copies out of the lock.
+        @inline(__always)
+        var copy: Copy {
+            switch self {
+            case .usable(let headers, let expiresAt): Headers.copy(headers, expiresAt, .expired)
+            case .unavailable(let why): (nil, nil, 0, why)
+            }
+        }
     }
 
     /// What ``reading()`` returns: the headers and their local expiry, or why there are none.
-    typealias Reading = (headers: IdentityHeaders?, expiresAt: TimeInterval, unavailable: Unavailability)
+    typealias Reading = (headers: Headers?, expiresAt: TimeInterval, unavailable: Unavailability)
 
     private let state = SanitizedMutex(State())
     private let readable = SanitizedMutex(Readable.unavailable(.signedOut))
-    /// The check of the clock that decides local expiry, which the store shares with its engine's other stores.
-    private let wallClock: SharedWallClockCheck
-    /// The clock that decides local expiry, the one the check reads.
-    private var clock: any SessionClock { wallClock.clock }
 
     /// Creates an empty store.
     ///
-    /// - Parameter wallClock: The check of the clock that decides local expiry, shared with the engine's other stores.
-    init(wallClock: SharedWallClockCheck) {
-        self.wallClock = wallClock
-    }
+    /// The clock that decides local expiry is its callers' to pass (the engine's or the shard's check of it): a
+    /// reference to it here would be a word of every account of a pool.
+    init() {}
 
     /// The state as last published.
     var sessionState: SessionState { state.withLock { $0.state } }
@@ -172,30 +209,28 @@ struct SessionStore: ~Copyable, Sendable {
     /// Installs what a step of the engine decided.
     ///
     /// - Returns: Whether the state changed, which the engine then publishes (the store holds the state as last
-    ///   published, so the engine keeps no copy of its own), and what ``reading()`` returns from now on, which a pool's
-    ///   engine copies into its row of the pool's table.
+    ///   published, so the engine keeps no copy of its own); what ``reading()`` returns from now on, which a pool's
+    ///   engine copies into its row of the pool's table; and whether the usable credential stayed the one before, in
+    ///   the same epoch, so that headers a read has built for it stay too.
     @discardableResult
-    func install(_ snapshot: Snapshot) -> (stateChanged: Bool, reading: Reading) {
+    func install(_ snapshot: Snapshot) -> (stateChanged: Bool, reading: Reading, keepsHeaders: Bool) {
         let offset = snapshot.clockOffset.timeInterval
-        let (changed, next) = state.withLock { state -> (Bool, Readable) in
+        let (changed, next, keepsHeaders) = state.withLock { state -> (Bool, Readable, Bool) in
             let changed = state.state != snapshot.state
             state.state = snapshot.state
+            var keepsHeaders = false
             if snapshot.shutDown {
                 state.access = .unavailable(.shutDown)
             } else if let credential = snapshot.credential {
                 let epoch = snapshot.epoch
-                if case .usable(let current, let headers, _, let currentEpoch) = state.access,
-                    currentEpoch == epoch, current == credential
+                if case .usable(let current, _, let currentEpoch) = state.access, currentEpoch == epoch,
+                    current == credential
                 {
-                    state.access = .usable(
-                        current, headers, expiresAt: TimeInterval(current.expiresAt) - offset, epoch: epoch)
+                    keepsHeaders = true
+                    state.access = .usable(current, expiresAt: TimeInterval(current.expiresAt) - offset, epoch: epoch)
                 } else {
                     state.access = .usable(
-                        credential,
-                        IdentityHeaders(credential),
-                        expiresAt: TimeInterval(credential.expiresAt) - offset,
-                        epoch: epoch
-                    )
+                        credential, expiresAt: TimeInterval(credential.expiresAt) - offset, epoch: epoch)
                 }
             } else {
                 switch snapshot.state {
@@ -204,12 +239,19 @@ struct SessionStore: ~Copyable, Sendable {
                 case .expired, .identified, .renewing: state.access = .unavailable(.expired)
                 }
             }
-            return (changed, Readable(state.access))
+            return (changed, Readable(state.access), keepsHeaders)
         }
-        // Each lock alone, one after the other: the engine's actor is the only writer, so its installs reach the
-        // readers, and a pool's table after them, in order with no lock held across them.
-        readable.withLock { $0 = next }
-        return (changed, next.reading)
+        // Each lock alone, one after the other: the engine's actor is the only writer of the access, so its installs
+        // reach the readers, and a pool's table after them, in order with no lock held across them.
+        let reading = readable.withLock { readable -> Reading in
+            if keepsHeaders, case .usable(let headers, _) = readable, case .usable(_, let expiresAt) = next {
+                readable = .usable(headers, expiresAt: expiresAt)
+            } else {
+                readable = next
+            }
+            return readable.reading
+        }
+        return (changed, reading, keepsHeaders)
     }
 
     /// The usable credential's headers, checked against the local clock.
@@ -218,33 +260,54 @@ struct SessionStore: ~Copyable, Sendable {
     /// ``WallClockCheck``): the one read every identified request makes. Inlined into
     /// ``SessionEngine/identityHeaders()`` alone, a function that is never inlined, so its lock is inlined
     /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
+    ///
+    /// - Parameter wallClock: The check of the clock that decides local expiry.
     @inline(__always)
-    func headers() throws(SessionError) -> IdentityHeaders {
-        // The closure hands the headers out as an optional, so the read retains them once and destroys no copy.
-        let (headers, expiresAt, unavailable) = readable.withLockInlined { $0.reading }
-        guard let headers else { throw unavailable.error }
+    func headers(checkedBy wallClock: SharedWallClockCheck) throws(SessionError) -> IdentityHeaders {
+        // The closure hands the built headers out as an optional of their own, so the read retains them once and
+        // destroys no copy.
+        let (headers, unbuilt, expiresAt, unavailable) = readable.withLockInlined { $0.copy }
+        if let headers {
+            guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
+            return headers
+        }
+        return try firstHeaders(unbuilt, expiresAt, unavailable, wallClock)
+    }
+
+    /// What ``headers(checkedBy:)`` hands out when it found no headers built: those it builds now for a usable
+    /// credential.
+    @inline(never)
+    private func firstHeaders(
+        _ unbuilt: IdentityCredential?, _ expiresAt: TimeInterval, _ unavailable: Unavailability,
+        _ wallClock: SharedWallClockCheck
+    ) throws(SessionError) -> IdentityHeaders {
+        guard let unbuilt else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
+        let headers = IdentityHeaders(unbuilt)
+        keep(headers, of: unbuilt)
         return headers
     }
 
-    /// What ``headers()`` reads under the lock of ``Readable``, before it checks the clock: the headers and their
-    /// local expiry, or why there are none.
+    /// Keeps headers a read built for `credential`, if the store still holds that credential unbuilt.
+    func keep(_ headers: IdentityHeaders, of credential: IdentityCredential) {
+        readable.withLock { readable in
+            guard case .usable(.unbuilt(let current), let expiresAt) = readable, current == credential else { return }
+            readable = .usable(.built(headers), expiresAt: expiresAt)
+        }
+    }
+
+    /// What ``headers(checkedBy:)`` reads under the lock of ``Readable``, before it checks the clock: the headers or
+    /// the credential they are of, and their local expiry, or why there are none.
     func reading() -> Reading {
         readable.withLock { $0.reading }
     }
 
-    /// The usable credential, checked against the local clock.
-    func credential() throws(SessionError) -> IdentityCredential {
+    /// The local wall-clock time (Unix seconds) at which the usable credential expires, if one is usable at `now`.
+    ///
+    /// - Parameter now: The local wall clock's time, in Unix seconds.
+    func localExpiry(at now: TimeInterval) -> TimeInterval? {
         let access = state.withLock { $0.access }
-        guard case .usable(let credential, _, let expiresAt, _) = access else { throw access.error }
-        guard clock.now.timeIntervalSince1970 < expiresAt else { throw Self.expiredError }
-        return credential
-    }
-
-    /// The local wall-clock time (Unix seconds) at which the usable credential expires, if one is usable now.
-    func localExpiry() -> TimeInterval? {
-        let access = state.withLock { $0.access }
-        guard case .usable(_, _, let expiresAt, _) = access, clock.now.timeIntervalSince1970 < expiresAt else {
+        guard case .usable(_, let expiresAt, _) = access, now < expiresAt else {
             return nil
         }
         return expiresAt
@@ -268,6 +331,7 @@ struct SessionStore: ~Copyable, Sendable {
     /// Hands out the usable credential to new scoped work and registers the work, atomically.
     ///
     /// - Parameters:
+    ///   - now: The local wall clock's time, in Unix seconds, which the credential must be unexpired at.
     ///   - required: When set (a retry after a rejection), the work must start in this account session, or the
     ///     call fails with `ACCOUNT_CHANGED`, and with a credential other than the rejected one, or it fails with
     ///     `INVALID_IDENTITY`: the rejection's renewal, or one installed after it in the same session (pushed, or
@@ -276,14 +340,14 @@ struct SessionStore: ~Copyable, Sendable {
     ///     finishes.
     /// - Returns: The credential handed out, the task and its ticket.
     func startWork<T: Sendable>(
+        at now: TimeInterval,
         requiring required: (epoch: UInt64, rejected: IdentityCredential)? = nil,
         _ makeTask: (IdentityCredential, Int) -> Task<T, any Error>
     ) throws(SessionError) -> (IdentityCredential, Task<T, any Error>, WorkTicket) {
-        let now = clock.now.timeIntervalSince1970
         let result = state.withLock {
             state -> Result<(IdentityCredential, Task<T, any Error>, WorkTicket), SessionError> in
             guard !state.refusesWork else { return .failure(Self.shuttingDownError) }
-            guard case .usable(let credential, _, let expiresAt, let epoch) = state.access else {
+            guard case .usable(let credential, let expiresAt, let epoch) = state.access else {
                 return .failure(state.access.error)
             }
             if let required, required.epoch != epoch { return .failure(Self.accountChangedError) }
@@ -312,7 +376,7 @@ struct SessionStore: ~Copyable, Sendable {
 
     /// Removes finished work and wakes drains that were waiting for it.
     ///
-    /// - Parameter slot: The slot ``startWork(requiring:_:)`` gave the work.
+    /// - Parameter slot: The slot ``startWork(at:requiring:_:)`` gave the work.
     func finishWork(_ slot: Int) {
         // The ticket comes out of the lock to be released after it.
         let (_, ready) = state.withLock { state -> (WorkTicket?, WaiterQueue<UInt64, Void>.Wakeups) in

@@ -146,7 +146,7 @@ final class AccountTable: @unchecked Sendable {
         var unavailable: SessionStore.Unavailability = .signedOut
         var account: AccountID?
         var member: SessionPool.Member?
-        var headers: IdentityHeaders?
+        var headers: SessionStore.Headers?
         var expiresAt: TimeInterval = 0
         /// The serial of the account's last use.
         var lastUse: Int64 = .min
@@ -296,14 +296,15 @@ final class AccountTable: @unchecked Sendable {
     /// Inlined into the pool's reads alone, functions that are never inlined, so its lock is inlined
     /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
     @inline(__always)
-    func reading(_ account: AccountID, hash: UInt64, stampingUse: Bool) -> SessionStore.Reading? {
+    func reading(_ account: AccountID, hash: UInt64, stampingUse: Bool) -> SessionStore.Copy? {
         let use = stampingUse ? readStamp() : .min
         let tag = UInt32(truncatingIfNeeded: hash)
-        return shard(hash).pointee.rows.withLockInlined { shard -> SessionStore.Reading? in
+        return shard(hash).pointee.rows.withLockInlined { shard -> SessionStore.Copy? in
             guard let position = shard.find(account, tag: tag) else { return nil }
             if use > shard.rows[position].lastUse { shard.rows[position].lastUse = use }
             // Field by field: a copy of the whole row would retain the member's references too.
-            return (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable)
+            return SessionStore.Headers.copy(
+                shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable)
         }
     }
 
@@ -323,13 +324,34 @@ final class AccountTable: @unchecked Sendable {
     /// that has left the table changes nothing.
     ///
     /// The engine's step calls it after its store's install, with the store's locks released and in the order of the
-    /// installs (the engine's actor alone installs), so a row's read changes as the store's does.
-    func mirror(_ reading: SessionStore.Reading, of slot: AccountShard.Slot, account: AccountID) {
+    /// installs (the engine's actor alone installs), so a row's read changes as the store's does. When the install
+    /// kept the credential (`keepsHeaders`), headers a read of the row has built stay.
+    func mirror(
+        _ reading: SessionStore.Reading, keepsHeaders: Bool, of slot: AccountShard.Slot, account: AccountID
+    ) {
         let hash = hasher.hash(account)
         let tag = UInt32(truncatingIfNeeded: hash)
         shard(hash).pointee.rows.withLock { shard in
             guard let position = shard.find(tag: tag, { $0.member?.slot === slot }) else { return }
-            (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable) = reading
+            if keepsHeaders, case .built = shard.rows[position].headers, reading.headers != nil {
+                (shard.rows[position].expiresAt, shard.rows[position].unavailable) =
+                    (reading.expiresAt, reading.unavailable)
+            } else {
+                (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable) =
+                    reading
+            }
+        }
+    }
+
+    /// Keeps headers a read of `account`'s row built for `credential`, if the row still holds that credential
+    /// unbuilt (``SessionStore/Headers``).
+    func keep(_ headers: IdentityHeaders, of credential: IdentityCredential, account: AccountID, hash: UInt64) {
+        let tag = UInt32(truncatingIfNeeded: hash)
+        shard(hash).pointee.rows.withLock { shard in
+            guard let position = shard.find(account, tag: tag),
+                case .unbuilt(let current) = shard.rows[position].headers, current == credential
+            else { return }
+            shard.rows[position].headers = .built(headers)
         }
     }
 

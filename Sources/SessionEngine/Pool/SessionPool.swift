@@ -276,12 +276,29 @@ public final class SessionPool: Sendable {
     private func headers(for account: AccountID, stampingUse: Bool) throws(SessionError) -> IdentityHeaders {
         // The table's copy of the member's read, under its shard's lock alone, handed on as it came out of the lock:
         // the headers are retained once, and no copy is made to be destroyed.
+        let hash = table.hasher.hash(account)
         guard
-            let (headers, expiresAt, unavailable) = table.reading(
-                account, hash: table.hasher.hash(account), stampingUse: stampingUse)
+            let (headers, unbuilt, expiresAt, unavailable) = table.reading(
+                account, hash: hash, stampingUse: stampingUse)
         else { throw Self.notHeld(account) }
-        guard let headers else { throw unavailable.error }
+        if let headers {
+            guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
+            return headers
+        }
+        return try firstHeaders(of: account, hash: hash, unbuilt, expiresAt, unavailable)
+    }
+
+    /// What a read hands out when it found no headers built: those it builds now for a usable credential, kept in the
+    /// account's row for the reads after it.
+    @inline(never)
+    private func firstHeaders(
+        of account: AccountID, hash: UInt64, _ unbuilt: IdentityCredential?, _ expiresAt: TimeInterval,
+        _ unavailable: SessionStore.Unavailability
+    ) throws(SessionError) -> IdentityHeaders {
+        guard let unbuilt else { throw unavailable.error }
         guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
+        let headers = IdentityHeaders(unbuilt)
+        table.keep(headers, of: unbuilt, account: account, hash: hash)
         return headers
     }
 
