@@ -142,6 +142,32 @@ struct SessionStore: ~Copyable, Sendable {
             case nil: (nil, nil, expiresAt, unavailable)
             }
         }
+
+        /// What a read that found no headers built hands out: the headers it builds now, if a credential is usable
+        /// and the wall clock `isBefore` its expiry, handed to `keep` for where the read found the credential.
+        @inline(never)
+        static func first(
+            _ unbuilt: IdentityCredential?, _ expiresAt: TimeInterval, _ unavailable: Unavailability,
+            isBefore: (TimeInterval) -> Bool, keep: (IdentityHeaders, IdentityCredential) -> Void
+        ) throws(SessionError) -> IdentityHeaders {
+            guard let unbuilt else { throw unavailable.error }
+            guard isBefore(expiresAt) else { throw SessionStore.expiredError }
+            let headers = IdentityHeaders(unbuilt)
+            keep(headers, unbuilt)
+            return headers
+        }
+
+        /// Puts `headers` a read built for `credential` in place of that credential, if this still holds it unbuilt.
+        mutating func keep(_ headers: IdentityHeaders, of credential: IdentityCredential) {
+            guard case .unbuilt(let current) = self, current == credential else { return }
+            self = .built(headers)
+        }
+
+        /// What a reader's copy holds once an install reaches it: what it held, when the install kept the usable
+        /// credential in its session (`keepsHeaders`), so that headers a read built stay; the install's, otherwise.
+        static func installed(_ next: Self?, over current: Self?, keepsHeaders: Bool) -> Self? {
+            keepsHeaders && next != nil ? current ?? next : next
+        }
     }
 
     /// What a read copies out of its lock: the built headers, or the credential to build them from, with their local
@@ -161,6 +187,12 @@ struct SessionStore: ~Copyable, Sendable {
         /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
         case usable(Headers, expiresAt: TimeInterval)
         case unavailable(Unavailability)
+
+        /// What a reader sees of `reading`.
+        init(_ reading: Reading) {
+            self =
+                reading.headers.map { .usable($0, expiresAt: reading.expiresAt) } ?? .unavailable(reading.unavailable)
+        }
 
         /// What a reader may see of `access`.
         init(_ access: Access) {
@@ -188,7 +220,8 @@ struct SessionStore: ~Copyable, Sendable {
         }
     }
 
-    /// What ``reading()`` returns: the headers and their local expiry, or why there are none.
+    /// What ``reading()`` returns: the headers, or the credential until a read builds them, and their local expiry, or
+    /// why there are none.
     typealias Reading = (headers: Headers?, expiresAt: TimeInterval, unavailable: Unavailability)
 
     private let state = SanitizedMutex(State())
@@ -244,12 +277,11 @@ struct SessionStore: ~Copyable, Sendable {
         // Each lock alone, one after the other: the engine's actor is the only writer of the access, so its installs
         // reach the readers, and a pool's table after them, in order with no lock held across them.
         let reading = readable.withLock { readable -> Reading in
-            if keepsHeaders, case .usable(let headers, _) = readable, case .usable(_, let expiresAt) = next {
-                readable = .usable(headers, expiresAt: expiresAt)
-            } else {
-                readable = next
-            }
-            return readable.reading
+            var reading = next.reading
+            reading.headers = Headers.installed(
+                reading.headers, over: readable.reading.headers, keepsHeaders: keepsHeaders)
+            readable = Readable(reading)
+            return reading
         }
         return (changed, reading, keepsHeaders)
     }
@@ -271,28 +303,17 @@ struct SessionStore: ~Copyable, Sendable {
             guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
             return headers
         }
-        return try firstHeaders(unbuilt, expiresAt, unavailable, wallClock)
-    }
-
-    /// What ``headers(checkedBy:)`` hands out when it found no headers built: those it builds now for a usable
-    /// credential.
-    @inline(never)
-    private func firstHeaders(
-        _ unbuilt: IdentityCredential?, _ expiresAt: TimeInterval, _ unavailable: Unavailability,
-        _ wallClock: SharedWallClockCheck
-    ) throws(SessionError) -> IdentityHeaders {
-        guard let unbuilt else { throw unavailable.error }
-        guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
-        let headers = IdentityHeaders(unbuilt)
-        keep(headers, of: unbuilt)
-        return headers
+        return try Headers.first(unbuilt, expiresAt, unavailable, isBefore: wallClock.isBefore) {
+            keep($0, of: $1)
+        }
     }
 
     /// Keeps headers a read built for `credential`, if the store still holds that credential unbuilt.
     func keep(_ headers: IdentityHeaders, of credential: IdentityCredential) {
         readable.withLock { readable in
-            guard case .usable(.unbuilt(let current), let expiresAt) = readable, current == credential else { return }
-            readable = .usable(.built(headers), expiresAt: expiresAt)
+            guard case .usable(var held, let expiresAt) = readable else { return }
+            held.keep(headers, of: credential)
+            readable = .usable(held, expiresAt: expiresAt)
         }
     }
 

@@ -9,8 +9,9 @@ import Synchronization
 /// open-addressed table (its low bits); the account sits in the first free row from there on (linear probing), and a
 /// row a member leaves is filled by moving the rows after it back, so no row is ever a tombstone. A row holds the
 /// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
-/// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:of:account:)``) and the serial of the account's
-/// last use. A read therefore takes one shard's lock and touches one row and the headers it hands out: not the
+/// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:keepsHeaders:of:account:)``) and the serial
+/// of the account's last use. A read therefore takes one shard's lock and touches one row and the headers it hands out
+/// (the credential, the first time, to build them from): not the
 /// member's engine, not its store, which at 100,000 accounts are each a cache miss; and two threads reading two
 /// accounts take the same lock once in sixteen times.
 ///
@@ -24,7 +25,7 @@ import Synchronization
 /// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a
 /// leaf too, and only when a member is inserted, never on the read or the install path. The pool's members' lock is
 /// taken before a shard's (joins and removals) and never under one. An engine's step takes its store's locks one after
-/// the other as it installs, and then its shard's alone (``mirror(_:of:account:)``), so no lock is held across another
+/// the other as it installs, and then its shard's alone (``mirror(_:keepsHeaders:of:account:)``), so no lock is held across another
 /// when a credential lands.
 ///
 /// **Uses.** Every join, every call that names an account and every checkpoint of the idle sweeper takes the next
@@ -333,13 +334,10 @@ final class AccountTable: @unchecked Sendable {
         let tag = UInt32(truncatingIfNeeded: hash)
         shard(hash).pointee.rows.withLock { shard in
             guard let position = shard.find(tag: tag, { $0.member?.slot === slot }) else { return }
-            if keepsHeaders, case .built = shard.rows[position].headers, reading.headers != nil {
-                (shard.rows[position].expiresAt, shard.rows[position].unavailable) =
-                    (reading.expiresAt, reading.unavailable)
-            } else {
-                (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable) =
-                    reading
-            }
+            var reading = reading
+            reading.headers = SessionStore.Headers.installed(
+                reading.headers, over: shard.rows[position].headers, keepsHeaders: keepsHeaders)
+            (shard.rows[position].headers, shard.rows[position].expiresAt, shard.rows[position].unavailable) = reading
         }
     }
 
@@ -348,10 +346,8 @@ final class AccountTable: @unchecked Sendable {
     func keep(_ headers: IdentityHeaders, of credential: IdentityCredential, account: AccountID, hash: UInt64) {
         let tag = UInt32(truncatingIfNeeded: hash)
         shard(hash).pointee.rows.withLock { shard in
-            guard let position = shard.find(account, tag: tag),
-                case .unbuilt(let current) = shard.rows[position].headers, current == credential
-            else { return }
-            shard.rows[position].headers = .built(headers)
+            guard let position = shard.find(account, tag: tag) else { return }
+            shard.rows[position].headers?.keep(headers, of: credential)
         }
     }
 

@@ -285,21 +285,10 @@ public final class SessionPool: Sendable {
             guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
             return headers
         }
-        return try firstHeaders(of: account, hash: hash, unbuilt, expiresAt, unavailable)
-    }
-
-    /// What a read hands out when it found no headers built: those it builds now for a usable credential, kept in the
-    /// account's row for the reads after it.
-    @inline(never)
-    private func firstHeaders(
-        of account: AccountID, hash: UInt64, _ unbuilt: IdentityCredential?, _ expiresAt: TimeInterval,
-        _ unavailable: SessionStore.Unavailability
-    ) throws(SessionError) -> IdentityHeaders {
-        guard let unbuilt else { throw unavailable.error }
-        guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
-        let headers = IdentityHeaders(unbuilt)
-        table.keep(headers, of: unbuilt, account: account, hash: hash)
-        return headers
+        // The first read of the credential builds its headers, kept in the account's row for the reads after it.
+        return try SessionStore.Headers.first(unbuilt, expiresAt, unavailable, isBefore: wallClock.isBefore) {
+            table.keep($0, of: $1, account: account, hash: hash)
+        }
     }
 
     /// What the pool has done and holds: accounts, the budget's counters and evictions. Read without an actor hop.
