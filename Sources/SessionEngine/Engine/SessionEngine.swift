@@ -284,8 +284,8 @@ public actor SessionEngine {
     ///
     /// The verified-identity contract's order is followed: the previous account's scoped work is cancelled and
     /// drained, its credential is cleared, the account-change hooks run, the next account's credential is fetched and
-    /// installed, and then the new state is published. From the moment the switch begins, no credential of the previous account is handed
-    /// out, and any fetch still running for it is cancelled and its result discarded.
+    /// installed, and then the new state is published. From the moment the switch begins, no credential of the previous
+    /// account is handed out, and any fetch still running for it is cancelled and its result discarded.
     ///
     /// - Parameter account: The account to switch to.
     /// - Throws: As ``signIn(_:)``.

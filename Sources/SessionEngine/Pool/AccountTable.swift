@@ -11,9 +11,8 @@ import Synchronization
 /// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
 /// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:keepsHeaders:of:account:)``) and the serial
 /// of the account's last use. A read therefore takes one shard's lock and touches one row and the headers it hands out
-/// (the credential, the first time, to build them from): not the
-/// member's engine, not its store, which at 100,000 accounts are each a cache miss; and two threads reading two
-/// accounts take the same lock once in sixteen times.
+/// (the credential, the first time, to build them from): not the member's engine, not its store, which at 100,000
+/// accounts are each a cache miss; and two threads reading two accounts take the same lock once in sixteen times.
 ///
 /// Each shard keeps at least two rows per account it holds, a power of two: it doubles when it would be more than half
 /// full and halves when it is less than an eighth full.
@@ -25,8 +24,8 @@ import Synchronization
 /// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a
 /// leaf too, and only when a member is inserted, never on the read or the install path. The pool's members' lock is
 /// taken before a shard's (joins and removals) and never under one. An engine's step takes its store's locks one after
-/// the other as it installs, and then its shard's alone (``mirror(_:keepsHeaders:of:account:)``), so no lock is held across another
-/// when a credential lands.
+/// the other as it installs, and then its shard's alone (``mirror(_:keepsHeaders:of:account:)``), so no lock is held
+/// across another when a credential lands; a read's keep of the headers it built takes the shard's alone as well.
 ///
 /// **Uses.** Every join, every call that names an account and every checkpoint of the idle sweeper takes the next
 /// serial of one counter (``nextUse()``); a read only loads the counter (``readStamp()``), so it writes nothing shared.
