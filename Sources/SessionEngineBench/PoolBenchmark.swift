@@ -73,10 +73,13 @@ struct PoolBenchmark: Benchmark {
         let position = Atomic<Int>(0)
         let readPool: @Sendable () -> Int = {
             var sum = 0
-            var index = position.add(step, ordering: .relaxed).newValue % count
-            // Each read steps 7919 accounts on (fewer in a quick run), so that reads spread over the whole pool as a
-            // daemon's do; the step wraps by a subtraction, not a division, which would cost the loop a sixth of the
-            // engine's whole read.
+            // A batch starts where the one before it ended, and each read steps 7919 accounts on (fewer in a quick
+            // run), so that reads spread over the whole pool, each account read once in a pass of them all: every
+            // read finds its account's row and headers out of the cache, as in a pool whose reads spread evenly.
+            // (Batches that started one step apart read a window of accounts moving one account a batch, which the
+            // cache held.) The step wraps by a subtraction, not a division, which would cost the loop a sixth of
+            // the engine's whole read.
+            var index = position.add(step &* Self.batchSize, ordering: .relaxed).newValue % count
             for _ in 0..<Self.batchSize {
                 index &+= step
                 if index >= count { index &-= count }
