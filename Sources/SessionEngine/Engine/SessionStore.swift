@@ -52,6 +52,15 @@ struct SessionStore: ~Copyable, Sendable {
         /// moved by the backend clock offset the engine applies.
         case usable(IdentityCredential, expiresAt: TimeInterval, epoch: UInt64)
 
+        /// What a reader may see of it: the credential, its headers not yet built, and its local expiry; or why there
+        /// is none.
+        var reading: Reading {
+            switch self {
+            case .usable(let credential, let expiresAt, _): (.unbuilt(credential), expiresAt, .expired)
+            case .unavailable(let why): (nil, 0, why)
+            }
+        }
+
         /// The error of a read that finds no usable credential here (an expired one when a credential is held).
         var error: SessionError {
             switch self {
@@ -194,14 +203,6 @@ struct SessionStore: ~Copyable, Sendable {
                 reading.headers.map { .usable($0, expiresAt: reading.expiresAt) } ?? .unavailable(reading.unavailable)
         }
 
-        /// What a reader may see of `access`.
-        init(_ access: Access) {
-            switch access {
-            case .usable(let credential, let expiresAt, _): self = .usable(.unbuilt(credential), expiresAt: expiresAt)
-            case .unavailable(let why): self = .unavailable(why)
-            }
-        }
-
         /// What ``SessionStore/reading()`` hands out for it.
         var reading: Reading {
             switch self {
@@ -248,7 +249,7 @@ struct SessionStore: ~Copyable, Sendable {
     @discardableResult
     func install(_ snapshot: Snapshot) -> (stateChanged: Bool, reading: Reading, keepsHeaders: Bool) {
         let offset = snapshot.clockOffset.timeInterval
-        let (changed, next, keepsHeaders) = state.withLock { state -> (Bool, Readable, Bool) in
+        let (changed, next, keepsHeaders) = state.withLock { state -> (Bool, Reading, Bool) in
             let changed = state.state != snapshot.state
             state.state = snapshot.state
             var keepsHeaders = false
@@ -272,12 +273,12 @@ struct SessionStore: ~Copyable, Sendable {
                 case .expired, .identified, .renewing: state.access = .unavailable(.expired)
                 }
             }
-            return (changed, Readable(state.access), keepsHeaders)
+            return (changed, state.access.reading, keepsHeaders)
         }
         // Each lock alone, one after the other: the engine's actor is the only writer of the access, so its installs
         // reach the readers, and a pool's table after them, in order with no lock held across them.
         let reading = readable.withLock { readable -> Reading in
-            var reading = next.reading
+            var reading = next
             reading.headers = Headers.installed(
                 reading.headers, over: readable.reading.headers, keepsHeaders: keepsHeaders)
             readable = Readable(reading)
