@@ -76,8 +76,9 @@ package struct WallClockCheck: Sendable {
     }
 }
 
-/// One ``WallClockCheck`` that many stores share by reference: every store of an engine's ``AccountShard/Shared``, a
-/// word each instead of the check's seven, which a pool's 100,000 stores would each pay.
+/// One ``WallClockCheck`` shared by reference: an engine's ``AccountShard/Shared`` holds it, and the engine keeps a
+/// reference of its own that its read passes to the store (``SessionStore/headers(checkedBy:)``); a store holds none,
+/// which would be a word of every account of a pool.
 ///
 /// The store's read calls the check through this object's own methods, which read the check in place: a read of it
 /// through another object's stored property cost the engine's read a third more.
