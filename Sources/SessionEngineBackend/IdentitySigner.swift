@@ -106,7 +106,7 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
         return IdentityCredential(
             validatedEmail: normalized,
             expiresAt: expiresAt,
-            signature: digest.hexString,
+            signature: digest.signature,
             properties: properties
         )
     }

@@ -246,7 +246,6 @@ import Testing
         #expect(encoded.utf8.count == 512)
         #expect(encoded.hasPrefix("000102"))
         #expect(encoded.hasSuffix("fdfeff"))
-        #expect(Hex.isLowercaseHex(encoded, length: 512))
         let decoded = try #require(Hex.decode(encoded))
         #expect(decoded == bytes)
     }
@@ -282,17 +281,43 @@ import Testing
         #expect(Hex.decode(input) == nil)
     }
 
-    @Test func isLowercaseHexChecksLengthAndAlphabet() {
-        let signature = SHA256.hash("abc").hexString
-        #expect(Hex.isLowercaseHex(signature, length: 64))
-        #expect(!Hex.isLowercaseHex(signature, length: 63))
-        #expect(!Hex.isLowercaseHex(signature.uppercased(), length: 64))
-        #expect(!Hex.isLowercaseHex(String(signature.dropLast()) + "g", length: 64))
-        #expect(!Hex.isLowercaseHex("ab", length: -1))
-        #expect(!Hex.isLowercaseHex("é", length: 2))
-        #expect(Hex.isLowercaseHex("", length: 0))
-        #expect(Hex.isLowercaseHex("0123456789abcdef", length: 16))
-        #expect(!Hex.isLowercaseHex("0123456789ABCDEF", length: 16))
+    @Test func aSignatureKeepsItsBytesAndGivesBackTheTextItWasReadFrom() throws {
+        let digest = SHA256.hash("abc")
+        let text = digest.hexString
+        #expect(text == Hex.lowercase(digest.bytes))
+        #expect(IdentityCredential.Signature(lowercaseHex: text) == digest.signature)
+        var generator = SplitMix64(seed: 0x5EED_0004)
+        for _ in 0..<200 {
+            let random = Hex.lowercase(generator.bytes(count: 32))
+            let signature = try #require(IdentityCredential.Signature(lowercaseHex: random))
+            #expect(signature.text == random)
+        }
+        #expect(IdentityCredential.Signature(lowercaseHex: String(repeating: "0", count: 64))?.text.utf8.count == 64)
+    }
+
+    @Test func aSignatureIsReadOnlyFromSixtyFourLowercaseHexadecimalDigits() {
+        let text = SHA256.hash("abc").hexString
+        let allButLast = String(text.dropLast())
+        let invalid: [String] = [
+            "", allButLast, text + "0", text.uppercased(), allButLast + "g", allButLast + "/", allButLast + ":",
+            allButLast + "`", String(text.dropLast(2)) + "é", "0123456789abcdef",
+        ]
+        for candidate in invalid {
+            #expect(IdentityCredential.Signature(lowercaseHex: candidate) == nil, "\(candidate.utf8.count) bytes")
+        }
+    }
+
+    @Test func aSignatureNeverShowsItsBytes() {
+        let signature = SHA256.hash("abc").signature
+        #expect(String(describing: signature) == "<redacted>")
+        #expect(String(reflecting: signature) == "<redacted>")
+        var dumped = ""
+        dump(signature, to: &dumped)
+        // The digest's first eight bytes, as text and as the number a mirror of the words would show.
+        for shown in ["ba7816bf", String(UInt64(0xba78_16bf_8f01_cfea)), String(UInt32(0xba78_16bf))] {
+            #expect(!dumped.contains(shown))
+        }
+        #expect(Mirror(reflecting: signature).children.isEmpty)
     }
 
     // MARK: - Constant-time comparison

@@ -93,6 +93,8 @@ import Testing
         #expect(MemoryLayout<AccountShard.Membership?>.size == 24)
         // Two to four rows an account.
         #expect(MemoryLayout<AccountTable.Row>.stride == 56)
+        // The credential's signature, in its shared object in place of a 128-byte string.
+        #expect(MemoryLayout<IdentityCredential.Signature>.size == 32)
     }
 
     @Test func aHostsExpectedEmailPinsTheSessionUntilItsFirstCredentialDoes() throws {

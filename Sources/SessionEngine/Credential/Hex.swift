@@ -58,23 +58,6 @@ package enum Hex {
         }
     }
 
-    /// Returns whether `string` consists of exactly `length` lowercase hexadecimal characters (`0-9`, `a-f`).
-    ///
-    /// Useful for validating the shape of an encoded digest or signature before decoding or comparing it.
-    package static func isLowercaseHex(_ string: String, length: Int) -> Bool {
-        guard string.utf8.count == length else { return false }
-        var string = string
-        return string.withUTF8 { utf8 in
-            var valid = true
-            for unit in utf8 {
-                let isDigit = unit &- 0x30 < 10
-                let isLetter = unit &- 0x61 < 6
-                valid = valid && (isDigit || isLetter)
-            }
-            return valid
-        }
-    }
-
     /// Returns the ASCII code of the lowercase hexadecimal digit for a value below 16, without branching.
     @inline(__always)
     package static func lowercaseDigit(_ value: UInt8) -> UInt8 {

@@ -17,7 +17,11 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     /// The expiry, in integer Unix seconds.
     public var expiresAt: Int64 { fields.expiresAt }
     /// The HMAC-SHA256 signature as 64 lowercase hexadecimal characters.
-    public var signature: String { fields.signature }
+    ///
+    /// The credential keeps the signature's 32 bytes, so each call makes the text anew.
+    public var signature: String { fields.signature.text }
+    /// The signature's bytes, which the engine compares and keeps instead of the text.
+    package var signatureBytes: Signature { fields.signature }
     /// The signed properties, or `nil` for a `v1` credential.
     public var properties: IdentityProperties? { fields.properties }
 
@@ -29,10 +33,10 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     private final class Fields: Sendable {
         let email: String
         let expiresAt: Int64
-        let signature: String
+        let signature: Signature
         let properties: IdentityProperties?
 
-        init(email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
+        init(email: String, expiresAt: Int64, signature: Signature, properties: IdentityProperties?) {
             self.email = email
             self.expiresAt = expiresAt
             self.signature = signature
@@ -64,7 +68,7 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
         guard expiresAt > 0 else {
             throw CredentialError(.invalidExpiresAt, reason: "expiresAt must be a positive number of Unix seconds")
         }
-        guard Hex.isLowercaseHex(signature, length: 64) else {
+        guard let signature = Signature(lowercaseHex: signature) else {
             throw CredentialError(
                 .invalidSignature, reason: "the signature must be 64 lowercase hexadecimal characters")
         }
@@ -93,14 +97,26 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
         )
     }
 
-    package init(validatedEmail email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
+    /// A credential from fields already validated: a normalized email, a positive expiry and properties that obey
+    /// their rules.
+    package init(
+        validatedEmail email: String, expiresAt: Int64, signature: Signature, properties: IdentityProperties?
+    ) {
         fields = Fields(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+    }
+
+    /// A credential from fields already validated, its signature given as 64 lowercase hexadecimal characters.
+    package init(validatedEmail email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
+        guard let signature = Signature(lowercaseHex: signature) else {
+            preconditionFailure("a validated signature is 64 lowercase hexadecimal characters")
+        }
+        self.init(validatedEmail: email, expiresAt: expiresAt, signature: signature, properties: properties)
     }
 
     /// Whether two credentials have the same fields; copies of one credential compare without reading them.
     public static func == (lhs: IdentityCredential, rhs: IdentityCredential) -> Bool {
         if lhs.fields === rhs.fields { return true }
-        return lhs.expiresAt == rhs.expiresAt && lhs.signature == rhs.signature && lhs.email == rhs.email
+        return lhs.expiresAt == rhs.expiresAt && lhs.signatureBytes == rhs.signatureBytes && lhs.email == rhs.email
             && lhs.properties == rhs.properties
     }
 
@@ -108,7 +124,7 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     public func hash(into hasher: inout Hasher) {
         hasher.combine(email)
         hasher.combine(expiresAt)
-        hasher.combine(signature)
+        hasher.combine(signatureBytes)
         hasher.combine(properties)
     }
 

@@ -61,7 +61,7 @@ extension AccountShard {
         guard machine.currentSession?.epoch == epoch else { throw SessionStore.accountChangedError }
         reportRejection(slot, of: credential)
         let renewing = life(of: slot)?.machine
-        if let current = renewing?.usableCredential, current.signature != credential.signature {
+        if let current = renewing?.usableCredential, current.signatureBytes != credential.signatureBytes {
             // Another caller's report already renewed it.
             return
         }

@@ -1,4 +1,4 @@
-import SessionEngine
+package import SessionEngine
 
 /// A 32-byte SHA-256 digest.
 ///
@@ -42,19 +42,11 @@ package struct SHA256Digest: Hashable, Sendable {
         return try Swift.withUnsafeBytes(of: serialized, body)
     }
 
-    /// The digest as 64 lowercase hexadecimal characters.
-    package var hexString: String {
-        String(unsafeUninitializedCapacity: 64) { buffer in
-            let base = UnsafeMutableRawPointer(buffer.baseAddress!)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word0), toByteOffset: 0, as: UInt64.self)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word1), toByteOffset: 8, as: UInt64.self)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word2), toByteOffset: 16, as: UInt64.self)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word3), toByteOffset: 24, as: UInt64.self)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word4), toByteOffset: 32, as: UInt64.self)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word5), toByteOffset: 40, as: UInt64.self)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word6), toByteOffset: 48, as: UInt64.self)
-            base.storeBytes(of: Hex.lowercaseDigits(of: word7), toByteOffset: 56, as: UInt64.self)
-            return 64
-        }
+    /// The digest as a credential's signature.
+    package var signature: IdentityCredential.Signature {
+        IdentityCredential.Signature(word0, word1, word2, word3, word4, word5, word6, word7)
     }
+
+    /// The digest as 64 lowercase hexadecimal characters.
+    package var hexString: String { signature.text }
 }

@@ -95,13 +95,14 @@ extension SessionStateMachine {
     /// under way then is the retry, and no backoff is announced.
     mutating func credentialRejected(_ credential: IdentityCredential, at now: SessionInstant) -> [Action] {
         guard var session = currentSession, let installed = session.credential,
-            installed.signature == credential.signature, session.rejectedSignature != credential.signature
+            installed.signatureBytes == credential.signatureBytes,
+            session.rejectedSignature != credential.signatureBytes
         else {
             // Not the installed credential (an older one, another epoch's) or already reported: nothing to do.
             return []
         }
         var actions: [Action] = []
-        session.rejectedSignature = credential.signature
+        session.rejectedSignature = credential.signatureBytes
         if case .expired = state {
             // The identity is already blocked (it expired first): the rejection changes what is renewed, not what
             // hosts see, so the published state keeps its reason instead of republishing `expired` as `expired`.

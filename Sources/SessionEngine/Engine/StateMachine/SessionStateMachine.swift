@@ -68,7 +68,7 @@ struct SessionStateMachine: Sendable {
             pinnedEmail.map { $0.utf8.elementsEqual(email.utf8) } ?? true
         }
         /// The credential the service last rejected, so one credential is renewed at most once.
-        var rejectedSignature: String? {
+        var rejectedSignature: IdentityCredential.Signature? {
             get { rare?.value.rejectedSignature }
             set { updateRare { $0.rejectedSignature = newValue } }
         }
@@ -89,7 +89,7 @@ struct SessionStateMachine: Sendable {
         private var rare: OutOfLine<Rare>?
 
         private struct Rare: Sendable, Hashable {
-            var rejectedSignature: String?
+            var rejectedSignature: IdentityCredential.Signature?
             var retryNotBefore: Duration?
             var lastFailure: SessionError?
             var expectedEmail: String?
