@@ -73,10 +73,13 @@ extension IdentityCredential {
             }
         }
 
+        /// Whether two signatures have the same bytes. It stops at the first word that differs, so it is for the
+        /// engine's own comparisons of credentials it holds, not for checking a signature against an expected one.
         package static func == (lhs: Self, rhs: Self) -> Bool {
             lhs.words == rhs.words
         }
 
+        /// Hashes the bytes that ``==(_:_:)`` compares.
         package func hash(into hasher: inout Hasher) {
             hasher.combine(words.0)
             hasher.combine(words.1)

@@ -133,9 +133,9 @@ struct SessionStore: ~Copyable, Sendable {
     ///
     /// An account nobody reads holds no headers: in an idle pool most accounts are not read between two renewals, and
     /// the headers' array (176 bytes with the allocator's) was the largest part of their credential. The first read
-    /// pays for the build (an array and the email's and properties' encodings) outside every lock, then keeps it with
-    /// ``SessionStore/keep(_:of:)`` or ``AccountTable/keep(_:of:account:hash:)``; two first reads at once may both
-    /// build, and the later keeps nothing.
+    /// pays for the build (an array, the email's and properties' encodings and the signature's text) outside every
+    /// lock, then keeps it with ``SessionStore/keep(_:of:)`` or ``AccountTable/keep(_:of:account:hash:)``; two first
+    /// reads at once may both build, and the later keeps nothing.
     enum Headers: Sendable {
         case unbuilt(IdentityCredential)
         case built(IdentityHeaders)
