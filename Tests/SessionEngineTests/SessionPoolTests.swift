@@ -787,18 +787,4 @@ extension DeadlineQueue where Target == AccountShard.TimerTarget {
         #expect(stuck == nil, "a round never ended: \(stuck ?? -1)")
         #expect(misordered.value.load(ordering: .relaxed) == 0, "rounds whose observer heard the outage end first")
     }
-
-    @Test func theHeapYieldsItsElementsInOrder() {
-        var random = SplitMix64(seed: 11)
-        var heap = Heap<Int>()
-        var values: [Int] = []
-        for _ in 0..<500 {
-            let value = Int(random.next() % 1000)
-            values.append(value)
-            heap.insert(value)
-        }
-        var drained: [Int] = []
-        while let value = heap.removeMin() { drained.append(value) }
-        #expect(drained == values.sorted())
-    }
 }

@@ -53,15 +53,16 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// once, the one scheduled first fires first as long as fewer than 2^31 generations (each scheduling and each plan
     /// of the sleeper takes one) came between them. A wrap changes only the order of timers due at the same instant,
     /// never whether or when one fires, since the deadline is compared first. A key takes 24 bytes, not 32.
-    fileprivate struct Key {
+    fileprivate struct Key: Comparable {
         var due: Duration
         /// The scheduling's generation: of two timers due at once, the one scheduled first fires first.
         var generation: UInt32
         var slot: Int32
 
-        func precedes(_ other: Key) -> Bool {
-            if due != other.due { return due < other.due }
-            return Int32(bitPattern: generation &- other.generation) < 0
+        /// Whether `one` comes before `other`: it is due earlier, or at once and was scheduled first.
+        static func < (one: Key, other: Key) -> Bool {
+            if one.due != other.due { return one.due < other.due }
+            return Int32(bitPattern: one.generation &- other.generation) < 0
         }
     }
 
@@ -73,8 +74,8 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
         var registered = 0
         /// How many slots hold a timer.
         var scheduled = 0
-        /// A binary min-heap of the keys, each slot's `place` its index (``State/setKey(_:)``).
-        var heap: [Key] = []
+        /// The keys in a min-heap, each slot's `place` its index (``State/setKey(_:)``).
+        var heap = Heap<Key>()
         var nextGeneration: UInt64 = 0
         /// The sleeping task (`nil` until it is made), when it will wake and its identity.
         var sleeper: (task: Task<Void, Never>?, wakesAt: Duration, id: UInt64)?
@@ -210,7 +211,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
     /// With no timer left, forgets the keys and the sleeper, and returns the sleeper's task to cancel.
     private static func stopIfEmpty(_ state: inout State) -> Task<Void, Never>? {
         guard state.scheduled == 0 else { return nil }
-        state.heap = []
+        state.heap = Heap()
         defer { state.sleeper = nil }
         return state.sleeper?.task
     }
@@ -306,7 +307,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
             // them anew too.
             if let keyed = state.offset, !(abs(offset - keyed) <= Self.jumpTolerance) { Self.rekey(&state, at: now) }
             var due: [(Target, TimerID)] = []
-            while let key = state.heap.first, key.due <= now.uptime {
+            while let key = state.heap.min, key.due <= now.uptime {
                 let token = Int(key.slot)
                 // Every key is its slot's timer's: a timer replaced or cancelled took its key along.
                 guard let slot = state.slots[token], let timer = slot.timer else {
@@ -325,7 +326,7 @@ final class DeadlineQueue<Target: Sendable>: Sendable {
                         Key(due: max(again, now.uptime + .milliseconds(1)), generation: key.generation, slot: key.slot))
                 }
             }
-            let next = state.heap.first.flatMap { sleeperIfEarlier(&state, than: $0.due, at: now) }
+            let next = state.heap.min.flatMap { sleeperIfEarlier(&state, than: $0.due, at: now) }
             return (due, state.delivery, next)
         }
         if let delivery {
@@ -342,17 +343,11 @@ extension DeadlineQueue.State {
 
     /// Puts `key` in the heap as its slot's key, in place of the one the slot had.
     fileprivate mutating func setKey(_ key: Key) {
-        let token = Int(key.slot)
-        let place = slots[token]?.place ?? -1
+        let place = slots[Int(key.slot)]?.place ?? -1
         if place < 0 {
-            heap.append(key)
-            slots[token]?.place = Int32(heap.count - 1)
-            siftUp(heap.count - 1)
+            heap.insert(key, places: &slots, moved: Self.place)
         } else {
-            let index = Int(place)
-            let earlier = key.precedes(heap[index])
-            heap[index] = key
-            if earlier { siftUp(index) } else { siftDown(index) }
+            heap.replace(at: Int(place), with: key, places: &slots, moved: Self.place)
         }
     }
 
@@ -360,44 +355,11 @@ extension DeadlineQueue.State {
     fileprivate mutating func removeKey(of token: Int) {
         guard let place = slots[token]?.place, place >= 0 else { return }
         slots[token]?.place = -1
-        let index = Int(place)
-        let last = heap.removeLast()
-        guard index < heap.count else { return }
-        // The last key fills the hole, and moves up or down from there (after a move up, the key in the hole is its
-        // old parent, already before every key below it).
-        heap[index] = last
-        slots[Int(last.slot)]?.place = place
-        siftUp(index)
-        siftDown(index)
+        heap.remove(at: Int(place), places: &slots, moved: Self.place)
     }
 
-    private mutating func siftUp(_ start: Int) {
-        var child = start
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard heap[child].precedes(heap[parent]) else { break }
-            swapKeys(child, parent)
-            child = parent
-        }
-    }
-
-    private mutating func siftDown(_ start: Int) {
-        var parent = start
-        while true {
-            let left = 2 * parent + 1
-            let right = left + 1
-            var first = parent
-            if left < heap.count, heap[left].precedes(heap[first]) { first = left }
-            if right < heap.count, heap[right].precedes(heap[first]) { first = right }
-            guard first != parent else { return }
-            swapKeys(parent, first)
-            parent = first
-        }
-    }
-
-    private mutating func swapKeys(_ one: Int, _ other: Int) {
-        heap.swapAt(one, other)
-        slots[Int(heap[one].slot)]?.place = Int32(one)
-        slots[Int(heap[other].slot)]?.place = Int32(other)
+    /// Notes in its slot where `key` sits in the heap.
+    private static func place(_ slots: inout [DeadlineQueue<Target>.Slot?], _ key: Key, _ index: Int) {
+        slots[Int(key.slot)]?.place = Int32(index)
     }
 }
