@@ -66,8 +66,8 @@ public struct IdentityVerifier: Sendable, CustomStringConvertible, CustomDebugSt
     /// - Returns: ``IdentityVerification/valid(_:)``, or the first failed check.
     public func verify(_ credential: IdentityCredential) -> IdentityVerification {
         let payload = credential.signingPayload(projectID: projectID)
-        let expected = hmac.authenticate(payload).hexString
-        guard ConstantTime.equals(expected, credential.signature) else {
+        let expected = hmac.authenticate(payload).signature
+        guard ConstantTime.equals(expected, credential.signatureBytes) else {
             return .invalid(
                 IdentityVerificationFailure(
                     check: .signatureMismatch,

@@ -53,6 +53,12 @@ extension IdentityCredential {
             )
         }
 
+        /// Calls `body` with the 32 bytes in order, in a buffer valid only for the call.
+        package func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+            let serialized = (words.0.bigEndian, words.1.bigEndian, words.2.bigEndian, words.3.bigEndian)
+            return try Swift.withUnsafeBytes(of: serialized, body)
+        }
+
         /// The signature as 64 lowercase hexadecimal characters, as the backend sent it.
         package var text: String {
             String(unsafeUninitializedCapacity: 64) { buffer in

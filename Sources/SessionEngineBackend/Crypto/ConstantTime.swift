@@ -1,3 +1,5 @@
+package import SessionEngine
+
 /// Comparisons whose running time does not depend on where the inputs differ.
 ///
 /// Use these to compare secrets such as message authentication codes or session signatures, so that an attacker
@@ -25,15 +27,8 @@ package enum ConstantTime {
         }
     }
 
-    /// Returns whether the UTF-8 encodings of two strings are equal, without an early exit on the first difference.
-    ///
-    /// Intended for comparing encoded secrets such as two hexadecimal signatures. Strings whose UTF-8 lengths
-    /// differ compare unequal immediately. No Unicode normalisation is applied.
-    package static func equals(_ a: String, _ b: String) -> Bool {
-        var a = a
-        var b = b
-        return a.withUTF8 { a in
-            b.withUTF8 { b in equals(UnsafeRawBufferPointer(a), UnsafeRawBufferPointer(b)) }
-        }
+    /// Returns whether two signatures have the same bytes, without an early exit on the first difference.
+    package static func equals(_ a: IdentityCredential.Signature, _ b: IdentityCredential.Signature) -> Bool {
+        a.withUnsafeBytes { a in b.withUnsafeBytes { b in equals(a, b) } }
     }
 }

@@ -35,11 +35,7 @@ package struct SHA256Digest: Hashable, Sendable {
     ///
     /// The buffer is valid only for the duration of the call.
     package func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-        let serialized = (
-            word0.bigEndian, word1.bigEndian, word2.bigEndian, word3.bigEndian,
-            word4.bigEndian, word5.bigEndian, word6.bigEndian, word7.bigEndian
-        )
-        return try Swift.withUnsafeBytes(of: serialized, body)
+        try signature.withUnsafeBytes(body)
     }
 
     /// The digest as a credential's signature.
