@@ -20,7 +20,7 @@ import Testing
         #expect(report.failures == 0)
     }
 
-    /// The same programs with a log hook that discards every record: the harness learns what the engine did from
+    /// Programs of the same generator, 200 of another seed, with a log hook that discards every record: the harness learns what the engine did from
     /// typed values only, so the wording of the log, or its absence, cannot change a verdict.
     @Test func theModelNeverReadsTheLog() async {
         let settings = PropertySettings.current(defaultSeed: 0x106_0FF, defaultIterations: 200)
