@@ -129,8 +129,8 @@ public struct IdentitySigner: Sendable, CustomStringConvertible, CustomDebugStri
         )
     }
 
-    /// The lowercase hexadecimal HMAC-SHA256 of `payload` under this signer's secret.
-    package func signature(of payload: String) -> String {
-        hmac.authenticate(payload).hexString
+    /// The HMAC-SHA256 of `payload` under this signer's secret, as a credential's signature.
+    package func signature(of payload: String) -> IdentityCredential.Signature {
+        hmac.authenticate(payload).signature
     }
 }

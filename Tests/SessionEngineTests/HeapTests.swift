@@ -63,7 +63,8 @@ import Testing
             // Each reported place holds its element: a removal at that place, from a copy, returns it.
             for (name, place) in places {
                 var probe = heap
-                var none: Void = ()
+                // A byte, not `Void`: see `Heap.NoPlaces`.
+                var none: UInt8 = 0
                 let found = probe.remove(at: place, places: &none) { _, _, _ in }
                 #expect(found.name == name, "step \(step): \(name) is not at \(place)")
             }

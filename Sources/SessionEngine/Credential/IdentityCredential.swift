@@ -105,14 +105,6 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
         fields = Fields(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
     }
 
-    /// A credential from fields already validated, its signature given as 64 lowercase hexadecimal characters.
-    package init(validatedEmail email: String, expiresAt: Int64, signature: String, properties: IdentityProperties?) {
-        guard let signature = Signature(lowercaseHex: signature) else {
-            preconditionFailure("a validated signature is 64 lowercase hexadecimal characters")
-        }
-        self.init(validatedEmail: email, expiresAt: expiresAt, signature: signature, properties: properties)
-    }
-
     /// Whether two credentials have the same fields; copies of one credential compare without reading them.
     public static func == (lhs: IdentityCredential, rhs: IdentityCredential) -> Bool {
         if lhs.fields === rhs.fields { return true }

@@ -72,7 +72,7 @@ struct MachineHarness {
         let credential = IdentityCredential(
             validatedEmail: email,
             expiresAt: max(1, expiresAt),
-            signature: signature,
+            signature: IdentityCredential.Signature(lowercaseHex: signature)!,
             properties: nil
         )
         credentials.append(credential)
