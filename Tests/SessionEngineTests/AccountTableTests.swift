@@ -23,14 +23,15 @@ import Testing
     }
 
     /// The first `count` accounts `prefix-0`, `prefix-1`… whose hashes put them in the table's first shard with the
-    /// home row `row` of a shard of sixteen rows: accounts that share a probe run, found by trying names.
-    private func accounts(_ prefix: String, homeRow row: UInt64, count: Int, in table: AccountTable) -> [AccountID] {
+    /// home row `row` of a shard of twelve rows: accounts that share a probe run, found by trying names.
+    private func accounts(_ prefix: String, homeRow row: Int, count: Int, in table: AccountTable) -> [AccountID] {
         var found: [AccountID] = []
         var number = 0
         while found.count < count {
             let account = AccountID("\(prefix)-\(number)")
             let hash = table.hasher.hash(account)
-            if hash >> AccountTable.shardShift == 0 && hash & 15 == row { found.append(account) }
+            let home = AccountTable.Rows.home(UInt32(truncatingIfNeeded: hash), among: 12)
+            if hash >> AccountTable.shardShift == 0 && home == row { found.append(account) }
             number += 1
         }
         return found
@@ -60,8 +61,9 @@ import Testing
         var perShard = [Int](repeating: 0, count: AccountTable.shardCount)
         for hash in hashes { perShard[Int(hash >> 60)] += 1 }
         #expect(perShard.min()! >= 1_000 && perShard.max()! <= 1_500, "\(perShard)")
-        // 20,000 random draws of 2^16 rows leave about 17,240 distinct; a hash that lost low bits leaves far fewer.
-        let rows = Set(hashes.map { $0 & 0xFFFF })
+        // 20,000 random draws of 2^16 rows leave about 17,240 distinct; a hash that lost bits of its tag leaves far
+        // fewer. A shard of 2^16 rows takes the home row from the tag's top sixteen bits.
+        let rows = Set(hashes.map { AccountTable.Rows.home(UInt32(truncatingIfNeeded: $0), among: 1 << 16) })
         #expect(rows.count >= 16_800, "\(rows.count) distinct home rows of 65,536")
     }
 
@@ -80,13 +82,61 @@ import Testing
         #expect(!removedAgain, "a member already removed")
     }
 
+    @Test func aShardGrowsInQuartersOfAPowerOfTwoAndStaysAtMostTwoThirdsFull() {
+        // The sizes, a power of two times 1, 1¼, 1½ or 1¾ from eight rows on.
+        let sizes = Set((0...100_000).map { AccountTable.Rows.size(holding: $0) })
+        for size in sizes {
+            let power = 1 << (Int.bitWidth - 1 - size.leadingZeroBitCount)
+            #expect(
+                size >= AccountTable.minimumRows && [4, 5, 6, 7].contains(size * 4 / power) && size % (power / 4) == 0)
+        }
+        for count in 0...100_000 {
+            let size = AccountTable.Rows.size(holding: count)
+            // At most two thirds full, and the size below would be fuller.
+            #expect(count * 3 <= size * 2)
+            if size > AccountTable.minimumRows, let smaller = sizes.filter({ $0 < size }).max() {
+                #expect(count * 3 > smaller * 2, "\(count) accounts fit \(smaller) rows")
+            }
+        }
+        // A shard that grows one account at a time, and then loses all but one in thirty, finds every account it
+        // holds and keeps to its sizes.
+        var rows = AccountTable.Rows()
+        var grownThrough: Set<Int> = []
+        let accounts = (0..<3_000).map { AccountID("grow-\($0)") }
+        let hasher = AccountTable.Hasher(seed: 3)
+        let tag = { (account: AccountID) in UInt32(truncatingIfNeeded: hasher.hash(account)) }
+        for account in accounts {
+            rows.insert(AccountTable.Row(tag: tag(account), account: account, member: member(account)))
+            #expect(rows.count * 3 <= rows.rows.count * 2)
+            grownThrough.insert(rows.rows.count)
+        }
+        #expect(grownThrough.isSuperset(of: [8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64]))
+        #expect(rows.rows.count == AccountTable.Rows.size(holding: 3_000))
+        var shrunkThrough: Set<Int> = []
+        for (index, account) in accounts.enumerated() where index % 30 != 0 {
+            guard let position = rows.find(account, tag: tag(account)) else {
+                Issue.record("\(account) not found")
+                continue
+            }
+            _ = rows.remove(at: position)
+            shrunkThrough.insert(rows.rows.count)
+            // Below an eighth full, a shard shrinks to half full at most.
+            #expect(rows.count * 8 >= rows.rows.count && rows.count * 3 <= rows.rows.count * 2)
+        }
+        #expect(rows.count == 100 && shrunkThrough.count > 1, "\(shrunkThrough.sorted())")
+        for (index, account) in accounts.enumerated() {
+            #expect((rows.find(account, tag: tag(account)) != nil) == (index % 30 == 0))
+        }
+    }
+
     @Test(arguments: [[0], [2, 5], [6, 0], [7, 3, 1], [5, 0, 6]])
     func aRemovalKeepsEveryProbeRunUnbroken(removing order: [Int]) {
-        // Eight accounts fill half of a shard's sixteen rows. Six share the home row 15, the shard's last, so their run
-        // wraps around to rows 0 to 4; two more have the home row 1, inside that run, and sit after it, in rows 5 and
-        // 6. Whichever are removed, every other account is still found.
+        // Eight accounts fill two thirds of a shard's twelve rows. Six share the home row 11, the shard's last, so their
+        // run wraps around to rows 0 to 4; two more have the home row 1, inside that run, and sit after it, in rows 5
+        // and 6. Whichever are removed, every other account is still found.
+        #expect(AccountTable.Rows.size(holding: 8) == 12)
         let table = table()
-        let crowded = accounts("crowded", homeRow: 15, count: 6, in: table).map { member($0) }
+        let crowded = accounts("crowded", homeRow: 11, count: 6, in: table).map { member($0) }
         let inside = accounts("inside", homeRow: 1, count: 2, in: table).map { member($0) }
         let all = crowded + inside
         for member in all { table.insert(member, use: 0) }

@@ -106,6 +106,54 @@ import Testing
         #expect(Set(differing + [credential]).count == differing.count + 1)
     }
 
+    @Test func identitiesCompareAndHashByTheirFactsNotTheirSignatures() throws {
+        func credential(
+            _ email: String = "a@x.io", expiresAt: Int64 = 1_800_000_900, signature: String = Self.signature
+        )
+            throws -> IdentityCredential
+        {
+            try IdentityCredential(email: email, expiresAt: expiresAt, signature: signature, properties: nil)
+        }
+        let identity = SessionIdentity(account: "alice", credential: try credential(), epoch: 1)
+        let resigned = SessionIdentity(
+            account: "alice", credential: try credential(signature: String(repeating: "cd", count: 32)), epoch: 1)
+        #expect(identity == resigned && identity.hashValue == resigned.hashValue)
+        #expect(identity.email == "a@x.io" && identity.expiresAt == 1_800_000_900 && identity.version == .v1)
+        let differing = [
+            SessionIdentity(account: "bob", credential: try credential(), epoch: 1),
+            SessionIdentity(account: "alice", credential: try credential("b@x.io"), epoch: 1),
+            SessionIdentity(account: "alice", credential: try credential(expiresAt: 1_800_000_901), epoch: 1),
+            SessionIdentity(account: "alice", credential: try credential(), epoch: 2),
+            SessionIdentity(
+                account: "alice",
+                credential: try IdentityCredential(
+                    email: "a@x.io", expiresAt: 1_800_000_900, signature: Self.signature, properties: .empty),
+                epoch: 1),
+        ]
+        for different in differing { #expect(different != identity) }
+        #expect(Set(differing + [identity, resigned]).count == differing.count + 1)
+    }
+
+    @Test func aCredentialGivesBackItsEmailByteForByte() throws {
+        // The credential keeps the email's UTF-8 bytes beside its other fields and makes the text when asked: every
+        // length (a short string's inline form and a long one's), every spelling, exactly as it came.
+        var emails = (1...64).map { String(repeating: "a", count: $0) + "@x.io" }
+        emails += ["josé@x.io", "jose\u{301}@x.io", "ｕｓｅｒ@例え.jp", "😀@x.io", "a\u{FFFD}b@x.io"]
+        for email in emails {
+            let credential = try IdentityCredential(
+                email: email, expiresAt: 1_800_000_900, signature: Self.signature, properties: nil)
+            #expect(Array(credential.email.utf8) == Array(email.utf8))
+            #expect(Array(credential.signingPayload(projectID: "p").utf8).contains(Array(email.utf8)))
+        }
+        // Two spellings of one text compare and hash as their strings do, as before.
+        let composed = try IdentityCredential(
+            email: "josé@x.io", expiresAt: 1_800_000_900, signature: Self.signature, properties: nil)
+        let decomposed = try IdentityCredential(
+            email: "jose\u{301}@x.io", expiresAt: 1_800_000_900, signature: Self.signature, properties: nil)
+        #expect(composed == decomposed && composed.hashValue == decomposed.hashValue)
+        #expect(Array(composed.email.utf8) != Array(decomposed.email.utf8))
+    }
+
     @Test func isValidChecksLocalExpiryOnly() throws {
         // A signature nobody signed: isValid(at:) never looks at it.
         let credential = try IdentityCredential(email: "a@x.io", expiresAt: 1_000, signature: Self.signature)
@@ -127,6 +175,17 @@ import Testing
             #expect(!text.contains("gold-secret-plan"))
             #expect(text.contains("<redacted>"))
         }
+        // An identity keeps its credential to read the facts from, and shows the facts alone.
+        let identity = SessionIdentity(account: "alice", credential: credential, epoch: 3)
+        var dumpedIdentity = ""
+        dump(SessionState.identified(identity), to: &dumpedIdentity)
+        for text in [identity.description, String(reflecting: identity), dumpedIdentity] {
+            #expect(!text.contains(credential.signature))
+            #expect(!text.contains("gold-secret-plan"))
+            #expect(text.contains("a@x.io"))
+        }
+        #expect(
+            Mirror(reflecting: identity).children.map(\.label) == ["account", "email", "expiresAt", "epoch", "version"])
         #expect(!Self.signer().description.contains("s3cret"))
         #expect(!Self.verifier().description.contains("s3cret"))
     }

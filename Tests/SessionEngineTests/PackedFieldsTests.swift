@@ -1,7 +1,12 @@
 import Foundation
+import SessionEngineTestKit
 import Testing
 
 @testable import SessionEngine
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The packed fields of the state machine (`Support/Packed.swift`) read back what was stored, compare and hash as the
 /// optionals they stand for, and keep the machine at the size Design/pool.md, *Costs*, counts.
@@ -79,10 +84,13 @@ import Testing
     @Test func theMachineKeepsItsCountedSize() {
         #expect(MemoryLayout<SessionStateMachine.AccountSession>.size == 96)
         #expect(MemoryLayout<SessionStateMachine>.stride == 200)
-        #expect(MemoryLayout<SessionStore>.size == 128)
-        #expect(MemoryLayout<BroadcasterSlot>.size == 98)
-        #expect(MemoryLayout<SessionState>.size == 49)
-        #expect(MemoryLayout<SessionEvent>.size == 89)
+        // The store's state alone: an engine's readers' copy is an object of the engine's (a pool's member has none).
+        #expect(MemoryLayout<SessionStore>.size == 88)
+        #expect(MemoryLayout<BroadcasterSlot>.size == 83)
+        // An identity is its account, its epoch and its credential's reference (``SessionIdentity``).
+        #expect(MemoryLayout<SessionIdentity>.size == 32)
+        #expect(MemoryLayout<SessionState>.size == 34)
+        #expect(MemoryLayout<SessionEvent>.size == 74)
         // The counters every identified account moves, in four bytes each, and its ring of fetch durations; the
         // failed fetches' ring waits out of line with the rare counters.
         #expect(MemoryLayout<MetricsRecorder.State>.size == 72)
@@ -91,11 +99,31 @@ import Testing
         #expect(MemoryLayout<AccountShard.AccountLife?>.stride == 256)
         // A member's account and serial; the table hashes the account again when it needs the row.
         #expect(MemoryLayout<AccountShard.Membership?>.size == 24)
-        // Two to four rows an account.
+        // About 1.6 rows an account, a shard at most two thirds full.
         #expect(MemoryLayout<AccountTable.Row>.stride == 56)
         // The credential's signature, in its shared object in place of a 128-byte string.
         #expect(MemoryLayout<IdentityCredential.Signature>.size == 32)
     }
+
+    #if canImport(Glibc)
+        /// A pool's account is one slot, one allocation of the allocator's: what it costs is the size class it lands
+        /// in, 16 bytes apart, so a field added to the slot may cost 16 bytes or nothing (Design/pool.md, *Costs*).
+        @Test func aMembersSlotTakesItsCountedAllocation() {
+            let shared = AccountShard.Shared(
+                SessionConfiguration(), fetcher: ScriptedCredentialFetcher(), clock: SystemClock(), budget: nil,
+                timers: nil)
+            let slot = AccountShard(shared: shared).reserve(
+                latencyWindow: 1, membership: AccountShard.Membership(account: "alice", serial: 1))
+            // glibc's `malloc_usable_size`, which its Swift module does not import (it is declared in `malloc.h`).
+            typealias UsableSize = @convention(c) (UnsafeMutableRawPointer?) -> Int
+            guard let symbol = dlsym(nil, "malloc_usable_size") else {
+                Issue.record("glibc has no malloc_usable_size")
+                return
+            }
+            let usableSize = unsafeBitCast(symbol, to: UsableSize.self)
+            #expect(usableSize(Unmanaged.passUnretained(slot).toOpaque()) == 344)
+        }
+    #endif
 
     @Test func aHostsExpectedEmailPinsTheSessionUntilItsFirstCredentialDoes() throws {
         var session = SessionStateMachine.AccountSession(account: "alice", epoch: 1)

@@ -75,7 +75,7 @@ import Testing
         #expect(try store.headers() == IdentityHeaders(first))
         store.install(second, of: "alice", epoch: 2)
         #expect(store.holds(second, built: false), "another credential")
-        store.value.keep(IdentityHeaders(first), of: first)
+        store.readers.keep(IdentityHeaders(first), of: first)
         #expect(store.holds(second, built: false), "a late build of the credential before")
         harness.clock.advance(by: .seconds(1200))
         #expect(throws: SessionError.self) { try store.headers() }
@@ -131,9 +131,10 @@ import Testing
         return (task, ticket.epoch)
     }
 
-    /// Holds the store, which cannot be copied, for the round's threads.
+    /// Holds the store, which cannot be copied, and an engine's readers' copy of it, for the round's threads.
     private final class Box: Sendable {
         let value: SessionStore
+        let readers = SessionStore.ReadersCopy()
         /// The check of the clock that decides the store's local expiry.
         let wallClock: SharedWallClockCheck
 
@@ -147,12 +148,12 @@ import Testing
 
         /// The store's headers, read as the engine reads them.
         func headers() throws(SessionError) -> IdentityHeaders {
-            try value.headers(checkedBy: wallClock)
+            try readers.headers(checkedBy: wallClock)
         }
 
         /// Whether the store's readers hold `credential`, with its headers built (`built`) or not yet.
         func holds(_ credential: IdentityCredential, built: Bool) -> Bool {
-            switch value.reading().headers {
+            switch readers.readable.withLock({ $0.reading }).headers {
             case .unbuilt(let held): !built && held == credential
             case .built(let headers): built && headers == IdentityHeaders(credential)
             case nil: false
@@ -162,10 +163,12 @@ import Testing
         /// Installs `credential` as the identified credential of `account` in account session `epoch`.
         func install(_ credential: IdentityCredential, of account: AccountID, epoch: UInt64) {
             let identity = SessionIdentity(account: account, credential: credential, epoch: epoch)
-            value.install(
+            let installed = value.install(
                 SessionStore.Snapshot(
                     state: .identified(identity), epoch: epoch, credential: credential, shutDown: false,
                     clockOffset: .zero))
+            // As the engine's step does: the store's lock, then the readers' copy's.
+            readers.install(installed.reading, keepsHeaders: installed.keepsHeaders)
         }
     }
 }

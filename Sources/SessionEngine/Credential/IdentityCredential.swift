@@ -13,6 +13,8 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     CustomDebugStringConvertible, CustomReflectable
 {
     /// The normalized email the credential identifies.
+    ///
+    /// The credential keeps the email's UTF-8 bytes beside its other fields, so each call makes the text anew.
     public var email: String { fields.email }
     /// The expiry, in integer Unix seconds.
     public var expiresAt: Int64 { fields.expiresAt }
@@ -28,19 +30,61 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     /// The fields, held once for every copy: a copy of a credential is one reference, not one per string, so a
     /// credential handed to thousands of callers or pieces of work at once is one reference count they share, and the
     /// engine's machine and store each hold a word for it.
-    private let fields: Fields
+    ///
+    /// Unchecked: the standard library marks a managed buffer as not sendable, and this one is written only while it
+    /// is made.
+    nonisolated(unsafe) private let fields: Fields
 
-    private final class Fields: Sendable {
-        let email: String
-        let expiresAt: Int64
-        let signature: Signature
-        let properties: IdentityProperties?
+    /// The fields in one allocation: the expiry, the signature's bytes and the properties, then the email's UTF-8
+    /// bytes right after them, where a `String` of more than 15 bytes would be an allocation of its own (80 bytes with
+    /// the allocator's for a 25-byte email). ``email`` makes the text from the bytes when it is asked for.
+    private final class Fields: ManagedBuffer<Fields.Header, UInt8> {
+        struct Header {
+            let expiresAt: Int64
+            let signature: Signature
+            /// The properties, boxed: a `v1` credential has none and pays one word for them, where the optional
+            /// itself takes three.
+            let properties: PropertiesBox?
+            /// How many bytes of the email follow the header.
+            let emailCount: Int
+        }
 
-        init(email: String, expiresAt: Int64, signature: Signature, properties: IdentityProperties?) {
-            self.email = email
-            self.expiresAt = expiresAt
-            self.signature = signature
-            self.properties = properties
+        /// A `v2` credential's properties, in a box of their own.
+        final class PropertiesBox: Sendable {
+            let value: IdentityProperties
+
+            init(_ value: IdentityProperties) {
+                self.value = value
+            }
+        }
+
+        /// The fields of a credential, the email's bytes copied in.
+        static func make(
+            email: String, expiresAt: Int64, signature: Signature, properties: IdentityProperties?
+        ) -> Fields {
+            var email = email
+            return email.withUTF8 { utf8 in
+                let made = create(minimumCapacity: utf8.count) { _ in
+                    Header(
+                        expiresAt: expiresAt, signature: signature, properties: properties.map(PropertiesBox.init),
+                        emailCount: utf8.count)
+                }
+                made.withUnsafeMutablePointerToElements { bytes in
+                    if let base = utf8.baseAddress { bytes.initialize(from: base, count: utf8.count) }
+                }
+                return unsafeDowncast(made, to: Fields.self)
+            }
+        }
+
+        var expiresAt: Int64 { header.expiresAt }
+        var signature: Signature { header.signature }
+        var properties: IdentityProperties? { header.properties?.value }
+
+        /// The email, made from its bytes.
+        var email: String {
+            withUnsafeMutablePointers { header, bytes in
+                String(decoding: UnsafeBufferPointer(start: bytes, count: header.pointee.emailCount), as: UTF8.self)
+            }
         }
     }
 
@@ -102,7 +146,7 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     package init(
         validatedEmail email: String, expiresAt: Int64, signature: Signature, properties: IdentityProperties?
     ) {
-        fields = Fields(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+        fields = Fields.make(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
     }
 
     /// Whether two credentials have the same fields; copies of one credential compare without reading them.

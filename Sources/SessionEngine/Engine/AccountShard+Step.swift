@@ -65,6 +65,8 @@ extension AccountShard {
         let (stateChanged, reading, keepsHeaders) = slot.store.install(snapshot)
         if let membership = slot.membership {
             shared.outlets?.table.mirror(reading, keepsHeaders: keepsHeaders, of: slot, account: membership.account)
+        } else {
+            slot.readers?.install(reading, keepsHeaders: keepsHeaders)
         }
         let newState = snapshot.state
         var events: [(SessionEvent.Kind, UInt64)] = []

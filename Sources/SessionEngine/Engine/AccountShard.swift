@@ -149,6 +149,9 @@ actor AccountShard {
         /// The account-change hooks the account's life starts with: a pool's, as they were when the account joined.
         let hooks: [@Sendable (AccountChange) async -> Void]
         let store: SessionStore
+        /// The copy of the store's read that an engine's readers take; `nil` for a pool's member, whose readers read
+        /// its row of the pool's table.
+        let readers: SessionStore.ReadersCopy?
         /// The account's event broadcaster, made when the first subscriber comes.
         let broadcaster: BroadcasterSlot
         /// ``index``, in four bytes: stored after the broadcaster's slot, in the room its last field leaves.
@@ -189,6 +192,7 @@ actor AccountShard {
             let shared = shard.shared
             recorder = MetricsRecorder(latencyWindow: latencyWindow)
             store = SessionStore()
+            readers = membership == nil ? SessionStore.ReadersCopy() : nil
             let start = SessionInstant(wall: shared.clock.now, uptime: shared.clock.uptime)
             broadcaster = BroadcasterSlot(
                 initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0))

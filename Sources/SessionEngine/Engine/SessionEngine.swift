@@ -33,9 +33,12 @@ public actor SessionEngine {
     /// The engine's account in its shard: what every call names, and the store and events its readers take without a
     /// hop.
     nonisolated let slot: AccountShard.Slot
-    /// The check of the clock that decides local expiry, which the read passes to the store: the shard's, held here
-    /// so that the read reaches it in one step.
+    /// The check of the clock that decides local expiry, which the read passes to the readers' copy: the shard's,
+    /// held here so that the read reaches it in one step.
     nonisolated let wallClock: SharedWallClockCheck
+    /// The slot's copy of its store's read that ``identityHeaders()`` takes, held here so that the read reaches its
+    /// lock in one step, as a read of the store did.
+    nonisolated let readers: SessionStore.ReadersCopy
 
     /// The serial executor the engine runs on: its shard's.
     public nonisolated var unownedExecutor: UnownedSerialExecutor { shard.unownedExecutor }
@@ -107,6 +110,8 @@ public actor SessionEngine {
                 coordination: coordination))
         slot = shard.reserve(latencyWindow: LatencySummary.window, membership: nil)
         wallClock = shard.shared.wallClock
+        // An engine's slot always has its readers' copy: only a pool's member has none.
+        readers = slot.readers!
     }
 
     // MARK: - Reading without an actor hop
@@ -126,8 +131,8 @@ public actor SessionEngine {
     ///   shutdown. Never falls back to anonymous.
     @inline(never)
     public nonisolated func identityHeaders() throws(SessionError) -> IdentityHeaders {
-        // Never inlined: the store's read inlines its lock here (`SanitizedMutex.withLockInlined`).
-        try slot.store.headers(checkedBy: wallClock)
+        // Never inlined: the readers' copy inlines its lock here (`SanitizedMutex.withLockInlined`).
+        try readers.headers(checkedBy: wallClock)
     }
 
     /// Whether the installed credential is usable and has not expired at `date`.

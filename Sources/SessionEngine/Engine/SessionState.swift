@@ -50,19 +50,26 @@ public enum SessionState: Sendable, Hashable, CustomStringConvertible {
 }
 
 /// The public facts of an installed credential: who and until when, never the signature.
-public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible {
+///
+/// It keeps the credential itself (one reference, private) and reads its facts from it, so that the state every account
+/// keeps, the state's copy in the event a new subscriber starts from, and each event of the account share the
+/// credential's fields instead of holding a copy of its email each. Two identities are equal when their facts are.
+public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The host's account.
     public let account: AccountID
-    /// The normalized email the credential identifies.
-    public let email: String
-    /// The credential's expiry in Unix seconds.
-    public let expiresAt: Int64
     /// The account session's epoch: it grows with every account change.
     public let epoch: UInt64
-    // Stored last, in the room the others leave: every engine keeps the state as last published and the event a new
-    // subscriber starts from, and a pool keeps one engine per account.
+    /// The installed credential, whose public facts the identity gives out.
+    private let credential: IdentityCredential
+
+    /// The normalized email the credential identifies.
+    ///
+    /// The credential keeps the email's UTF-8 bytes, so each call makes the text anew.
+    public var email: String { credential.email }
+    /// The credential's expiry in Unix seconds.
+    public var expiresAt: Int64 { credential.expiresAt }
     /// The credential's payload version.
-    public let version: IdentityVersion
+    public var version: IdentityVersion { credential.version }
 
     /// Creates the public facts of a credential.
     ///
@@ -72,14 +79,36 @@ public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible {
     ///   - epoch: The account session's epoch.
     public init(account: AccountID, credential: IdentityCredential, epoch: UInt64) {
         self.account = account
-        self.email = credential.email
-        self.expiresAt = credential.expiresAt
-        self.version = credential.version
+        self.credential = credential
         self.epoch = epoch
+    }
+
+    /// Whether two identities have the same facts: account, email, expiry, epoch and version. Two credentials with
+    /// the same facts and different signatures make equal identities.
+    public static func == (lhs: SessionIdentity, rhs: SessionIdentity) -> Bool {
+        lhs.account == rhs.account && lhs.epoch == rhs.epoch && lhs.expiresAt == rhs.expiresAt
+            && lhs.version == rhs.version && (lhs.credential == rhs.credential || lhs.email == rhs.email)
+    }
+
+    /// Hashes the facts that ``==(_:_:)`` compares.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(account)
+        hasher.combine(email)
+        hasher.combine(expiresAt)
+        hasher.combine(epoch)
+        hasher.combine(version)
     }
 
     /// `account, email, expiresAt`.
     public var description: String { "\(account), \(email), expiresAt: \(expiresAt)" }
+
+    /// The facts, never the credential they are read from.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: ["account": account, "email": email, "expiresAt": expiresAt, "epoch": epoch, "version": version],
+            displayStyle: .struct)
+    }
 }
 
 /// An account that holds no usable credential, and why.

@@ -7,10 +7,11 @@ import Synchronization
 /// Both live behind one `Mutex` so that handing out a credential and registering the work that uses it is one atomic
 /// step, and so is beginning an account change and cancelling that work: no work of account A can start once a change
 /// away from A has begun. The engine's actor is the only writer of the snapshot; requests read it without an actor
-/// hop.
+/// hop. The identity read every request makes reads a copy the step writes right after each install: an engine's
+/// ``ReadersCopy``, or a pool's account's row of the pool's table.
 ///
-/// A value the engine holds inline, not an object of its own: a read goes from the engine straight to the lock, and a
-/// pool's account carries no extra allocation for it. Its nested types are not private: a private type in the
+/// A value each account's slot holds inline, not an object of its own, so a pool's account carries no extra
+/// allocation for it. Its nested types are not private: a private type in the
 /// layout of a value another file stores inline breaks the compiler's build of that file (Swift 6.3.1).
 struct SessionStore: ~Copyable, Sendable {
     /// What a step of the engine installs: everything the store's readers see, decided by the machine.
@@ -134,7 +135,7 @@ struct SessionStore: ~Copyable, Sendable {
     /// An account nobody reads holds no headers: in an idle pool most accounts are not read between two renewals, and
     /// the headers' array (176 bytes with the allocator's) was the largest part of their credential. The first read
     /// pays for the build (an array, the email's and properties' encodings and the signature's text) outside every
-    /// lock, then keeps it with ``SessionStore/keep(_:of:)`` or ``AccountTable/keep(_:of:account:hash:)``; two first
+    /// lock, then keeps it with ``ReadersCopy/keep(_:of:)`` or ``AccountTable/keep(_:of:account:hash:)``; two first
     /// reads at once may both build, and the later keeps nothing.
     enum Headers: Sendable {
         case unbuilt(IdentityCredential)
@@ -185,13 +186,10 @@ struct SessionStore: ~Copyable, Sendable {
         headers: IdentityHeaders?, unbuilt: IdentityCredential?, expiresAt: TimeInterval, unavailable: Unavailability
     )
 
-    /// What ``headers(checkedBy:)`` reads, and all it reads: the usable credential's headers and expiry, or why there
-    /// are none.
+    /// What ``ReadersCopy/headers(checkedBy:)`` reads, and all it reads: the usable credential's headers and expiry, or
+    /// why there are none.
     ///
-    /// Kept apart from ``State`` so a read copies one reference (the headers' storage, or the credential until a read
-    /// builds them) and takes a lock no other path contends for. Written by ``install(_:)``, right after
-    /// `State.access`, by the engine's actor alone, and by ``keep(_:of:)``, which only puts a read's build of the
-    /// credential's headers in place of that credential.
+    /// ``ReadersCopy`` holds it.
     enum Readable {
         /// The headers and the local expiry (Unix seconds), the credential's own moved by the applied clock offset.
         case usable(Headers, expiresAt: TimeInterval)
@@ -203,7 +201,7 @@ struct SessionStore: ~Copyable, Sendable {
                 reading.headers.map { .usable($0, expiresAt: reading.expiresAt) } ?? .unavailable(reading.unavailable)
         }
 
-        /// What ``SessionStore/reading()`` hands out for it.
+        /// The reading it holds.
         var reading: Reading {
             switch self {
             case .usable(let headers, let expiresAt): (headers, expiresAt, .expired)
@@ -211,7 +209,7 @@ struct SessionStore: ~Copyable, Sendable {
             }
         }
 
-        /// What ``SessionStore/headers(checkedBy:)`` copies out of the lock.
+        /// What ``ReadersCopy/headers(checkedBy:)`` copies out of the lock.
         @inline(__always)
         var copy: Copy {
             switch self {
@@ -225,8 +223,63 @@ struct SessionStore: ~Copyable, Sendable {
     /// why there are none.
     typealias Reading = (headers: Headers?, expiresAt: TimeInterval, unavailable: Unavailability)
 
+    /// An engine's readers' copy of its store's read (a pool's readers read their account's row of the pool's table
+    /// instead, so a pool's account holds none): the usable credential's headers and expiry, or why there are none.
+    ///
+    /// Kept apart from the store's ``State`` so a read copies one reference (the headers' storage, or the credential
+    /// until a read builds them) and takes a lock no other path contends for. Written by ``install(_:keepsHeaders:)``,
+    /// right after the store's install, by the engine's actor alone, and by ``keep(_:of:)``, which only puts a read's
+    /// build of the credential's headers in place of that credential.
+    final class ReadersCopy: Sendable {
+        /// The copy, behind a lock no other path contends for.
+        let readable = SanitizedMutex(Readable.unavailable(.signedOut))
+
+        /// Installs what the store's install returned (``SessionStore/install(_:)``), keeping headers a read built
+        /// when the install kept the credential (`keepsHeaders`). The store's lock and this one are taken one after
+        /// the other, never one inside the other: the engine's actor is the only writer of both, so its installs reach
+        /// the readers in order.
+        func install(_ next: Reading, keepsHeaders: Bool) {
+            readable.withLock { readable in
+                var reading = next
+                reading.headers = Headers.installed(
+                    reading.headers, over: readable.reading.headers, keepsHeaders: keepsHeaders)
+                readable = Readable(reading)
+            }
+        }
+
+        /// The usable credential's headers, checked against the local clock.
+        ///
+        /// It takes only the lock of ``Readable`` and, on the ``SystemClock``, reads the coarse wall clock (see
+        /// ``WallClockCheck``): the one read every identified request makes. Inlined into
+        /// ``SessionEngine/identityHeaders()`` alone, a function that is never inlined, so its lock is inlined
+        /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
+        ///
+        /// - Parameter wallClock: The check of the clock that decides local expiry.
+        @inline(__always)
+        func headers(checkedBy wallClock: SharedWallClockCheck) throws(SessionError) -> IdentityHeaders {
+            // The closure hands the built headers out as an optional of their own, so the read retains them once and
+            // destroys no copy.
+            let (headers, unbuilt, expiresAt, unavailable) = readable.withLockInlined { $0.copy }
+            if let headers {
+                guard wallClock.isBefore(expiresAt) else { throw SessionStore.expiredError }
+                return headers
+            }
+            return try Headers.first(unbuilt, expiresAt, unavailable, isBefore: wallClock.isBefore) {
+                keep($0, of: $1)
+            }
+        }
+
+        /// Keeps headers a read built for `credential`, if the store still holds that credential unbuilt.
+        func keep(_ headers: IdentityHeaders, of credential: IdentityCredential) {
+            readable.withLock { readable in
+                guard case .usable(var held, let expiresAt) = readable else { return }
+                held.keep(headers, of: credential)
+                readable = .usable(held, expiresAt: expiresAt)
+            }
+        }
+    }
+
     private let state = SanitizedMutex(State())
-    private let readable = SanitizedMutex(Readable.unavailable(.signedOut))
 
     /// Creates an empty store.
     ///
@@ -243,8 +296,8 @@ struct SessionStore: ~Copyable, Sendable {
     /// Installs what a step of the engine decided.
     ///
     /// - Returns: Whether the state changed, which the engine then publishes (the store holds the state as last
-    ///   published, so the engine keeps no copy of its own); what ``reading()`` returns from now on, which a pool's
-    ///   engine copies into its row of the pool's table; and whether the usable credential stayed the one before, in
+    ///   published, so the engine keeps no copy of its own); what ``reading()`` returns from now on, which the step
+    ///   copies into the engine's ``ReadersCopy`` or the account's row of the pool's table; and whether the usable credential stayed the one before, in
     ///   the same epoch, so that headers a read has built for it stay too.
     @discardableResult
     func install(_ snapshot: Snapshot) -> (stateChanged: Bool, reading: Reading, keepsHeaders: Bool) {
@@ -275,53 +328,13 @@ struct SessionStore: ~Copyable, Sendable {
             }
             return (changed, state.access.reading, keepsHeaders)
         }
-        // Each lock alone, one after the other: the engine's actor is the only writer of the access, so its installs
-        // reach the readers, and a pool's table after them, in order with no lock held across them.
-        let reading = readable.withLock { readable -> Reading in
-            var reading = next
-            reading.headers = Headers.installed(
-                reading.headers, over: readable.reading.headers, keepsHeaders: keepsHeaders)
-            readable = Readable(reading)
-            return reading
-        }
-        return (changed, reading, keepsHeaders)
+        return (changed, next, keepsHeaders)
     }
 
-    /// The usable credential's headers, checked against the local clock.
-    ///
-    /// It takes only the lock of ``Readable`` and, on the ``SystemClock``, reads the coarse wall clock (see
-    /// ``WallClockCheck``): the one read every identified request makes. Inlined into
-    /// ``SessionEngine/identityHeaders()`` alone, a function that is never inlined, so its lock is inlined
-    /// (``SanitizedMutex/withLockInlined(_:)``) and never lands in an `async` function.
-    ///
-    /// - Parameter wallClock: The check of the clock that decides local expiry.
-    @inline(__always)
-    func headers(checkedBy wallClock: SharedWallClockCheck) throws(SessionError) -> IdentityHeaders {
-        // The closure hands the built headers out as an optional of their own, so the read retains them once and
-        // destroys no copy.
-        let (headers, unbuilt, expiresAt, unavailable) = readable.withLockInlined { $0.copy }
-        if let headers {
-            guard wallClock.isBefore(expiresAt) else { throw Self.expiredError }
-            return headers
-        }
-        return try Headers.first(unbuilt, expiresAt, unavailable, isBefore: wallClock.isBefore) {
-            keep($0, of: $1)
-        }
-    }
-
-    /// Keeps headers a read built for `credential`, if the store still holds that credential unbuilt.
-    func keep(_ headers: IdentityHeaders, of credential: IdentityCredential) {
-        readable.withLock { readable in
-            guard case .usable(var held, let expiresAt) = readable else { return }
-            held.keep(headers, of: credential)
-            readable = .usable(held, expiresAt: expiresAt)
-        }
-    }
-
-    /// What ``headers(checkedBy:)`` reads under the lock of ``Readable``, before it checks the clock: the headers or
-    /// the credential they are of, and their local expiry, or why there are none.
+    /// What readers may see as of the last install: the credential (its headers not built), and its local expiry, or
+    /// why there is none. A pool's table copies it when an account joins.
     func reading() -> Reading {
-        readable.withLock { $0.reading }
+        state.withLock { $0.access.reading }
     }
 
     /// The local wall-clock time (Unix seconds) at which the usable credential expires, if one is usable at `now`.

@@ -77,10 +77,10 @@ package struct WallClockCheck: Sendable {
 }
 
 /// One ``WallClockCheck`` shared by reference: an engine's ``AccountShard/Shared`` holds it, and the engine keeps a
-/// reference of its own that its read passes to the store (``SessionStore/headers(checkedBy:)``); a store holds none,
-/// which would be a word of every account of a pool.
+/// reference of its own that its read passes to its readers' copy (``SessionStore/ReadersCopy/headers(checkedBy:)``);
+/// a store holds none, which would be a word of every account of a pool.
 ///
-/// The store's read calls the check through this object's own methods, which read the check in place: a read of it
+/// The read calls the check through this object's own methods, which read the check in place: a read of it
 /// through another object's stored property cost the engine's read a third more.
 final class SharedWallClockCheck: Sendable {
     let check: WallClockCheck

@@ -6,7 +6,7 @@ import Synchronization
 /// finds a member.
 ///
 /// An account's hash (``Hasher``) chooses its shard (its top four bits) and its home row in the shard's
-/// open-addressed table (its low bits); the account sits in the first free row from there on (linear probing), and a
+/// open-addressed table (its low 32 bits, scaled to the shard's rows); the account sits in the first free row from there on (linear probing), and a
 /// row a member leaves is filled by moving the rows after it back, so no row is ever a tombstone. A row holds the
 /// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
 /// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:keepsHeaders:of:account:)``) and the serial
@@ -14,18 +14,18 @@ import Synchronization
 /// (the credential, the first time, to build them from): not the member's engine, not its store, which at 100,000
 /// accounts are each a cache miss; and two threads reading two accounts take the same lock once in sixteen times.
 ///
-/// Each shard keeps at least two rows per account it holds, a power of two: it doubles when it would be more than half
-/// full and halves when it is less than an eighth full.
+/// Each shard keeps its rows at most two thirds full, in sizes a quarter of a power of two apart (``Rows/size(holding:)``):
+/// it grows to the next size when it would be fuller, and shrinks to half full when it is less than an eighth full.
 ///
 /// The rows hold their members. Each member's engine holds the pool's outlets, and so this table, through its
 /// ``AccountShard/Shared``: the pool empties the table when it goes (``removeAll()``), which lets the engines go, and
 /// an engine that outlives the pool (a fetch in flight) finds no row to write its read into.
 ///
-/// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock of its read, which is a
-/// leaf too, and only when a member is inserted, never on the read or the install path. The pool's members' lock is
-/// taken before a shard's (joins and removals) and never under one. An engine's step takes its store's locks one after
-/// the other as it installs, and then its shard's alone (``mirror(_:keepsHeaders:of:account:)``), so no lock is held
-/// across another when a credential lands; a read's keep of the headers it built takes the shard's alone as well.
+/// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock, under which no shard's
+/// lock is ever taken, and only when a member is inserted, never on the read or the install path. The pool's
+/// members' lock is taken before a shard's (joins and removals) and never under one. An engine's step takes its
+/// store's lock as it installs, and then its shard's alone (``mirror(_:keepsHeaders:of:account:)``), so no lock is
+/// held across another when a credential lands; a read's keep of the headers it built takes the shard's alone as well.
 ///
 /// **Uses.** Every join, every call that names an account and every checkpoint of the idle sweeper takes the next
 /// serial of one counter (``nextUse()``); a read only loads the counter (``readStamp()``), so it writes nothing shared.
@@ -155,21 +155,49 @@ final class AccountTable: @unchecked Sendable {
         var taken: Bool { member != nil }
     }
 
-    /// One shard's rows, a power of two, and how many hold a member.
-    private struct Rows {
+    /// One shard's rows and how many hold a member. The rows number a power of two times 1, 1¼, 1½ or 1¾
+    /// (``size(holding:)``), at least ``AccountTable/minimumRows``, and an account's home row is its tag scaled to
+    /// them (``home(_:)``).
+    struct Rows {
         var rows = [Row](repeating: Row(), count: AccountTable.minimumRows)
         var count = 0
 
-        var mask: Int { rows.count - 1 }
+        /// The fewest rows, a power of two times 1, 1¼, 1½ or 1¾ and at least ``AccountTable/minimumRows``, that hold
+        /// `count` accounts at most two thirds full.
+        ///
+        /// Two thirds keeps a probe run short (a read that finds its account looks at two rows on average, linear
+        /// probing's 1 + 1 / (2 × (1 − ⅔))), and steps of a quarter keep a shard at least ⅔ × ⅘ full after it grows: about
+        /// 1.6 rows an account, where a power of two at most half full kept 2.1 to 2.7.
+        static func size(holding count: Int) -> Int {
+            let needed = max(AccountTable.minimumRows, (count * 3 + 1) / 2)
+            let quarter = (1 << (Int.bitWidth - 1 - needed.leadingZeroBitCount)) / 4
+            return (needed + quarter - 1) / quarter * quarter
+        }
+
+        /// The home row of `tag` among `rows` rows: the tag's place as a fraction of 2^32, so that any number of rows
+        /// takes the tag's top bits, with one multiplication and no division.
+        @inline(__always)
+        static func home(_ tag: UInt32, among rows: Int) -> Int {
+            Int(truncatingIfNeeded: (UInt64(tag) &* UInt64(rows)) >> 32)
+        }
+
+        /// The home row of `tag` in these rows.
+        @inline(__always)
+        func home(_ tag: UInt32) -> Int { Self.home(tag, among: rows.count) }
+
+        /// The row after `position`, the first after the last.
+        @inline(__always)
+        func after(_ position: Int) -> Int {
+            position &+ 1 == rows.count ? 0 : position &+ 1
+        }
 
         /// The position of the row `matches` picks among the rows of `tag`'s probe run; `nil` when none does.
         @inline(__always)
         func find(tag: UInt32, _ matches: (borrowing Row) -> Bool) -> Int? {
-            let mask = self.mask
-            var position = Int(tag) & mask
+            var position = home(tag)
             while rows[position].taken {
                 if rows[position].tag == tag && matches(rows[position]) { return position }
-                position = (position &+ 1) & mask
+                position = after(position)
             }
             return nil
         }
@@ -180,46 +208,52 @@ final class AccountTable: @unchecked Sendable {
             find(tag: tag) { $0.account == account }
         }
 
-        /// Puts `row` in the first free row of its probe run, growing first if the shard would be more than half full.
+        /// Puts `row` in the first free row of its probe run, growing first, to the next size, if the shard would be
+        /// more than two thirds full.
         mutating func insert(_ row: Row) {
-            if (count + 1) * 2 > rows.count { resize(to: rows.count * 2) }
-            Self.place(row, in: &rows)
+            if (count + 1) * 3 > rows.count * 2 { resize(to: Self.size(holding: count + 1)) }
+            place(row)
             count += 1
         }
 
-        private static func place(_ row: Row, in rows: inout [Row]) {
-            let mask = rows.count - 1
-            var position = Int(row.tag) & mask
-            while rows[position].taken { position = (position &+ 1) & mask }
+        private mutating func place(_ row: Row) {
+            var position = home(row.tag)
+            while rows[position].taken { position = after(position) }
             rows[position] = row
         }
 
         /// Empties the row at `position` and moves back the rows after it that may sit there, so that every probe run
-        /// stays unbroken; shrinks once the shard is less than an eighth full. Returns the emptied row.
+        /// stays unbroken; once the shard is less than an eighth full, shrinks it to the size that holds its accounts
+        /// at most half full. Returns the emptied row.
         mutating func remove(at position: Int) -> Row {
-            let mask = self.mask
             let removed = rows[position]
             var hole = position
-            var next = (hole &+ 1) & mask
+            var next = after(hole)
             while rows[next].taken {
                 // A row may move back into the hole if the hole lies between its home and where it sits.
-                let home = Int(rows[next].tag) & mask
-                if (next &- home) & mask >= (next &- hole) & mask {
+                if distance(from: home(rows[next].tag), to: next) >= distance(from: hole, to: next) {
                     rows[hole] = rows[next]
                     hole = next
                 }
-                next = (next &+ 1) & mask
+                next = after(next)
             }
             rows[hole] = Row()
             count -= 1
-            if rows.count > AccountTable.minimumRows && count * 8 < rows.count { resize(to: rows.count / 2) }
+            if rows.count > AccountTable.minimumRows && count * 8 < rows.count {
+                resize(to: Self.size(holding: (count * 4 + 2) / 3))
+            }
             return removed
         }
 
+        /// How many rows on from `start` `end` lies, going round past the last row.
+        private func distance(from start: Int, to end: Int) -> Int {
+            end >= start ? end - start : end + rows.count - start
+        }
+
         private mutating func resize(to size: Int) {
-            var resized = [Row](repeating: Row(), count: size)
-            for row in rows where row.taken { Self.place(row, in: &resized) }
-            rows = resized
+            let old = rows
+            rows = [Row](repeating: Row(), count: size)
+            for row in old where row.taken { place(row) }
         }
     }
 
@@ -358,7 +392,8 @@ final class AccountTable: @unchecked Sendable {
         return shard(hash).pointee.rows.withLock { shard -> SessionPool.Member? in
             let replaced = shard.find(member.account, tag: tag).map { shard.remove(at: $0).member } ?? nil
             // Read under the shard's lock: a change of the read that the engine's step installs meanwhile waits for
-            // the lock to copy it into the row, and lands after this one.
+            // the lock to copy it into the row, and lands after this one. The store holds the credential, not headers
+            // a read built: the row's first read builds them.
             let reading = member.slot.store.reading()
             shard.insert(
                 Row(
