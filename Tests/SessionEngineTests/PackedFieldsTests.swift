@@ -107,7 +107,8 @@ import Testing
 
     #if canImport(Glibc)
         /// A pool's account is one slot, one allocation of the allocator's: what it costs is the size class it lands
-        /// in, 16 bytes apart, so a field added to the slot may cost 16 bytes or nothing (Design/pool.md, *Costs*).
+        /// in, 16 bytes apart, so a field added to the slot may cost 16 bytes or nothing (Design/pool.md, *Costs*,
+        /// counts the slot at 352).
         @Test func aMembersSlotTakesItsCountedAllocation() {
             let shared = AccountShard.Shared(
                 SessionConfiguration(), fetcher: ScriptedCredentialFetcher(), clock: SystemClock(), budget: nil,
@@ -121,7 +122,10 @@ import Testing
                 return
             }
             let usableSize = unsafeBitCast(symbol, to: UsableSize.self)
-            #expect(usableSize(Unmanaged.passUnretained(slot).toOpaque()) == 344)
+            // glibc's allocator gives the whole class's 344 usable bytes of the 352; the thread sanitizer's gives what
+            // was asked for. Either way no more than 344, and no less than the class below holds.
+            let usable = usableSize(Unmanaged.passUnretained(slot).toOpaque())
+            #expect(usable > 328 && usable <= 344, "\(usable) usable bytes")
         }
     #endif
 
