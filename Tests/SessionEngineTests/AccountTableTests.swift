@@ -131,9 +131,9 @@ import Testing
 
     @Test(arguments: [[0], [2, 5], [6, 0], [7, 3, 1], [5, 0, 6]])
     func aRemovalKeepsEveryProbeRunUnbroken(removing order: [Int]) {
-        // Eight accounts fill two thirds of a shard's twelve rows. Six share the home row 11, the shard's last, so their
-        // run wraps around to rows 0 to 4; two more have the home row 1, inside that run, and sit after it, in rows 5
-        // and 6. Whichever are removed, every other account is still found.
+        // Eight accounts fill two thirds of a shard's twelve rows. Six share the home row 11, the shard's last, so
+        // their run wraps around to rows 0 to 4; two more have the home row 1, inside that run, and sit after it, in
+        // rows 5 and 6. Whichever are removed, every other account is still found.
         #expect(AccountTable.Rows.size(holding: 8) == 12)
         let table = table()
         let crowded = accounts("crowded", homeRow: 11, count: 6, in: table).map { member($0) }

@@ -10,9 +10,9 @@ import Synchronization
 /// hop. The identity read every request makes reads a copy the step writes right after each install: an engine's
 /// ``ReadersCopy``, or a pool's account's row of the pool's table.
 ///
-/// A value each account's slot holds inline, not an object of its own, so a pool's account carries no extra
-/// allocation for it. Its nested types are not private: a private type in the
-/// layout of a value another file stores inline breaks the compiler's build of that file (Swift 6.3.1).
+/// A value each account's slot holds inline, not an object of its own, so a pool's account carries no extra allocation
+/// for it. Its nested types are not private: a private type in the layout of a value another file stores inline breaks
+/// the compiler's build of that file (Swift 6.3.1).
 struct SessionStore: ~Copyable, Sendable {
     /// What a step of the engine installs: everything the store's readers see, decided by the machine.
     struct Snapshot: Sendable {
@@ -269,7 +269,7 @@ struct SessionStore: ~Copyable, Sendable {
             }
         }
 
-        /// Keeps headers a read built for `credential`, if the store still holds that credential unbuilt.
+        /// Keeps headers a read built for `credential`, if the copy still holds that credential unbuilt.
         func keep(_ headers: IdentityHeaders, of credential: IdentityCredential) {
             readable.withLock { readable in
                 guard case .usable(var held, let expiresAt) = readable else { return }
@@ -297,8 +297,8 @@ struct SessionStore: ~Copyable, Sendable {
     ///
     /// - Returns: Whether the state changed, which the engine then publishes (the store holds the state as last
     ///   published, so the engine keeps no copy of its own); what ``reading()`` returns from now on, which the step
-    ///   copies into the engine's ``ReadersCopy`` or the account's row of the pool's table; and whether the usable credential stayed the one before, in
-    ///   the same epoch, so that headers a read has built for it stay too.
+    ///   copies into the engine's ``ReadersCopy`` or the account's row of the pool's table; and whether the usable
+    ///   credential stayed the one before, in the same epoch, so that headers a read has built for it stay too.
     @discardableResult
     func install(_ snapshot: Snapshot) -> (stateChanged: Bool, reading: Reading, keepsHeaders: Bool) {
         let offset = snapshot.clockOffset.timeInterval

@@ -6,16 +6,18 @@ import Synchronization
 /// finds a member.
 ///
 /// An account's hash (``Hasher``) chooses its shard (its top four bits) and its home row in the shard's
-/// open-addressed table (its low 32 bits, scaled to the shard's rows); the account sits in the first free row from there on (linear probing), and a
-/// row a member leaves is filled by moving the rows after it back, so no row is ever a tombstone. A row holds the
+/// open-addressed table (its low 32 bits, scaled to the shard's rows); the account sits in the first free row from
+/// there on (linear probing), and a row a member leaves is filled by moving the rows after it back, so no row is ever a
+/// tombstone. A row holds the
 /// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
 /// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:keepsHeaders:of:account:)``) and the serial
 /// of the account's last use. A read therefore takes one shard's lock and touches one row and the headers it hands out
 /// (the credential, the first time, to build them from): not the member's engine, not its store, which at 100,000
 /// accounts are each a cache miss; and two threads reading two accounts take the same lock once in sixteen times.
 ///
-/// Each shard keeps its rows at most two thirds full, in sizes a quarter of a power of two apart (``Rows/size(holding:)``):
-/// it grows to the next size when it would be fuller, and shrinks to half full when it is less than an eighth full.
+/// Each shard keeps its rows at most two thirds full, in sizes a quarter of a power of two apart
+/// (``Rows/size(holding:)``): it grows to the next size when it would be fuller, and shrinks to half full when it is
+/// less than an eighth full.
 ///
 /// The rows hold their members. Each member's engine holds the pool's outlets, and so this table, through its
 /// ``AccountShard/Shared``: the pool empties the table when it goes (``removeAll()``), which lets the engines go, and
@@ -166,8 +168,9 @@ final class AccountTable: @unchecked Sendable {
         /// `count` accounts at most two thirds full.
         ///
         /// Two thirds keeps a probe run short (a read that finds its account looks at two rows on average, linear
-        /// probing's 1 + 1 / (2 × (1 − ⅔))), and steps of a quarter keep a shard at least ⅔ × ⅘ full after it grows: about
-        /// 1.6 rows an account, where a power of two at most half full kept 2.1 to 2.7.
+        /// probing's 1 + 1 / (2 × (1 − ⅔))), and steps of a quarter keep a shard at least ⅔ × ⅘ full after it
+        /// grows: about 1.6 rows an account, where a power of two at most half full kept 2.1 to 2.6 in the
+        /// benchmark's pools.
         static func size(holding count: Int) -> Int {
             let needed = max(AccountTable.minimumRows, (count * 3 + 1) / 2)
             let quarter = (1 << (Int.bitWidth - 1 - needed.leadingZeroBitCount)) / 4
