@@ -14,10 +14,10 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
 {
     /// The normalized email the credential identifies.
     ///
-    /// The credential keeps the email's UTF-8 bytes beside its other fields, so each call makes the text anew.
-    public var email: String { fields.email }
+    /// The credential keeps the email's UTF-8 bytes, so each call makes the text anew.
+    public var email: String { fields.facts.email }
     /// The expiry, in integer Unix seconds.
-    public var expiresAt: Int64 { fields.expiresAt }
+    public var expiresAt: Int64 { fields.facts.expiresAt }
     /// The HMAC-SHA256 signature as 64 lowercase hexadecimal characters.
     ///
     /// The credential keeps the signature's 32 bytes, so each call makes the text anew.
@@ -25,66 +25,36 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     /// The signature's bytes, which the engine compares and keeps instead of the text.
     package var signatureBytes: Signature { fields.signature }
     /// The signed properties, or `nil` for a `v1` credential.
-    public var properties: IdentityProperties? { fields.properties }
+    public var properties: IdentityProperties? { fields.properties?.value }
+    /// The public facts, which a ``SessionIdentity`` keeps instead of the credential.
+    package var facts: Facts { fields.facts }
 
     /// The fields, held once for every copy: a copy of a credential is one reference, not one per string, so a
     /// credential handed to thousands of callers or pieces of work at once is one reference count they share, and the
     /// engine's machine and store each hold a word for it.
-    ///
-    /// Unchecked: the standard library marks a managed buffer as not sendable, and this one is written only while it
-    /// is made.
-    nonisolated(unsafe) private let fields: Fields
+    private let fields: Fields
 
-    /// The fields in one allocation: the expiry, the signature's bytes and the properties, then the email's UTF-8
-    /// bytes right after them, where a `String` of more than 15 bytes would be an allocation of its own (80 bytes with
-    /// the allocator's for a 25-byte email). ``email`` makes the text from the bytes when it is asked for.
-    private final class Fields: ManagedBuffer<Fields.Header, UInt8> {
-        struct Header {
-            let expiresAt: Int64
-            let signature: Signature
-            /// The properties, boxed: a `v1` credential has none and pays one word for them, where the optional
-            /// itself takes three.
-            let properties: PropertiesBox?
-            /// How many bytes of the email follow the header.
-            let emailCount: Int
+    /// The facts (the expiry, the version and the email), the signature's bytes and the properties.
+    private final class Fields: Sendable {
+        let facts: Facts
+        let signature: Signature
+        /// The properties, boxed: a `v1` credential has none and pays one word for them, where the optional itself
+        /// takes three.
+        let properties: PropertiesBox?
+
+        init(facts: Facts, signature: Signature, properties: IdentityProperties?) {
+            self.facts = facts
+            self.signature = signature
+            self.properties = properties.map(PropertiesBox.init)
         }
+    }
 
-        /// A `v2` credential's properties, in a box of their own.
-        final class PropertiesBox: Sendable {
-            let value: IdentityProperties
+    /// A `v2` credential's properties, in a box of their own.
+    private final class PropertiesBox: Sendable {
+        let value: IdentityProperties
 
-            init(_ value: IdentityProperties) {
-                self.value = value
-            }
-        }
-
-        /// The fields of a credential, the email's bytes copied in.
-        static func make(
-            email: String, expiresAt: Int64, signature: Signature, properties: IdentityProperties?
-        ) -> Fields {
-            var email = email
-            return email.withUTF8 { utf8 in
-                let made = create(minimumCapacity: utf8.count) { _ in
-                    Header(
-                        expiresAt: expiresAt, signature: signature, properties: properties.map(PropertiesBox.init),
-                        emailCount: utf8.count)
-                }
-                made.withUnsafeMutablePointerToElements { bytes in
-                    if let base = utf8.baseAddress { bytes.initialize(from: base, count: utf8.count) }
-                }
-                return unsafeDowncast(made, to: Fields.self)
-            }
-        }
-
-        var expiresAt: Int64 { header.expiresAt }
-        var signature: Signature { header.signature }
-        var properties: IdentityProperties? { header.properties?.value }
-
-        /// The email, made from its bytes.
-        var email: String {
-            withUnsafeMutablePointers { header, bytes in
-                String(decoding: UnsafeBufferPointer(start: bytes, count: header.pointee.emailCount), as: UTF8.self)
-            }
+        init(_ value: IdentityProperties) {
+            self.value = value
         }
     }
 
@@ -146,14 +116,15 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     package init(
         validatedEmail email: String, expiresAt: Int64, signature: Signature, properties: IdentityProperties?
     ) {
-        fields = Fields.make(email: email, expiresAt: expiresAt, signature: signature, properties: properties)
+        fields = Fields(
+            facts: Facts(email: email, expiresAt: expiresAt, version: properties == nil ? .v1 : .v2),
+            signature: signature, properties: properties)
     }
 
     /// Whether two credentials have the same fields; copies of one credential compare without reading them.
     public static func == (lhs: IdentityCredential, rhs: IdentityCredential) -> Bool {
         if lhs.fields === rhs.fields { return true }
-        return lhs.expiresAt == rhs.expiresAt && lhs.signatureBytes == rhs.signatureBytes && lhs.email == rhs.email
-            && lhs.properties == rhs.properties
+        return lhs.signatureBytes == rhs.signatureBytes && lhs.facts == rhs.facts && lhs.properties == rhs.properties
     }
 
     /// Hashes the fields that ``==(_:_:)`` compares.
@@ -165,7 +136,7 @@ public struct IdentityCredential: Sendable, Hashable, Codable, CustomStringConve
     }
 
     /// `v1` without properties, `v2` with properties (an empty set included).
-    public var version: IdentityVersion { properties == nil ? .v1 : .v2 }
+    public var version: IdentityVersion { fields.facts.version }
 
     /// The expiry as a date.
     public var expirationDate: Date { Date(timeIntervalSince1970: TimeInterval(expiresAt)) }

@@ -66,7 +66,7 @@ extension AccountShard {
         if let membership = slot.membership {
             shared.outlets?.table.mirror(reading, keepsHeaders: keepsHeaders, of: slot, account: membership.account)
         } else {
-            slot.readers?.install(reading, keepsHeaders: keepsHeaders)
+            readers?.install(reading, keepsHeaders: keepsHeaders)
         }
         let newState = snapshot.state
         var events: [(SessionEvent.Kind, UInt64)] = []

@@ -19,6 +19,10 @@ actor AccountShard {
     let shared: Shared
     /// Which of ``Shared/executors`` the shard runs on.
     nonisolated let executorIndex: Int
+    /// The copy of its store's read that an engine's readers take, which the step writes after each install; `nil` for
+    /// a pool's shard, whose accounts' readers read their rows of the pool's table. An engine's shard holds it, not
+    /// its slot, so that no pool's account pays a word for it.
+    nonisolated let readers: SessionStore.ReadersCopy?
     /// The lives of the shard's accounts, by their slots' numbers (``Slot/index``); `nil` for a number no account
     /// holds, or whose account has not been stepped yet (``lifeIndex(of:)`` makes its life then).
     var lives: Lives
@@ -149,16 +153,10 @@ actor AccountShard {
         /// The account-change hooks the account's life starts with: a pool's, as they were when the account joined.
         let hooks: [@Sendable (AccountChange) async -> Void]
         let store: SessionStore
-        /// The copy of the store's read that an engine's readers take; `nil` for a pool's member, whose readers read
-        /// its row of the pool's table.
-        let readers: SessionStore.ReadersCopy?
         /// The account's event broadcaster, made when the first subscriber comes.
         let broadcaster: BroadcasterSlot
         /// ``index``, in four bytes: stored after the broadcaster's slot, in the room its last field leaves.
         private let number: Int32
-        /// The callers waiting for an outcome, made when the first registers and dropped by the step after the last
-        /// has gone (``AccountShard/dropWaitersIfNone(_:)``): an identified account nobody waits on keeps none.
-        let waiterTable = SanitizedMutex<OutcomeWaiters?>(nil)
         let recorder: MetricsRecorder
         /// The account's timer's slot in the deadline queue (``Shared/timers``), taken when the slot is made and given
         /// back when it is freed.
@@ -192,7 +190,6 @@ actor AccountShard {
             let shared = shard.shared
             recorder = MetricsRecorder(latencyWindow: latencyWindow)
             store = SessionStore()
-            readers = membership == nil ? SessionStore.ReadersCopy() : nil
             let start = SessionInstant(wall: shared.clock.now, uptime: shared.clock.uptime)
             broadcaster = BroadcasterSlot(
                 initial: SessionEvent(.stateChanged(.signedOut), time: start, epoch: 0, sequence: 0))
@@ -216,7 +213,7 @@ actor AccountShard {
         }
 
         /// The waiters, while any caller is registered with them.
-        var waitersIfAny: OutcomeWaiters? { waiterTable.withLock { $0 } }
+        var waitersIfAny: OutcomeWaiters? { store.waiters }
 
         /// How many callers wait for an outcome.
         var waitingCallers: Int { waitersIfAny?.count ?? 0 }
@@ -408,8 +405,12 @@ actor AccountShard {
     ///     pool's other shards.
     ///   - executorIndex: Which of the shared executors the shard runs on.
     ///   - livesPerChunk: How many lives each chunk of ``lives`` holds: one for an engine's shard, more for a pool's.
-    init(shared: Shared, executorIndex: Int = 0, livesPerChunk: Int = 1) {
+    ///   - readers: An engine's readers' copy of its one account's read; `nil` for a pool's shard.
+    init(
+        shared: Shared, executorIndex: Int = 0, livesPerChunk: Int = 1, readers: SessionStore.ReadersCopy? = nil
+    ) {
         self.shared = shared
+        self.readers = readers
         lives = Lives(chunk: livesPerChunk)
         self.executorIndex = executorIndex & (shared.executors.count - 1)
     }
@@ -476,13 +477,7 @@ actor AccountShard {
     /// Registers a caller for the epoch's next outcome of `kind`, making the account's waiters if none are kept; call
     /// it in the step that decided to wait (``OutcomeWaiters/register(epoch:kind:)``).
     func registerWaiter(_ slot: Slot, epoch: UInt64, kind: SessionStateMachine.WaiterKind) -> OutcomeWaiters.Ticket {
-        let waiters = slot.waiterTable.withLock { table in
-            if let table { return table }
-            let made = OutcomeWaiters()
-            table = made
-            return made
-        }
-        return waiters.register(epoch: epoch, kind: kind)
+        slot.store.openWaiters().register(epoch: epoch, kind: kind)
     }
 
     /// Waits for the outcome `ticket` was registered for, and drops the account's waiters afterwards if no caller is
@@ -499,8 +494,6 @@ actor AccountShard {
     /// Drops the account's waiters once no caller is registered with them; only the actor registers, so none can be
     /// registered meanwhile, and a ticket already handed out holds its own waiters.
     func dropWaitersIfNone(_ slot: Slot) {
-        slot.waiterTable.withLock { table in
-            if table?.isEmpty == true { table = nil }
-        }
+        slot.store.dropWaitersIfNone()
     }
 }

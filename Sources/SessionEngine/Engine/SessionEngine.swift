@@ -36,8 +36,8 @@ public actor SessionEngine {
     /// The check of the clock that decides local expiry, which the read passes to the readers' copy: the shard's,
     /// held here so that the read reaches it in one step.
     nonisolated let wallClock: SharedWallClockCheck
-    /// The slot's copy of its store's read that ``identityHeaders()`` takes, held here so that the read reaches its
-    /// lock in one step, as a read of the store did.
+    /// The copy of the store's read that ``identityHeaders()`` takes (its shard's), held here so that the read reaches
+    /// its lock in one step, as a read of the store did.
     nonisolated let readers: SessionStore.ReadersCopy
 
     /// The serial executor the engine runs on: its shard's.
@@ -104,14 +104,15 @@ public actor SessionEngine {
         observer: (@Sendable (SessionEvent) -> Void)?,
         coordination: FleetCoordination?
     ) {
+        let readers = SessionStore.ReadersCopy()
         shard = AccountShard(
             shared: AccountShard.Shared(
                 configuration, fetcher: fetcher, clock: clock, budget: nil, timers: nil, observer: observer,
-                coordination: coordination))
+                coordination: coordination),
+            readers: readers)
         slot = shard.reserve(latencyWindow: LatencySummary.window, membership: nil)
         wallClock = shard.shared.wallClock
-        // An engine's slot always has its readers' copy: only a pool's member has none.
-        readers = slot.readers!
+        self.readers = readers
     }
 
     // MARK: - Reading without an actor hop

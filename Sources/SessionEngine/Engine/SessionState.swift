@@ -51,25 +51,26 @@ public enum SessionState: Sendable, Hashable, CustomStringConvertible {
 
 /// The public facts of an installed credential: who and until when, never the signature.
 ///
-/// It keeps the credential itself (one reference, private) and reads its facts from it, so that the state every account
-/// keeps, the state's copy in the event a new subscriber starts from, and each event of the account share the
-/// credential's fields instead of holding a copy of its email each. Two identities are equal when their facts are.
+/// It keeps the credential's facts (one reference to what the credential shares with it: the expiry, the version and
+/// the email, never the signature or a property's value), so that the state every account keeps, the state's copy in
+/// the event a new subscriber starts from and each event of the account share them instead of holding a copy of the
+/// email each. Two identities are equal when their facts are.
 public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible, CustomReflectable {
     /// The host's account.
     public let account: AccountID
     /// The account session's epoch: it grows with every account change.
     public let epoch: UInt64
-    /// The installed credential, whose public facts the identity gives out.
-    private let credential: IdentityCredential
+    /// The installed credential's public facts.
+    private let facts: IdentityCredential.Facts
 
     /// The normalized email the credential identifies.
     ///
     /// The credential keeps the email's UTF-8 bytes, so each call makes the text anew.
-    public var email: String { credential.email }
+    public var email: String { facts.email }
     /// The credential's expiry in Unix seconds.
-    public var expiresAt: Int64 { credential.expiresAt }
+    public var expiresAt: Int64 { facts.expiresAt }
     /// The credential's payload version.
-    public var version: IdentityVersion { credential.version }
+    public var version: IdentityVersion { facts.version }
 
     /// Creates the public facts of a credential.
     ///
@@ -79,15 +80,14 @@ public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible, Cust
     ///   - epoch: The account session's epoch.
     public init(account: AccountID, credential: IdentityCredential, epoch: UInt64) {
         self.account = account
-        self.credential = credential
+        self.facts = credential.facts
         self.epoch = epoch
     }
 
     /// Whether two identities have the same facts: account, email, expiry, epoch and version. Two credentials with
     /// the same facts and different signatures make equal identities.
     public static func == (lhs: SessionIdentity, rhs: SessionIdentity) -> Bool {
-        lhs.account == rhs.account && lhs.epoch == rhs.epoch && lhs.expiresAt == rhs.expiresAt
-            && lhs.version == rhs.version && (lhs.credential == rhs.credential || lhs.email == rhs.email)
+        lhs.account == rhs.account && lhs.epoch == rhs.epoch && lhs.facts == rhs.facts
     }
 
     /// Hashes the facts that ``==(_:_:)`` compares.
@@ -102,7 +102,7 @@ public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible, Cust
     /// `account, email, expiresAt`.
     public var description: String { "\(account), \(email), expiresAt: \(expiresAt)" }
 
-    /// The facts, never the credential they are read from.
+    /// The facts, as its stored properties were shown before it kept them in one reference.
     public var customMirror: Mirror {
         Mirror(
             self,

@@ -94,6 +94,10 @@ struct SessionStore: ~Copyable, Sendable {
         var workFloor: UInt64 = 0
         /// The scoped work's books, from the first piece of work on.
         var books: WorkBooks?
+        /// The callers waiting for an outcome, made when the first registers and dropped by the step after the last
+        /// has gone (``AccountShard/dropWaitersIfNone(_:)``): an identified account nobody waits on keeps none. Under
+        /// the store's lock, where a lock of their own would cost every account 16 bytes.
+        var waiters: OutcomeWaiters?
 
         /// How many pieces of work run.
         var runningWork: Int { books.map { $0.work.count - $0.freeSlots.count } ?? 0 }
@@ -289,6 +293,28 @@ struct SessionStore: ~Copyable, Sendable {
 
     /// The state as last published.
     var sessionState: SessionState { state.withLock { $0.state } }
+
+    /// The callers waiting for an outcome, while any caller is registered with them.
+    var waiters: OutcomeWaiters? { state.withLock { $0.waiters } }
+
+    /// The waiters, made if none are kept. The shard's actor alone makes and drops them.
+    func openWaiters() -> OutcomeWaiters {
+        state.withLock { state in
+            if let waiters = state.waiters { return waiters }
+            let made = OutcomeWaiters()
+            state.waiters = made
+            return made
+        }
+    }
+
+    /// Drops the waiters once no caller is registered with them. Their count is read outside the store's lock, which
+    /// is taken inside no other: the shard's actor alone registers callers and calls this, so none registers between.
+    func dropWaitersIfNone() {
+        guard let held = waiters, held.isEmpty else { return }
+        state.withLock { state in
+            if state.waiters === held { state.waiters = nil }
+        }
+    }
 
     /// The number of scoped tasks running.
     var runningWorkCount: Int { state.withLock { $0.runningWork } }

@@ -8,10 +8,9 @@ import Synchronization
 /// An account's hash (``Hasher``) chooses its shard (its top four bits) and its home row in the shard's
 /// open-addressed table (its low 32 bits, scaled to the shard's rows); the account sits in the first free row from
 /// there on (linear probing), and a row a member leaves is filled by moving the rows after it back, so no row is ever a
-/// tombstone. A row holds the
-/// account, the low 32 bits of its hash (compared first), the member, a copy of what the member's store reads
-/// (``SessionStore/Reading``, kept current by the engine's step, ``mirror(_:keepsHeaders:of:account:)``) and the serial
-/// of the account's last use. A read therefore takes one shard's lock and touches one row and the headers it hands out
+/// tombstone. A row holds the account, the low 32 bits of its hash (compared first), the member, a copy of what the
+/// member's store reads (``SessionStore/Reading``, kept current by the engine's step,
+/// ``mirror(_:keepsHeaders:of:account:)``) and the serial of the account's last use. A read therefore takes one shard's lock and touches one row and the headers it hands out
 /// (the credential, the first time, to build them from): not the member's engine, not its store, which at 100,000
 /// accounts are each a cache miss; and two threads reading two accounts take the same lock once in sixteen times.
 ///
@@ -23,8 +22,9 @@ import Synchronization
 /// ``AccountShard/Shared``: the pool empties the table when it goes (``removeAll()``), which lets the engines go, and
 /// an engine that outlives the pool (a fetch in flight) finds no row to write its read into.
 ///
-/// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but a store's lock, under which no shard's
-/// lock is ever taken, and only when a member is inserted, never on the read or the install path. The pool's
+/// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but the store's lock of a member being
+/// inserted, a store no one else reaches yet and under whose lock no shard's lock is ever taken; never on the read or
+/// the install path. The pool's
 /// members' lock is taken before a shard's (joins and removals) and never under one. An engine's step takes its
 /// store's lock as it installs, and then its shard's alone (``mirror(_:keepsHeaders:of:account:)``), so no lock is
 /// held across another when a credential lands; a read's keep of the headers it built takes the shard's alone as well.
@@ -168,7 +168,7 @@ final class AccountTable: @unchecked Sendable {
         /// `count` accounts at most two thirds full.
         ///
         /// Two thirds keeps a probe run short (a read that finds its account looks at two rows on average, linear
-        /// probing's 1 + 1 / (2 × (1 − ⅔))), and steps of a quarter keep a shard at least ⅔ × ⅘ full after it
+        /// probing's ½ × (1 + 1 / (1 − ⅔))), and steps of a quarter keep a shard at least ⅔ × ⅘ full after it
         /// grows: about 1.6 rows an account, where a power of two at most half full kept 2.1 to 2.6 in the
         /// benchmark's pools.
         static func size(holding count: Int) -> Int {
@@ -360,7 +360,7 @@ final class AccountTable: @unchecked Sendable {
     /// Installs a change of a member's read in its row, found by the member's slot under its account's hash; a member
     /// that has left the table changes nothing.
     ///
-    /// The engine's step calls it after its store's install, with the store's locks released and in the order of the
+    /// The engine's step calls it after its store's install, with the store's lock released and in the order of the
     /// installs (the engine's actor alone installs), so a row's read changes as the store's does. When the install
     /// kept the credential (`keepsHeaders`), headers a read of the row has built stay.
     func mirror(

@@ -73,8 +73,14 @@ struct FleetReplicaTests {
         #expect(shares + fetches >= total, "\(shares) shares and \(fetches) fetches for \(total) identities")
         // Each replica on its own would fetch every account: four times as many.
         #expect(fetches <= Self.accounts * 3 / 2, "\(fetches) fetches for \(Self.accounts) accounts")
+        // The backend counts requests by the second they arrive in, after a trip through a replica's process, TLS
+        // and HTTP: a start the fleet's bucket granted late in one second may land in the next, so a second can see
+        // the bucket's rate and burst plus the starts in transit. On a loaded machine (both cores busy) that trip took
+        // up to a few tens of milliseconds (52 against 51 in one run of ten); a fifth of a second's starts are allowed
+        // for it. Four replicas each on a budget of their own would reach four times the rate.
+        let inTransit = Self.startsPerSecond / 5
         #expect(
-            busiest <= Self.startsPerSecond + Self.fleetBurst,
+            busiest <= Self.startsPerSecond + Self.fleetBurst + inTransit,
             "the busiest second after the rotation: \(busiest), budget \(Self.startsPerSecond)/s")
 
         for replica in replicas { replica.child.closeInput() }
