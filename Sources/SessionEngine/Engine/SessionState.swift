@@ -102,7 +102,7 @@ public struct SessionIdentity: Sendable, Hashable, CustomStringConvertible, Cust
     /// `account, email, expiresAt`.
     public var description: String { "\(account), \(email), expiresAt: \(expiresAt)" }
 
-    /// The facts, as its stored properties were shown before it kept them in one reference.
+    /// The identity's facts by name, never the reference they are read from.
     public var customMirror: Mirror {
         Mirror(
             self,
