@@ -51,6 +51,8 @@ import Testing
             #expect(harness.pool.state(of: account).isIdentified)
         }
         await harness.pool.shutdown()
+        // The engines' last jobs hold them, and their slots, until they have run.
+        await harness.pool.waitUntilIdle()
         #expect(harness.pool.timers.count == 0)
         #expect(harness.pool.timers.slotCount == 0)
     }
@@ -68,6 +70,8 @@ import Testing
         #expect(harness.pool.timers.count == 1)
         #expect(harness.pool.state(of: "alice").isIdentified)
         await harness.pool.shutdown()
+        // The engines' last jobs hold them, and their slots, until they have run.
+        await harness.pool.waitUntilIdle()
         #expect(harness.pool.timers.slotCount == 0)
     }
 
