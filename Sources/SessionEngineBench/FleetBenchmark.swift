@@ -135,7 +135,7 @@ struct FleetBenchmark: Benchmark {
     private func replicaFleet(quick: Bool) async -> [Figure] {
         // A smoke run moves the clock in coarser steps: its timers fire up to half a second late.
         let fleet = SimulatedReplicas(
-            replicas: quick ? 8 : 100, accounts: quick ? 800 : 12_500, step: .milliseconds(quick ? 500 : 100))
+            replicas: quick ? 8 : 100, accounts: quick ? 400 : 12_500, step: .milliseconds(quick ? 500 : 100))
         let perReplica = fleet.accounts * SimulatedReplicas.copies / fleet.replicas
         let budget = fleet.budget
         progress("  fleet: \(fleet.replicas) replicas × \(grouped(perReplica)) accounts, each on its own")

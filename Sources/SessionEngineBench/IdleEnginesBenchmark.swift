@@ -8,7 +8,7 @@ import Synchronization
 /// The engines run on the system clock with a fetcher that answers at once with credentials of 24 hours, so no
 /// renewal falls into the idle window: every wake-up is a look at the wall clock. On the ``SystemClock`` the timers
 /// of all engines wait in the process's one deadline queue; the baseline wraps the system clock, which gives each
-/// engine a queue of its own, so each engine's timer wakes every 30 s on its own, as before. The window is 31 seconds (3 with
+/// engine a queue of its own, so each engine's timer wakes every 30 s on its own, as before. The window is 31 seconds (1 with
 /// `--quick`), so every 30-second slice ends once in a full run.
 struct IdleEnginesBenchmark: Benchmark {
     let name = "idle-engines"
@@ -17,7 +17,7 @@ struct IdleEnginesBenchmark: Benchmark {
     private static let engines = 10_000
 
     func run(_ options: Options) async throws -> [Figure] {
-        let window: Duration = options.quick ? .seconds(3) : .seconds(31)
+        let window: Duration = options.quick ? .seconds(1) : .seconds(31)
         let shared = try await measure(clock: SystemClock(), window: window) { SessionEngine.systemTimerWakeUps }
         let sleeps = SleepCounter()
         let sliced = try await measure(clock: CountingClock(sleeps: sleeps), window: window) {

@@ -48,7 +48,7 @@ struct PoolBenchmark: Benchmark {
         releaseFreeMemory()
         let memoryPerAccount = (residentMemory() - memoryBefore) / Double(readers)
         progress("  pool: resident memory rose \(Int(memoryPerAccount.rounded())) bytes an account")
-        let idleWindow: Duration = options.quick ? .seconds(3) : .seconds(31)
+        let idleWindow: Duration = options.quick ? .seconds(1) : .seconds(31)
         progress("  pool: \(grouped(readers)) idle identified accounts for \(idleWindow)")
         let idle = await measureIdle(pool, for: idleWindow)
         // An account holds its credential, not its headers, until its first read builds them and its row keeps them:

@@ -42,6 +42,12 @@ package struct PropertySettings: Sendable {
         return PropertySettings(iterations: iterations, seed: seed)
     }
 
+    /// `count`, divided by ``sanitizerSlowdown`` when the thread sanitizer is loaded: the size of a loop that
+    /// compares pure computations (a decoder, a hash), which the sanitizer slows down and has no thread to watch in.
+    package static func scaledForSanitizer(_ count: Int) -> Int {
+        isThreadSanitizerLoaded ? max(1, count / sanitizerSlowdown) : count
+    }
+
     /// Whether this process runs under the thread sanitizer (`swift test --sanitize=thread`).
     package static let isThreadSanitizerLoaded: Bool = {
         #if canImport(Glibc)

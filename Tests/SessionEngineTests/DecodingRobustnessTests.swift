@@ -1,6 +1,7 @@
 import Foundation
 import SessionEngine
 import SessionEngineBackend
+import SessionEngineModel
 import SessionEngineTestKit
 import Testing
 
@@ -56,11 +57,13 @@ import Testing
         #expect((try? IdentityHeaders(credential).credential()) == credential)
     }
 
+    /// 100,000 inputs (an eighth under the thread sanitizer, which has no thread to watch here): random bytes, valid
+    /// responses mutated, and structured JSON, each decoded or refused with a reason.
     @Test func arbitraryBytesAndMutatedResponsesNeverCrashTheDecoders() {
         var random = Random(state: Self.seed)
         var accepted = 0
         var rejected: [String: Int] = [:]
-        let iterations = 100_000
+        let iterations = PropertySettings.scaledForSanitizer(100_000)
         for iteration in 0..<iterations {
             let input: [UInt8]
             switch iteration % 4 {
@@ -86,13 +89,16 @@ import Testing
         #expect(rejected.keys.count >= 5, "rejections must name their rules")
     }
 
+    /// 100,000 header sets (an eighth under the thread sanitizer) of valid credentials with one value mutated and
+    /// sometimes a field dropped, each decoded or refused.
     @Test func mutatedIdentityHeadersNeverCrashTheHeaderDecoder() throws {
         var random = Random(state: Self.seed ^ 0xFF)
         let valid = try Self.validResponses.map { IdentityHeaders(try IdentityCredential(json: Data($0.utf8))) }
         var accepted = 0
         var rejected = 0
         let alphabet = Array("%0123456789ABCDEFabcdef-_.@+=/ !\r\n\u{0}é😀{}\":,".unicodeScalars)
-        for _ in 0..<100_000 {
+        let iterations = PropertySettings.scaledForSanitizer(100_000)
+        for _ in 0..<iterations {
             var fields = valid[random.below(valid.count)].fields.map { (name: $0.name, value: $0.value) }
             let target = random.below(fields.count)
             var scalars = Array(fields[target].value.unicodeScalars)
@@ -119,9 +125,9 @@ import Testing
             }
         }
         print(
-            "header robustness: 100000 header sets, \(accepted) accepted, \(rejected) rejected, seed \(Self.seed ^ 0xFF)"
+            "header robustness: \(iterations) header sets, \(accepted) accepted, \(rejected) rejected, seed \(Self.seed ^ 0xFF)"
         )
-        #expect(rejected > 50_000)
+        #expect(rejected > iterations / 2)
     }
 
     static func mutate(_ input: [UInt8], _ random: inout Random) -> [UInt8] {

@@ -1,4 +1,5 @@
 import Foundation
+import SessionEngineModel
 import Testing
 
 @testable import SessionEngine
@@ -130,14 +131,15 @@ import Testing
 
     // MARK: - Hardware against portable on random input
 
-    /// One million random chaining states and blocks, compressed by both implementations.
+    /// One million random chaining states and blocks, compressed by both implementations (an eighth of them under
+    /// the thread sanitizer, which has no thread to watch here).
     ///
     /// The compression is the only code the two paths do not share, so this compares it directly: in a debug build
     /// a portable compression costs about 2 µs, where a whole random HMAC through the shared Swift code costs about
     /// 10 µs. The end-to-end comparison below covers the shared code on fewer messages.
     @Test(.enabled(if: implementations.contains(.hardware)))
     func hardwareCompressionMatchesPortableOnOneMillionRandomBlocks() async {
-        let total = 1_000_000
+        let total = PropertySettings.scaledForSanitizer(1_000_000)
         let slices = 4
         let mismatches = await withTaskGroup(of: Int.self) { group in
             for slice in 0..<slices {
@@ -176,7 +178,7 @@ import Testing
     func hardwarePathMatchesPortableOnRandomMessagesAndKeys() {
         var random = SplitMix64(seed: 4231)
         var mismatches: [String] = []
-        for trial in 0..<20_000 {
+        for trial in 0..<PropertySettings.scaledForSanitizer(20_000) {
             let key = (0..<Int(random.next() % 201)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
             let message = (0..<Int(random.next() % 301)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
             let portable = HMACSHA256(key: key, using: .portable)
