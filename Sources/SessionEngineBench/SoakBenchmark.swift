@@ -13,8 +13,8 @@ struct SoakBenchmark: Benchmark {
     func run(_ options: Options) async throws -> [Figure] {
         // A million cycles take four to five minutes on two shared cores; the default takes half of that, and
         // `--soak-cycles 1000000` runs the full million.
-        let cycles = options.soakCycles ?? (options.quick ? 3_000 : 500_000)
-        let warmup = options.quick ? 1_000 : 20_000
+        let cycles = options.soakCycles ?? (options.quick ? 1_000 : 500_000)
+        let warmup = options.quick ? 500 : 20_000
         progress("  soak: \(grouped(cycles)) cycles after \(grouped(warmup)) warm-up cycles")
         let plain = try await soak(cycles: min(cycles, warmup), warmup: warmup, churn: false)
         let churned = try await soak(cycles: cycles, warmup: warmup, churn: true)
