@@ -51,7 +51,7 @@ import Testing
             #expect(harness.pool.state(of: account).isIdentified)
         }
         await harness.pool.shutdown()
-        // The engines' last jobs hold them, and their slots, until they have run.
+        // The accounts' last jobs hold their slots, and so their places in the queue, until they have run.
         await harness.pool.waitUntilIdle()
         #expect(harness.pool.timers.count == 0)
         #expect(harness.pool.timers.slotCount == 0)
@@ -70,7 +70,7 @@ import Testing
         #expect(harness.pool.timers.count == 1)
         #expect(harness.pool.state(of: "alice").isIdentified)
         await harness.pool.shutdown()
-        // The engines' last jobs hold them, and their slots, until they have run.
+        // The accounts' last jobs hold their slots, and so their places in the queue, until they have run.
         await harness.pool.waitUntilIdle()
         #expect(harness.pool.timers.slotCount == 0)
     }
@@ -91,7 +91,7 @@ import Testing
         #expect(harness.pool.timers.count == 3, "the accounts' renewals only: nothing waits for the budget")
         #expect(harness.clock.sleeperCount == 1)
         await harness.pool.shutdown()
-        // The engines' last jobs hold them, and their slots, until they have run.
+        // The accounts' last jobs hold their slots, and so their places in the queue, until they have run.
         await harness.pool.waitUntilIdle()
         #expect(harness.pool.timers.slotCount == 0, "every slot was given back, the sleeper's too")
     }

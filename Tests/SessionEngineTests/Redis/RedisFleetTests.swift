@@ -376,7 +376,7 @@ struct RedisFleetTests {
     ///
     /// Each seed sleeps through its phases in real time (about 9 s); under the thread sanitizer, which watches the
     /// same code whatever the seed, one seed runs.
-    @Test(arguments: PropertySettings.isThreadSanitizerLoaded ? [1] : [1, 2] as [UInt64])
+    @Test(arguments: (PropertySettings.isThreadSanitizerLoaded ? [1] : [1, 2]) as [UInt64])
     func theScriptsDecideAsTheLedgerDoes(seed: UInt64) async throws {
         let server = try await RedisServer.start()
         defer { Task { await server.stop() } }
