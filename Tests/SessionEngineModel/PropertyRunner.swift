@@ -25,8 +25,7 @@ package struct PropertySettings: Sendable {
 
     package static func current(defaultSeed: UInt64, defaultIterations: Int) -> PropertySettings {
         let environment = ProcessInfo.processInfo.environment
-        var iterations = defaultIterations
-        if isThreadSanitizerLoaded { iterations = max(1, defaultIterations / sanitizerSlowdown) }
+        var iterations = scaledForSanitizer(defaultIterations)
         if let text = environment[iterationsVariable], let value = Int(text), value > 0 { iterations = value }
         var seed = defaultSeed
         if let text = environment[seedVariable]?.lowercased() {

@@ -10,9 +10,10 @@ import Synchronization
 /// there on (linear probing), and a row a member leaves is filled by moving the rows after it back, so no row is ever a
 /// tombstone. A row holds the account, the low 32 bits of its hash (compared first), the member, a copy of what the
 /// member's store reads (``SessionStore/Reading``, kept current by the engine's step,
-/// ``mirror(_:keepsHeaders:of:account:)``) and the serial of the account's last use. A read therefore takes one shard's lock and touches one row and the headers it hands out
-/// (the credential, the first time, to build them from): not the member's engine, not its store, which at 100,000
-/// accounts are each a cache miss; and two threads reading two accounts take the same lock once in sixteen times.
+/// ``mirror(_:keepsHeaders:of:account:)``) and the serial of the account's last use. A read therefore takes one
+/// shard's lock and touches one row and the headers it hands out (the credential, the first time, to build them
+/// from): not the member's engine, not its store, which at 100,000 accounts are each a cache miss; and two threads
+/// reading two accounts take the same lock once in sixteen times.
 ///
 /// Each shard keeps its rows at most two thirds full, in sizes a quarter of a power of two apart
 /// (``Rows/size(holding:)``): it grows to the next size when it would be fuller, and shrinks to half full when it is
@@ -24,10 +25,10 @@ import Synchronization
 ///
 /// **Locks.** A shard's lock is a leaf: nothing is locked while it is held but the store's lock of a member being
 /// inserted, a store no one else reaches yet and under whose lock no shard's lock is ever taken; never on the read or
-/// the install path. The pool's
-/// members' lock is taken before a shard's (joins and removals) and never under one. An engine's step takes its
-/// store's lock as it installs, and then its shard's alone (``mirror(_:keepsHeaders:of:account:)``), so no lock is
-/// held across another when a credential lands; a read's keep of the headers it built takes the shard's alone as well.
+/// the install path. The pool's members' lock is taken before a shard's (joins and removals) and never under one. An
+/// engine's step takes its store's lock as it installs, and then its shard's alone
+/// (``mirror(_:keepsHeaders:of:account:)``), so no lock is held across another when a credential lands; a read's keep
+/// of the headers it built takes the shard's alone as well.
 ///
 /// **Uses.** Every join, every call that names an account and every checkpoint of the idle sweeper takes the next
 /// serial of one counter (``nextUse()``); a read only loads the counter (``readStamp()``), so it writes nothing shared.
